@@ -1,0 +1,42 @@
+# One target per thing a person does. The virtual environment is built on first use.
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+export DAGSTER_HOME := $(CURDIR)/.kg/dagster
+
+.PHONY: demo ui test lint format bench clean
+
+$(STAMP): pyproject.toml
+	@command -v $(PYTHON) >/dev/null || { echo "needs $(PYTHON) on PATH"; exit 1; }
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q -U pip wheel
+	$(BIN)/pip install -q -e '.[ml,test]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+demo: $(STAMP)  ## set up and run the main job end to end on the embedded default (.kg/)
+	$(BIN)/kg build
+
+ui: $(STAMP)  ## the Dagster UI on 127.0.0.1:3000 over the same instance and lake
+	mkdir -p $(DAGSTER_HOME)
+	test -f $(DAGSTER_HOME)/dagster.yaml || cp dagster.yaml $(DAGSTER_HOME)/dagster.yaml
+	$(BIN)/dagster-webserver -h 127.0.0.1 -p 3000 -w workspace.yaml
+
+test: $(STAMP)  ## the whole test suite (CI runs this with CI=true)
+	$(BIN)/python -m pytest -q
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: $(STAMP)
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+bench: $(STAMP)  ## benchmarks print JSON; never part of the tests
+	for b in benchmarks/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+
+clean:
+	rm -rf .kg

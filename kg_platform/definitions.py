@@ -1,0 +1,31 @@
+"""The Dagster code location: every stage's assets, jobs, sensors and schedules, with the
+resources bound from kg_platform.settings (environment, then `.kg/sources.json`)."""
+
+import dagster as dg
+
+from kg_platform.assets import pubmed
+from kg_platform.resources.catalog import CatalogResource
+from kg_platform.resources.lake import LakeResource
+from kg_platform.resources.pubmed_source import PubmedSourceResource
+from kg_platform.settings import Settings
+
+STAGES = [pubmed.defs]
+
+
+def build_resources(settings: Settings) -> dict[str, dg.ConfigurableResource]:
+    return {
+        "lake": LakeResource(root=settings.lake),
+        "catalog": CatalogResource(database=settings.catalog),
+        "pubmed_source": PubmedSourceResource(base=settings.pubmed_source),
+    }
+
+
+def build_definitions(settings: Settings | None = None) -> dg.Definitions:
+    settings = settings or Settings.load()
+    return dg.Definitions.merge(
+        *STAGES,
+        dg.Definitions(resources=build_resources(settings), executor=dg.multiprocess_executor),
+    )
+
+
+defs = build_definitions()

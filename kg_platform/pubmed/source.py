@@ -1,0 +1,423 @@
+"""Where PubMed files come from: NLM's HTTPS distribution or a local folder in its layout.
+
+NLM serves ``baseline/`` (the annual release, ``pubmedYYn0001`` .. ``pubmedYYnNNNN``) and
+``updatefiles/`` (daily files numbered on from the baseline), each ``.xml.gz`` beside an
+``.md5`` file reading ``MD5(name)= hex``. This module lists those files, downloads them with
+the etiquette NLM asks for (few connections, backoff on throttling) and verifies every byte
+against the published md5 before it appears in the lake.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+import re
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from email.utils import parsedate_to_datetime
+from html.parser import HTMLParser
+from typing import TypeVar
+from urllib.parse import unquote, urlsplit
+
+import requests
+
+from kg_platform.pubmed.errors import PubmedFileError
+from kg_platform.storage.lake import Lake
+
+T = TypeVar("T")
+SUB_DIRS = ("baseline", "updatefiles")
+SOURCE_NAME = re.compile(r"^pubmed(\d{2})n(\d{4})\.xml\.gz$")
+MD5_LINE = re.compile(r"^MD5\((?P<name>[^)]+)\)\s*=\s*(?P<hex>[0-9a-fA-F]{32})\s*$")
+USER_AGENT = "kg-platform/0.1 (PubMed bulk download; at most 4 connections)"
+CHUNK = 1 << 20
+# failures of the connection itself, before or during the body: worth another try
+TRANSIENT = (
+    requests.ConnectionError,
+    requests.Timeout,
+    requests.exceptions.ChunkedEncodingError,
+)
+# cap on a server-requested Retry-After so one bad header cannot stall a run for hours
+MAX_RETRY_AFTER_S = 120.0
+
+
+@dataclass(frozen=True)
+class SourceFile:
+    """One NLM file: ``pubmed26n0001`` in ``baseline`` of release 26."""
+
+    name: str  # 'pubmed26n0001'
+    sub_dir: str  # 'baseline' | 'updatefiles'
+    release: int  # 26
+    number: int  # 1
+
+    def __post_init__(self) -> None:
+        match = SOURCE_NAME.match(f"{self.name}.xml.gz")
+        if match is None:
+            raise ValueError(f"{self.name!r}: not a PubMed file name (pubmedYYnNNNN)")
+        if self.sub_dir not in SUB_DIRS:
+            raise ValueError(f"{self.name}: sub_dir {self.sub_dir!r} is not one of {SUB_DIRS}")
+        if (int(match.group(1)), int(match.group(2))) != (self.release, self.number):
+            raise ValueError(
+                f"{self.name}: release/number {self.release}/{self.number} disagree with the name"
+            )
+
+    @property
+    def xml_filename(self) -> str:
+        return f"{self.name}.xml.gz"
+
+    @property
+    def md5_filename(self) -> str:
+        return f"{self.name}.xml.gz.md5"
+
+    @property
+    def is_update(self) -> bool:
+        return self.sub_dir == "updatefiles"
+
+
+def parse_source_name(name: str, sub_dir: str) -> SourceFile | None:
+    """The SourceFile for a listing entry, or None for anything that is not exactly
+    ``pubmedYYnNNNN.xml.gz`` (md5 files, READMEs, sort links, and every path-like name)."""
+    if sub_dir not in SUB_DIRS:
+        return None
+    if "/" in name or "\\" in name or ".." in name or "\x00" in name:
+        return None
+    match = SOURCE_NAME.match(name)
+    if match is None:
+        return None
+    return SourceFile(
+        name=name.removesuffix(".xml.gz"),
+        sub_dir=sub_dir,
+        release=int(match.group(1)),
+        number=int(match.group(2)),
+    )
+
+
+def raw_key(f: SourceFile) -> str:
+    """The lake key a downloaded file lands at: ``raw/pubmed/<release>/<sub_dir>/<name>.xml.gz``."""
+    return f"raw/pubmed/{f.release}/{f.sub_dir}/{f.xml_filename}"
+
+
+def sort_key(f: SourceFile) -> tuple[int, int, int]:
+    """Processing order: release, then baseline before updates, then file number."""
+    return (f.release, SUB_DIRS.index(f.sub_dir), f.number)
+
+
+def current_release(files: list[SourceFile]) -> list[SourceFile]:
+    """The files of the newest complete release, baseline then updates, in number order.
+
+    A release's baseline is *complete* when either
+    - its baseline files are numbered 1..N with none missing, or
+    - the listing holds update files for that release and the first of them is numbered
+      N+1 (NLM starts the daily updates only once the whole baseline is posted, numbering
+      on from its last file; a mirror holding the tail of a baseline is complete by this).
+    A newer release supersedes every older one once complete; while a new baseline is still
+    being posted the previous release stays current. Returns [] when no release is complete.
+    """
+    by_release: dict[int, list[SourceFile]] = {}
+    for f in files:
+        by_release.setdefault(f.release, []).append(f)
+    for release in sorted(by_release, reverse=True):
+        members = sorted(set(by_release[release]), key=sort_key)
+        baseline = [f.number for f in members if not f.is_update]
+        updates = [f.number for f in members if f.is_update]
+        if not baseline:
+            continue
+        contiguous = baseline == list(range(1, len(baseline) + 1))
+        continued_by_updates = bool(updates) and min(updates) == max(baseline) + 1
+        if contiguous or continued_by_updates:
+            return members
+    return []
+
+
+@dataclass(frozen=True)
+class FetchResult:
+    key: str  # lake key written (or found already verified)
+    bytes: int
+    md5: str
+    seconds: float
+    skipped: bool  # True when the key already held a file matching the md5
+    attempts: int  # HTTP attempts for the data file (0 when skipped or local)
+
+
+class _Retryable(Exception):
+    """A transient failure worth another try (throttling, 5xx, reset, timeout)."""
+
+    def __init__(self, reason: str, retry_after_s: float | None = None) -> None:
+        super().__init__(reason)
+        self.retry_after_s = retry_after_s
+
+
+# One semaphore per source host for the whole process: every PubmedSource instance (one per
+# asset run, per thread) shares it, so the process never holds more than the limit at once.
+_HOST_LIMITS: dict[str, threading.BoundedSemaphore] = {}
+_HOST_LIMITS_LOCK = threading.Lock()
+
+
+def _host_semaphore(host: str, limit: int) -> threading.BoundedSemaphore:
+    with _HOST_LIMITS_LOCK:
+        if host not in _HOST_LIMITS:
+            _HOST_LIMITS[host] = threading.BoundedSemaphore(limit)
+        return _HOST_LIMITS[host]
+
+
+class _HrefParser(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.hrefs: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag.lower() == "a":
+            for key, value in attrs:
+                if key.lower() == "href" and value:
+                    self.hrefs.append(value)
+
+
+def listing_names(html: str) -> list[str]:
+    """File names linked from an HTML directory index (Apache as NLM serves it, or Python's
+    http.server). Links are taken verbatim after URL-unquoting; parse_source_name then drops
+    everything that is not a bare PubMed file name."""
+    parser = _HrefParser()
+    parser.feed(html)
+    return [unquote(h) for h in parser.hrefs]
+
+
+def parse_md5(text: str, f: SourceFile) -> str:
+    """The hex digest from NLM's ``MD5(pubmed26n0001.xml.gz)= hex`` line."""
+    match = MD5_LINE.match(text.strip())
+    if match is None:
+        raise PubmedFileError(f"{f.md5_filename}: not an NLM md5 line: {text.strip()[:80]!r}")
+    if match.group("name").strip() != f.xml_filename:
+        raise PubmedFileError(
+            f"{f.md5_filename}: names {match.group('name')!r}, expected {f.xml_filename!r}"
+        )
+    return match.group("hex").lower()
+
+
+class PubmedSource:
+    """NLM's distribution (``https://ftp.ncbi.nlm.nih.gov/pubmed/``) or a local folder
+    with ``baseline/`` and ``updatefiles/``.
+
+    ``max_connections`` bounds concurrent connections to the source host across the whole
+    process (NLM throttles with 503 beyond a few); the Dagster pool ``ncbi`` bounds it across
+    processes.
+    """
+
+    def __init__(
+        self,
+        base: str,
+        max_connections: int = 4,
+        retries: int = 5,
+        backoff_s: float = 0.5,
+        timeout_s: float = 60,
+    ) -> None:
+        if max_connections < 1:
+            raise ValueError(f"max_connections must be at least 1, got {max_connections}")
+        if retries < 1:
+            raise ValueError(f"retries must be at least 1, got {retries}")
+        self.base = base
+        self.max_connections = max_connections
+        self.retries = retries
+        self.backoff_s = backoff_s
+        self.timeout_s = timeout_s
+        scheme = urlsplit(base).scheme.lower()
+        self.is_http = scheme in ("http", "https")
+        if self.is_http:
+            self.base_url = base if base.endswith("/") else base + "/"
+            self._limit = _host_semaphore(urlsplit(self.base_url).netloc, max_connections)
+        else:
+            self.folder = os.path.abspath(os.path.expanduser(base.removeprefix("file://")))
+            self._limit = _host_semaphore(f"file:{self.folder}", max_connections)
+
+    def __repr__(self) -> str:
+        return f"PubmedSource({self.base!r}, max_connections={self.max_connections})"
+
+    # -- listing -------------------------------------------------------------------------
+    def list_files(self) -> list[SourceFile]:
+        """Every PubMed file in ``baseline/`` and ``updatefiles/``, sorted by release, then
+        baseline before updates, then number. Other names in the listing are ignored."""
+        found: set[SourceFile] = set()
+        for sub_dir in SUB_DIRS:
+            for name in self._list_names(sub_dir):
+                f = parse_source_name(name, sub_dir)
+                if f is not None:
+                    found.add(f)
+        return sorted(found, key=sort_key)
+
+    def _list_names(self, sub_dir: str) -> list[str]:
+        if not self.is_http:
+            if not os.path.isdir(self.folder):
+                raise FileNotFoundError(f"{self.base}: PubMed source folder does not exist")
+            path = os.path.join(self.folder, sub_dir)
+            return os.listdir(path) if os.path.isdir(path) else []
+        url = self.base_url + sub_dir + "/"
+        try:
+            text = self._with_retries(url, lambda: self._get_text(url))
+        except FileNotFoundError:
+            return []
+        return listing_names(text)
+
+    # -- download ------------------------------------------------------------------------
+    def fetch(self, f: SourceFile, lake: Lake, key: str) -> FetchResult:
+        """Copy ``f`` into the lake at ``key``, verified against NLM's md5.
+
+        Skips the download when ``key`` already holds a file with the published md5. The
+        content appears at ``key`` only after it matched (atomic lake write), so a failed or
+        corrupt download leaves nothing there.
+        """
+        started = time.monotonic()
+        expected = parse_md5(self._read_md5(f), f)
+        if lake.exists(key):
+            with lake.open(key) as existing:
+                found_md5, size = _md5_of(iter(lambda: existing.read(CHUNK), b""))
+            if found_md5 == expected:
+                return FetchResult(key, size, expected, time.monotonic() - started, True, 0)
+            # a stale or corrupt copy from an earlier run: not good data, replace it
+            lake.remove(key)
+        if self.is_http:
+            url = self._url(f, f.xml_filename)
+            attempts = 0
+
+            def download() -> int:
+                nonlocal attempts
+                attempts += 1
+                return self._download_http(url, f, lake, key, expected)
+
+            size = self._with_retries(url, download, label=f.xml_filename)
+        else:
+            attempts = 0
+            size = self._copy_local(f, lake, key, expected)
+        return FetchResult(key, size, expected, time.monotonic() - started, False, attempts)
+
+    def _url(self, f: SourceFile, filename: str) -> str:
+        return f"{self.base_url}{f.sub_dir}/{filename}"
+
+    def _local(self, f: SourceFile, filename: str) -> str:
+        return os.path.join(self.folder, f.sub_dir, filename)
+
+    def _read_md5(self, f: SourceFile) -> str:
+        if not self.is_http:
+            path = self._local(f, f.md5_filename)
+            if not os.path.exists(path):
+                raise PubmedFileError(f"{f.xml_filename}: no md5 file at {path}")
+            with open(path, encoding="ascii", errors="replace") as fh:
+                return fh.read()
+        url = self._url(f, f.md5_filename)
+        try:
+            return self._with_retries(url, lambda: self._get_text(url), label=f.md5_filename)
+        except FileNotFoundError as exc:
+            raise PubmedFileError(f"{f.xml_filename}: no md5 file at {url}") from exc
+
+    def _copy_local(self, f: SourceFile, lake: Lake, key: str, expected: str) -> int:
+        path = self._local(f, f.xml_filename)
+        if not os.path.exists(path):
+            raise PubmedFileError(f"{f.xml_filename}: not found at {path}")
+        with self._limit, open(path, "rb") as src:
+            return _write_verified(iter(lambda: src.read(CHUNK), b""), f, lake, key, expected)
+
+    def _download_http(self, url: str, f: SourceFile, lake: Lake, key: str, expected: str) -> int:
+        with self._limit, self._get(url) as response:
+            _raise_for_status(response, url)
+            return _write_verified(response.iter_content(CHUNK), f, lake, key, expected)
+
+    def _get(self, url: str) -> requests.Response:
+        # one connection per request, closed afterwards: no idle keep-alive connection
+        # lingers outside the semaphore, so the limit counts real sockets
+        try:
+            return requests.get(
+                url,
+                stream=True,
+                timeout=self.timeout_s,
+                headers={"User-Agent": USER_AGENT, "Connection": "close"},
+            )
+        except TRANSIENT as exc:
+            raise _Retryable(f"{type(exc).__name__}: {exc}") from exc
+
+    def _get_text(self, url: str) -> str:
+        with self._limit, self._get(url) as response:
+            _raise_for_status(response, url)
+            try:
+                return response.content.decode(response.encoding or "utf-8", errors="replace")
+            except TRANSIENT as exc:
+                raise _Retryable(f"{type(exc).__name__}: {exc}") from exc
+
+    def _with_retries(self, url: str, attempt: Callable[[], T], label: str | None = None) -> T:
+        """Run ``attempt`` until it succeeds, retrying transient failures with exponential
+        backoff and full jitter (or the server's Retry-After, if longer)."""
+        last: _Retryable | None = None
+        for n in range(self.retries):
+            try:
+                return attempt()
+            except _Retryable as exc:
+                last = exc
+                if n == self.retries - 1:
+                    break
+                delay = random.uniform(0, self.backoff_s * (2**n))
+                if exc.retry_after_s is not None:
+                    delay = max(delay, min(exc.retry_after_s, MAX_RETRY_AFTER_S))
+                time.sleep(delay)
+        raise PubmedDownloadError(
+            f"{label or url}: download failed after {self.retries} tries from {url}: {last}"
+        )
+
+
+class PubmedDownloadError(RuntimeError):
+    """The source kept failing (throttled, 5xx, resets, timeouts) through the last try."""
+
+
+def _retry_after(response: requests.Response) -> float | None:
+    value = response.headers.get("Retry-After")
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        return max(0.0, parsedate_to_datetime(value).timestamp() - time.time())
+    except (TypeError, ValueError):
+        return None
+
+
+def _raise_for_status(response: requests.Response, url: str) -> None:
+    status = response.status_code
+    if status == 404:
+        raise FileNotFoundError(f"{url}: not found (HTTP 404)")
+    if status == 429 or status >= 500:
+        raise _Retryable(f"HTTP {status}", _retry_after(response))
+    if status >= 400:
+        raise PubmedDownloadError(f"{url}: HTTP {status} {response.reason}")
+
+
+def _md5_of(chunks: Iterator[bytes]) -> tuple[str, int]:
+    digest = hashlib.md5(usedforsecurity=False)
+    size = 0
+    for chunk in chunks:
+        digest.update(chunk)
+        size += len(chunk)
+    return digest.hexdigest(), size
+
+
+def _write_verified(
+    chunks: Iterator[bytes], f: SourceFile, lake: Lake, key: str, expected: str
+) -> int:
+    """Stream into the lake while hashing; raising inside the writer discards the temp file,
+    so a mismatching file never appears at ``key``."""
+    digest = hashlib.md5(usedforsecurity=False)
+    size = 0
+    with lake.writer(key) as out:
+        try:
+            for chunk in chunks:
+                digest.update(chunk)
+                out.write(chunk)
+                size += len(chunk)
+        except TRANSIENT as exc:
+            # includes ChunkedEncodingError / resets mid-body: a transient failure
+            raise _Retryable(f"{type(exc).__name__} after {size} bytes: {exc}") from exc
+        got = digest.hexdigest()
+        if got != expected:
+            raise PubmedFileError(
+                f"{f.xml_filename}: md5 mismatch (expected {expected}, got {got})"
+            )
+    return size

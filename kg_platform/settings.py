@@ -1,0 +1,62 @@
+"""Where the platform's state lives, shared by the CLI, the Dagster definitions and the UI.
+
+Precedence: environment variable, then what the last `kg build` recorded in
+`<home>/sources.json`, then the embedded default (a local lake under `.kg/`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+NLM_PUBMED_URL = "https://ftp.ncbi.nlm.nih.gov/pubmed/"
+NLM_MESH_URL = "https://nlmpubs.nlm.nih.gov/projects/mesh/MESH_FILES/xmlmesh/"
+
+
+def kg_home() -> Path:
+    return Path(os.environ.get("KG_HOME", ".kg")).absolute()
+
+
+@dataclass(frozen=True)
+class Settings:
+    home: Path
+    lake: str
+    catalog: str
+    dagster_home: Path
+    pubmed_source: str
+    mesh_source: str
+
+    @classmethod
+    def load(cls) -> Settings:
+        home = kg_home()
+        recorded: dict[str, str] = {}
+        sources_file = home / "sources.json"
+        if sources_file.exists():
+            recorded = json.loads(sources_file.read_text())
+
+        def pick(env: str, key: str, default: str) -> str:
+            return os.environ.get(env) or recorded.get(key) or default
+
+        return cls(
+            home=home,
+            lake=pick("KG_LAKE", "lake", str(home / "lake")),
+            catalog=pick("KG_CATALOG", "catalog", str(home / "catalog.duckdb")),
+            dagster_home=Path(os.environ.get("DAGSTER_HOME") or home / "dagster"),
+            pubmed_source=pick("KG_PUBMED_SOURCE", "pubmed_source", NLM_PUBMED_URL),
+            mesh_source=pick("KG_MESH_SOURCE", "mesh_source", NLM_MESH_URL),
+        )
+
+    def record(self) -> None:
+        """Remember the sources and lake so `make ui` shows and runs the same platform."""
+        self.home.mkdir(parents=True, exist_ok=True)
+        payload = {
+            "lake": self.lake,
+            "catalog": self.catalog,
+            "pubmed_source": self.pubmed_source,
+            "mesh_source": self.mesh_source,
+        }
+        tmp = self.home / "sources.json.tmp"
+        tmp.write_text(json.dumps(payload, indent=2) + "\n")
+        tmp.replace(self.home / "sources.json")

@@ -1,0 +1,85 @@
+"""The DuckDB catalog: a database file holding views over the lake's Parquet.
+
+For an S3 lake the lake's own fsspec filesystem is registered with DuckDB, so no DuckDB
+extension (httpfs) has to be downloaded.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import duckdb
+
+from kg_platform.storage.lake import Lake
+
+# view name -> lake glob (relative key); a view is created only when files exist
+LAKE_VIEWS: dict[str, str] = {
+    **{
+        f"file_{t}": f"tables/{t}/*.parquet"
+        for t in (
+            "articles",
+            "mesh_edges",
+            "citations",
+            "corrections",
+            "chemicals",
+            "pubtypes",
+            "deletions",
+        )
+    },
+    **{
+        t: f"corpus/{t}.parquet"
+        for t in ("articles", "mesh_edges", "citations", "corrections", "chemicals", "pubtypes")
+    },
+    **{
+        f"mesh_{t}": f"mesh/{t}.parquet"
+        for t in (
+            "descriptors",
+            "tree",
+            "broader",
+            "allowable",
+            "terms",
+            "qualifiers",
+            "scr_aliases",
+        )
+    },
+}
+
+
+@dataclass
+class Catalog:
+    lake: Lake
+    database: str = ":memory:"
+
+    def connect(self, read_only: bool = False) -> duckdb.DuckDBPyConnection:
+        if self.database != ":memory:":
+            os.makedirs(os.path.dirname(os.path.abspath(self.database)), exist_ok=True)
+        con = duckdb.connect(self.database, read_only=read_only)
+        if not self.lake.is_local:
+            con.register_filesystem(self.lake.fs)
+        return con
+
+    def parquet_glob(self, pattern: str) -> str:
+        """A path DuckDB's read_parquet understands for a lake glob."""
+        return self.lake.path(pattern)
+
+    def has_files(self, pattern: str) -> bool:
+        return bool(self.lake.fs.glob(self.lake.path(pattern)))
+
+    def refresh_views(self, con: duckdb.DuckDBPyConnection | None = None) -> list[str]:
+        """(Re)create a view for each lake table that exists; returns the view names."""
+        own = con is None
+        con = con or self.connect()
+        made = []
+        try:
+            for view, pattern in LAKE_VIEWS.items():
+                if self.has_files(pattern):
+                    con.execute(
+                        f"CREATE OR REPLACE VIEW {view} AS "
+                        f"SELECT * FROM read_parquet('{self.parquet_glob(pattern)}', union_by_name=true)"
+                    )
+                    made.append(view)
+        finally:
+            if own:
+                con.close()
+        return made

@@ -1,0 +1,114 @@
+"""A real HTTP server on 127.0.0.1 standing in for NLM's download site in tests.
+
+It serves a folder with NLM's layout (directory listings as Python's http.server writes
+them), counts concurrent connections, and can be told to misbehave per path: throttle
+(429/503), reset the connection, cut a body short, or serve corrupt bytes.
+"""
+
+from __future__ import annotations
+
+import http.server
+import os
+import socket
+import struct
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+
+
+@dataclass
+class MirrorState:
+    delay_s: float = 0.0
+    active: int = 0
+    max_active: int = 0
+    requests: list[str] = field(default_factory=list)
+    # path -> actions consumed one per request: an HTTP status ("429", "503"), "reset", "truncate"
+    faults: dict[str, list[str]] = field(default_factory=dict)
+    # paths served with one byte flipped for as long as they are in the set
+    corrupt: set[str] = field(default_factory=set)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+class _Handler(http.server.SimpleHTTPRequestHandler):
+    state: MirrorState
+
+    def setup(self) -> None:
+        super().setup()
+        with self.state.lock:
+            self.state.active += 1
+            self.state.max_active = max(self.state.max_active, self.state.active)
+
+    def finish(self) -> None:
+        try:
+            super().finish()
+        finally:
+            with self.state.lock:
+                self.state.active -= 1
+
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+        pass
+
+    def do_GET(self) -> None:  # noqa: N802
+        with self.state.lock:
+            self.state.requests.append(self.path)
+            pending = self.state.faults.get(self.path)
+            action = pending.pop(0) if pending else None
+            corrupt = self.path in self.state.corrupt
+        if self.state.delay_s:
+            time.sleep(self.state.delay_s)
+        if action is not None and action.isdigit():
+            self.send_response(int(action))
+            self.send_header("Retry-After", "0")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        if action == "reset":
+            self._reset()
+            return
+        if action == "truncate" or corrupt:
+            body = Path(self.translate_path(self.path)).read_bytes()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            if corrupt:
+                self.wfile.write(body[:100] + bytes([body[100] ^ 0xFF]) + body[101:])
+            else:
+                self.wfile.write(body[: len(body) // 2])
+                self.wfile.flush()
+                self._reset()
+            return
+        super().do_GET()
+
+    def _reset(self) -> None:
+        # SO_LINGER 0 makes close() send RST: the client sees "connection reset by peer"
+        self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        self.connection.close()
+        self.close_connection = True
+
+
+class _Server(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 64
+
+    def handle_error(self, request, client_address) -> None:  # type: ignore[no-untyped-def]
+        pass  # resets we cause ourselves are expected
+
+
+@contextmanager
+def serve_mirror(root: Path | str, delay_s: float = 0.0) -> Iterator[tuple[str, MirrorState]]:
+    """Serve ``root`` on 127.0.0.1 (a free port); yields (base URL, state)."""
+    state = MirrorState(delay_s=delay_s)
+    handler = type("MirrorHandler", (_Handler,), {"state": state})
+    server = _Server(("127.0.0.1", 0), partial(handler, directory=os.fspath(root)))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/", state
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
