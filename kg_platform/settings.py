@@ -60,3 +60,9 @@ class Settings:
         tmp = self.home / "sources.json.tmp"
         tmp.write_text(json.dumps(payload, indent=2) + "\n")
         tmp.replace(self.home / "sources.json")
+
+
+def reference_data_dir() -> Path:
+    """The read-only reference data (PubMedQA, HotpotQA, ...) used by evaluation assets."""
+    repo_root = Path(__file__).resolve().parents[1]
+    return Path(os.environ.get("KG_REFERENCE_DATA", repo_root.parent / "shared" / "data"))

@@ -1,6 +1,5 @@
 """PubMed per-file assets (download, parse) and the release fold into the current corpus."""
 
-from __future__ import annotations
 
 import time
 
@@ -173,7 +172,6 @@ def _is_downloaded(lake, name: str) -> bool:
 pubmed_file_job = dg.define_asset_job(
     "pubmed_file_job",
     selection=dg.AssetSelection.assets(pubmed_xml, pubmed_tables),
-    partitions_def=pubmed_files,
     description="Download, verify and parse one PubMed file.",
 )
 

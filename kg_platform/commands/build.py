@@ -12,10 +12,12 @@ from pathlib import Path
 
 import requests
 
-from kg_platform.settings import NLM_MESH_URL, NLM_PUBMED_URL, Settings
+from kg_platform.settings import NLM_MESH_URL, NLM_PUBMED_URL, Settings, reference_data_dir
 
 DEMO_RECORDS = 20_000
 REPO_ROOT = Path(__file__).resolve().parents[2]
+# the progress lines are the user's view; Dagster's event log stays in the instance (and the UI)
+QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -143,7 +145,9 @@ def run_build(args: argparse.Namespace) -> int:
     )
 
     asset_graph = defs.resolve_asset_graph()
-    selection = dg.AssetSelection.from_string(args.select) if args.select else dg.AssetSelection.all()
+    selection = (
+        dg.AssetSelection.from_string(args.select) if args.select else dg.AssetSelection.all()
+    )
     selected = set(selection.resolve(asset_graph))
     stages = plan_stages(asset_graph, selected)
     runs = [(s, p) for s in stages for p in (names if s.partitioned else [None])]
@@ -160,6 +164,7 @@ def run_build(args: argparse.Namespace) -> int:
             instance=instance,
             resources=resources,
             raise_on_error=False,
+            run_config=QUIET,
         )
         evaluations = result.get_asset_check_evaluations()
         ok_checks = sum(e.passed for e in evaluations)
@@ -173,15 +178,23 @@ def run_build(args: argparse.Namespace) -> int:
             flush=True,
         )
         if not result.success:
-            failures.append(f"{label}{where}: {_first_error(result)}")
+            failures.append(f"{label}{where}: {failure_message(result)}")
     print_summary(settings, names, checks_passed, checks_failed, failures, started)
     return 0 if not failures and not checks_failed else 1
 
 
-def _first_error(result) -> str:
+def failure_message(result) -> str:
+    """The user-facing error of a failed run: the first error under Dagster's wrappers in
+    its first step failure (the domain error, which names the file and what is wrong)."""
     for event in result.all_events:
-        if event.is_failure and event.step_failure_data is not None:
-            return event.step_failure_data.error.message.strip().splitlines()[-1]
+        if event.is_step_failure and event.step_failure_data is not None:
+            error = event.step_failure_data.error
+            while error.cause is not None and (error.cls_name or "").startswith("Dagster"):
+                error = error.cause
+            line = error.message.strip().splitlines()[0]
+            prefix, _, rest = line.partition(": ")
+            # drop the 'package.module.ErrorClass: ' that Dagster puts before the message
+            return rest if rest and prefix.endswith(error.cls_name or "\0") else line
     return "run failed"
 
 

@@ -239,7 +239,9 @@ def outcomes_sha256(question_ids: Sequence[str], **arms: Sequence[int] | np.ndar
     vectors = {name: _as_binary(arms[name], name) for name in names}
     for name in names:
         if vectors[name].size != len(question_ids):
-            raise ValueError(f"{name}: {vectors[name].size} outcomes for {len(question_ids)} questions")
+            raise ValueError(
+                f"{name}: {vectors[name].size} outcomes for {len(question_ids)} questions"
+            )
     lines = []
     for i, qid in enumerate(question_ids):
         cells = "\t".join(f"{name}={int(vectors[name][i])}" for name in names)

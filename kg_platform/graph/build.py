@@ -150,7 +150,9 @@ def _bools(batch: pa.RecordBatch | pa.Table, name: str, null_as: bool = False) -
 
 def _to_index(lut: np.ndarray, pmids: np.ndarray) -> np.ndarray:
     """Node index of each PMID, -1 where it is not a corpus article."""
-    return lut[np.clip(pmids, 0, len(lut) - 1)]
+    # clip mode maps PMIDs beyond the table to its last slot and negatives to slot 0 (PMID 0):
+    # both hold -1, and no temporary index array is made
+    return lut.take(pmids, mode="clip")
 
 
 def _require_in_corpus(idx: np.ndarray, pmids: np.ndarray, where: str, column: str) -> None:
@@ -195,7 +197,7 @@ def _read_articles(lake: Lake) -> _Articles:
                 f"{where}: {int(repeated.sum())} PMID(s) appear more than once "
                 f"(e.g. {pmids[1:][repeated][:5].tolist()}); the corpus holds one row per PMID"
             )
-    lut = np.full(int(pmids[-1]) + 2, -1, dtype=np.int32)
+    lut = np.full(int(pmids[-1]) + 2, -1, dtype=np.int32)  # slot 0 and the last stay -1
     lut[pmids] = np.arange(len(pmids), dtype=np.int32)
     return _Articles(pmids, np.clip(year, -1, 32767).astype(np.int16), quotable, lut)
 
@@ -229,12 +231,32 @@ class _Csr:
     rows: np.ndarray  # row of each entry (int64), for re-packing the reverse direction
 
 
+_CHUNK = 1 << 23  # elements per slice of the vectorised passes below: bounds temporaries
+
+
+def _chunked(n: int) -> Iterator[slice]:
+    for start in range(0, n, _CHUNK):
+        yield slice(start, min(start + _CHUNK, n))
+
+
 def _csr(keys: np.ndarray, n_rows: int, row_shift: int, col_shift: int, flagged: bool) -> _Csr:
     """Cut indptr / indices / flag out of strictly ascending packed keys."""
-    assert keys.size == 0 or bool(np.all(keys[1:] > keys[:-1])), "keys must be strictly ascending"
-    indices = ((keys >> col_shift) & ((1 << (row_shift - col_shift)) - 1)).astype(np.int32)
-    flag = (keys & 1).astype(bool) if flagged else None
-    rows = keys >> row_shift
+    n = keys.size
+    mask = (1 << (row_shift - col_shift)) - 1
+    indices = np.empty(n, dtype=np.int32)
+    flag = np.empty(n, dtype=bool) if flagged else None
+    ascending = True
+    for part in _chunked(n):
+        chunk = keys[part]
+        ascending &= bool(np.all(chunk[1:] > chunk[:-1]))
+        if part.start:
+            ascending &= bool(keys[part.start] > keys[part.start - 1])
+        indices[part] = (chunk >> col_shift) & mask
+        if flag is not None:
+            np.bitwise_and(chunk, 1, out=flag[part], casting="unsafe")
+    assert ascending, "keys must be strictly ascending"
+    # the keys are spent once indices and flag are cut: reuse their buffer for the rows
+    rows = np.right_shift(keys, row_shift, out=keys)
     counts = np.bincount(rows, minlength=n_rows)
     assert counts.size == n_rows, "a row index is out of range"
     indptr = np.zeros(n_rows + 1, dtype=np.int64)
@@ -250,7 +272,9 @@ def _keep_last_of_runs(keys: np.ndarray, ignore_low_bits: int) -> np.ndarray:
     last = np.empty(keys.size, dtype=bool)
     last[-1] = True
     # two keys differ above the low bits iff their XOR is at least 1 << ignore_low_bits
-    np.greater_equal(keys[1:] ^ keys[:-1], 1 << ignore_low_bits, out=last[:-1])
+    for part in _chunked(keys.size - 1):
+        nxt = keys[part.start + 1 : part.stop + 1]
+        np.greater_equal(nxt ^ keys[part], 1 << ignore_low_bits, out=last[part])
     return keys if last.all() else keys[last]
 
 
@@ -320,7 +344,7 @@ def _build_citations(
     out.put("cite_indptr", fwd.indptr)
     out.put("cite_indices", fwd.indices)
     # reverse: cited in the high half, citing below; sorting makes each cited_by list ascending
-    rkey = fwd.indices.astype(np.int64) << 32
+    rkey = np.left_shift(fwd.indices, 32, dtype=np.int64)
     rkey |= fwd.rows
     del fwd
     rkey.sort()
@@ -417,8 +441,8 @@ def _build_mesh(lake: Lake, articles: _Articles, out: _ArrayWriter, batch_rows: 
     out.put("mesh2art_major", fwd.flag)
     article_count = np.diff(fwd.indptr).astype(np.int32)
     major_count = np.bincount(fwd.rows[fwd.flag], minlength=n_desc).astype(np.int32)
-    rkey = fwd.indices.astype(np.int64) << 32
-    rkey |= fwd.rows << 1
+    rkey = np.left_shift(fwd.indices, 32, dtype=np.int64)
+    rkey |= np.left_shift(fwd.rows, 1, out=fwd.rows)
     rkey |= fwd.flag
     pairs, majors = int(fwd.indices.size), int(fwd.flag.sum())
     del fwd

@@ -15,57 +15,88 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class OrthographyRule:
-    """One spelling rule: ``pattern`` (a regex on one word) becomes ``replacement``."""
+    """One spelling rule: ``pattern`` (a regex over normalised text) becomes ``replacement``.
+    ``needle`` is a literal every match contains, so a text without it skips the regex."""
 
     name: str
+    needle: str
     pattern: str
     replacement: str
     example: tuple[str, str]
 
 
-# Word-level rules: a pattern is anchored inside one word by the callers' \b handling.
+_R = OrthographyRule
 ORTHOGRAPHY_RULES: tuple[OrthographyRule, ...] = (
-    OrthographyRule("oesophag", r"\boesophag", "esophag", ("oesophageal", "esophageal")),
-    OrthographyRule("oestr", r"\boestr", "estr", ("oestrogen", "estrogen")),
-    OrthographyRule("oedema", r"\boedem", "edem", ("oedema", "edema")),
-    OrthographyRule("paediatr", r"\bpaediatr", "pediatr", ("paediatric", "pediatric")),
-    OrthographyRule("orthopaed", r"orthopaed", "orthoped", ("orthopaedic", "orthopedic")),
-    OrthographyRule("anaesthe", r"anaesthe", "anesthe", ("anaesthetic", "anesthetic")),
-    OrthographyRule("haem", r"\bhaem", "hem", ("haemorrhage", "hemorrhage")),
-    OrthographyRule("aemia", r"(?<=[a-z])aemi(a|as|c)\b", r"emi\1", ("hypoglycaemia", "hypoglycemia")),
-    OrthographyRule("coeliac", r"\bcoeliac", "celiac", ("coeliac", "celiac")),
-    OrthographyRule("foetus", r"\bfoet", "fet", ("foetal", "fetal")),
-    OrthographyRule("diarrhoea", r"rrhoea\b", "rrhea", ("diarrhoea", "diarrhea")),
-    OrthographyRule("gynaecology", r"gynaecolog", "gynecolog", ("gynaecology", "gynecology")),
-    OrthographyRule("leukaemia", r"leukaem", "leukem", ("leukaemia", "leukemia")),
-    OrthographyRule("ischaemia", r"ischaem", "ischem", ("ischaemic", "ischemic")),
-    OrthographyRule("caesarean", r"\bcaesar", "cesar", ("caesarean", "cesarean")),
-    OrthographyRule("tumour", r"tumour", "tumor", ("tumours", "tumors")),
-    OrthographyRule("behaviour", r"behaviour", "behavior", ("behavioural", "behavioral")),
-    OrthographyRule("colour", r"\bcolour", "color", ("colour", "color")),
-    OrthographyRule("labour", r"\blabour", "labor", ("labour", "labor")),
-    OrthographyRule("centre", r"\bcentre(s?)\b", r"center\1", ("centres", "centers")),
-    OrthographyRule("fibre", r"fibre(s?)\b", r"fiber\1", ("fibres", "fibers")),
-    OrthographyRule("litre", r"litre(s?)\b", r"liter\1", ("millilitres", "milliliters")),
-    OrthographyRule("ise", r"\b(hospital|immun|organ|random|steril|minim)is(e|ed|es|ing|ation|ations)\b", r"\1iz\2", ("randomised", "randomized")),
-    OrthographyRule("ou to o (mould)", r"\bmould", "mold", ("mould", "mold")),
-    OrthographyRule("programme", r"\bprogramme(s?)\b", r"program\1", ("programmes", "programs")),
-    OrthographyRule("aluminium", r"\baluminium\b", "aluminum", ("aluminium", "aluminum")),
-    OrthographyRule("sulph", r"sulph", "sulf", ("sulphate", "sulfate")),
-    OrthographyRule("grey", r"\bgrey\b", "gray", ("grey", "gray")),
+    _R("oesophag", "oesophag", r"\boesophag", "esophag", ("oesophageal", "esophageal")),
+    _R("oestr", "oestr", r"\boestr", "estr", ("oestrogen", "estrogen")),
+    _R("oedema", "oedem", r"\boedem", "edem", ("oedema", "edema")),
+    _R("paediatr", "paediatr", r"\bpaediatr", "pediatr", ("paediatric", "pediatric")),
+    _R("orthopaed", "orthopaed", r"orthopaed", "orthoped", ("orthopaedic", "orthopedic")),
+    _R("anaesthe", "anaesthe", r"anaesthe", "anesthe", ("anaesthetic", "anesthetic")),
+    _R("haem", "haem", r"\bhaem", "hem", ("haemorrhage", "hemorrhage")),
+    _R("aemia", "aemi", r"(?<=[a-z])aemi(a|as|c)\b", r"emi\1", ("hypoglycaemia", "hypoglycemia")),
+    _R("coeliac", "coeliac", r"\bcoeliac", "celiac", ("coeliac", "celiac")),
+    _R("foetus", "foet", r"\bfoet", "fet", ("foetal", "fetal")),
+    _R("diarrhoea", "rrhoea", r"rrhoea\b", "rrhea", ("diarrhoea", "diarrhea")),
+    _R("gynaecology", "gynaecolog", r"gynaecolog", "gynecolog", ("gynaecology", "gynecology")),
+    _R("leukaemia", "leukaem", r"leukaem", "leukem", ("leukaemia", "leukemia")),
+    _R("ischaemia", "ischaem", r"ischaem", "ischem", ("ischaemic", "ischemic")),
+    _R("caesarean", "caesar", r"\bcaesar", "cesar", ("caesarean", "cesarean")),
+    _R("tumour", "tumour", r"tumour", "tumor", ("tumours", "tumors")),
+    _R("behaviour", "behaviour", r"behaviour", "behavior", ("behavioural", "behavioral")),
+    _R("colour", "colour", r"\bcolour", "color", ("colour", "color")),
+    _R("labour", "labour", r"\blabour", "labor", ("labour", "labor")),
+    _R("centre", "centre", r"\bcentre(s?)\b", r"center\1", ("centres", "centers")),
+    _R("fibre", "fibre", r"fibre(s?)\b", r"fiber\1", ("fibres", "fibers")),
+    _R("litre", "litre", r"litre(s?)\b", r"liter\1", ("millilitres", "milliliters")),
+    _R(
+        "ise",
+        "is",
+        r"\b(hospital|immun|organ|random|steril|minim)is(e|ed|es|ing|ation|ations)\b",
+        r"\1iz\2",
+        ("randomised", "randomized"),
+    ),
+    _R("mould", "mould", r"\bmould", "mold", ("mould", "mold")),
+    _R("programme", "programme", r"\bprogramme(s?)\b", r"program\1", ("programmes", "programs")),
+    _R("aluminium", "aluminium", r"\baluminium\b", "aluminum", ("aluminium", "aluminum")),
+    _R("sulph", "sulph", r"sulph", "sulf", ("sulphate", "sulfate")),
+    _R("grey", "grey", r"\bgrey\b", "gray", ("grey", "gray")),
 )
 
-_COMPILED = tuple((re.compile(r.pattern), r.replacement) for r in ORTHOGRAPHY_RULES)
-# Cheap pre-filter: most words need no rule, and skipping them keeps grounding fast.
-_TRIGGERS = re.compile(
-    r"oe|ae|tumour|behaviour|colour|labour|centre|fibre|litre|is(e|ed|es|ing|ation)|mould|programme|aluminium|sulph|grey|rrhoea"
-)
+_COMPILED = tuple((r.needle, re.compile(r.pattern), r.replacement) for r in ORTHOGRAPHY_RULES)
+# Cheap pre-filter over a whole text: most need no rule at all.
+ORTHOGRAPHY_TRIGGERS = "|".join(sorted({re.escape(r.needle) for r in ORTHOGRAPHY_RULES}))
+_TRIGGERS = re.compile(ORTHOGRAPHY_TRIGGERS)
+
+
+# Greek letters carry meaning in gene and protein names ("β-catenin" is beta Catenin), but
+# NFKD normalisation would drop them; MeSH spells them out, so the question does too.
+GREEK_LETTERS: dict[str, str] = {
+    "α": "alpha",
+    "β": "beta",
+    "γ": "gamma",
+    "δ": "delta",
+    "ε": "epsilon",
+    "κ": "kappa",
+    "λ": "lambda",
+    "μ": "mu",
+    "σ": "sigma",
+    "τ": "tau",
+    "ω": "omega",
+}
+_GREEK = re.compile("[" + "".join(GREEK_LETTERS) + "]")
+
+
+def spell_greek(text: str) -> str:
+    """Spell Greek letters out as words, before ``normalise`` would strip them."""
+    return _GREEK.sub(lambda m: " " + GREEK_LETTERS[m.group(0)] + " ", text)
 
 
 def americanise(normalised_text: str) -> str:
     """Apply every orthography rule to already normalised text (lower case, ASCII)."""
     if not _TRIGGERS.search(normalised_text):
         return normalised_text
-    for pattern, replacement in _COMPILED:
-        normalised_text = pattern.sub(replacement, normalised_text)
+    for needle, pattern, replacement in _COMPILED:
+        if needle in normalised_text:
+            normalised_text = pattern.sub(replacement, normalised_text)
     return normalised_text

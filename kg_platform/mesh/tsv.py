@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from kg_platform.mesh.fetch import read_all
+from kg_platform.mesh.fetch import MeshFetchError, is_url, read_all
 from kg_platform.mesh.records import QUALIFIER_SCHEMA
 
 DESCRIPTOR_TSV_COLUMNS = {
@@ -26,8 +26,6 @@ SUPPLEMENTARY_TSV_COLUMNS = {
     "synonyms": pl.Utf8,
     "heading_uis": pl.Utf8,
 }
-# https://id.nlm.nih.gov/mesh/D000001Q000031 -> D000001, Q000031
-SUBJECT_ID = r"/mesh/(D\d+)(Q\d+)?$"
 
 
 class MeshTsvError(ValueError):
@@ -37,25 +35,36 @@ class MeshTsvError(ValueError):
 def _read_table(location: str, columns: dict[str, pl.DataType], what: str) -> pl.DataFrame:
     try:
         return pl.read_csv(
-            read_all(location),
+            _readable(location),
             separator="\t",
             has_header=False,
             schema=columns,
             quote_char='"',  # one supplementary record quotes a synonym list holding a tab
         )
-    except (pl.exceptions.PolarsError, OSError, EOFError) as exc:
+    except (pl.exceptions.PolarsError, OSError, EOFError, MeshFetchError) as exc:
         raise MeshTsvError(
             f"{location}: not a MeSH {what} TSV with {len(columns)} tab-separated columns "
             f"({', '.join(columns)}): {exc}"
         ) from exc
 
 
-def _explode_list(frame: pl.DataFrame, key: str, column: str, out: str, pattern: str) -> pl.DataFrame:
+def _readable(location: str) -> str | bytes:
+    """Polars reads a local (gzipped) file itself, much faster than Python's gzip."""
+    return read_all(location) if is_url(location) else location
+
+
+def _explode_list(
+    frame: pl.DataFrame, key: str, column: str, out: str, pattern: str
+) -> pl.DataFrame:
     """One row per non-empty item of a `pattern`-separated list column."""
     return (
         frame.select(
             pl.col(key).alias("_key"),
-            pl.col(column).fill_null("").str.replace_all(pattern, "\x1f").str.split("\x1f").alias(out),
+            pl.col(column)
+            .fill_null("")
+            .str.replace_all(pattern, "\x1f")
+            .str.split("\x1f")
+            .alias(out),
         )
         .explode(out)
         .with_columns(pl.col(out).str.strip_chars())
@@ -92,9 +101,8 @@ def read_supplementary_tsv(location: str) -> dict[str, object]:
         )
     names = raw.select(pl.col("scr_ui"), pl.col("name").str.strip_chars().alias("surface"))
     synonyms = _explode_list(raw, "scr_ui", "synonyms", "surface", r"\|")
-    surfaces = (
-        pl.concat([names.filter(pl.col("surface") != ""), synonyms])
-        .unique(subset=["scr_ui", "surface"], keep="first", maintain_order=True)
+    surfaces = pl.concat([names.filter(pl.col("surface") != ""), synonyms]).unique(
+        subset=["scr_ui", "surface"], keep="first", maintain_order=True
     )
     # the reference files separate mapped headings with ',' (README says '|'): accept both;
     # '*' marks a major heading in NLM's XML and is stripped the same way here
@@ -108,19 +116,33 @@ def read_subjects_csv(location: str) -> dict[str, pl.DataFrame]:
     """allowable (descriptor_ui, qualifier_ui) and qualifiers (ui, name; no abbreviation)
     from the subjects CSV: `id,scheme,subject`, one row per descriptor and per pair."""
     try:
-        raw = pl.read_csv(read_all(location), schema_overrides={"id": pl.Utf8, "subject": pl.Utf8})
-    except (pl.exceptions.PolarsError, OSError, EOFError) as exc:
-        raise MeshTsvError(f"{location}: not a MeSH subjects CSV (id,scheme,subject): {exc}") from exc
+        raw = pl.read_csv(_readable(location), schema_overrides={"id": pl.Utf8, "subject": pl.Utf8})
+    except (pl.exceptions.PolarsError, OSError, EOFError, MeshFetchError) as exc:
+        raise MeshTsvError(
+            f"{location}: not a MeSH subjects CSV (id,scheme,subject): {exc}"
+        ) from exc
     if not {"id", "subject"} <= set(raw.columns):
         raise MeshTsvError(f"{location}: expected columns id,scheme,subject, got {raw.columns}")
+    # plain splits rather than regexes: 664k rows, and this runs on every build
+    code = pl.col("id").str.split("/").list.last().str.split_exact("Q", 1)
     parsed = raw.select(
-        pl.col("id").str.extract(SUBJECT_ID, 1).alias("descriptor_ui"),
-        pl.col("id").str.extract(SUBJECT_ID, 2).alias("qualifier_ui"),
+        "id",
+        code.struct.field("field_0").alias("descriptor_ui"),
+        ("Q" + code.struct.field("field_1")).alias("qualifier_ui"),
         # "Calcimycin/analogs & derivatives": the qualifier name follows the last '/'
-        pl.col("subject").str.extract(r"/([^/]+)$", 1).alias("qualifier_name"),
+        pl.when(pl.col("subject").str.contains("/", literal=True))
+        .then(pl.col("subject").str.split("/").list.last())
+        .alias("qualifier_name"),
     )
-    if parsed["descriptor_ui"].null_count() == raw.height:
-        raise MeshTsvError(f"{location}: no id of the form https://id.nlm.nih.gov/mesh/D…Q…")
+    malformed = parsed.filter(
+        ~pl.col("descriptor_ui").str.contains(r"^D\d+$")
+        | (pl.col("qualifier_ui").is_not_null() & ~pl.col("qualifier_ui").str.contains(r"^Q\d+$"))
+    )
+    if malformed.height:
+        raise MeshTsvError(
+            f"{location}: {malformed.height} ids not of the form "
+            f"https://id.nlm.nih.gov/mesh/D…[Q…] (first: {malformed['id'][0]!r})"
+        )
     pairs = parsed.filter(pl.col("qualifier_ui").is_not_null())
     allowable = pairs.select("descriptor_ui", "qualifier_ui").unique(maintain_order=True)
     qualifiers = (

@@ -136,9 +136,14 @@ def read_supplementary_xml(location: str) -> dict[str, object]:
     with open_location(location) as stream:
         for record in iter_records(stream, "SupplementalRecord", location):
             n_records += 1
-            ui = _require(_text(record, "SupplementalRecordUI"), "SupplementalRecordUI", location, None)
+            ui = _require(
+                _text(record, "SupplementalRecordUI"), "SupplementalRecordUI", location, None
+            )
             name = _require(
-                _text(record, "SupplementalRecordName/String"), "SupplementalRecordName", location, ui
+                _text(record, "SupplementalRecordName/String"),
+                "SupplementalRecordName",
+                location,
+                ui,
             )
             seen = {name}
             surfaces.append((ui, name))
@@ -153,7 +158,9 @@ def read_supplementary_xml(location: str) -> dict[str, object]:
                     # a leading * marks a major heading; the mapping itself is the same
                     headings.append((ui, heading.lstrip("*")))
     if n_records == 0:
-        raise MeshXmlError(f"{location}: no SupplementalRecord elements (not a supplementary file?)")
+        raise MeshXmlError(
+            f"{location}: no SupplementalRecord elements (not a supplementary file?)"
+        )
     return {
         "scr_surfaces": frame(surfaces, SCR_SURFACE_SCHEMA),
         "scr_headings": frame(headings, SCR_HEADING_SCHEMA),

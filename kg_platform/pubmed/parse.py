@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from lxml import etree
 
 from kg_platform.pubmed.errors import PubmedFileError
@@ -106,12 +107,25 @@ _PUBMED_SET = "PubmedArticleSet"
 _LEGACY_SET = "MedlineCitationSet"
 _RECORD_TAGS = ("PubmedArticle", "PubmedBookArticle", "MedlineCitation", "DeleteCitation")
 _YEAR_IN_MEDLINE_DATE = re.compile(r"\d{4}")
+_ENTITY_DECLARATION = re.compile(rb"<!ENTITY\s+(?:%\s+)?([^\s>]+)")
+_PROLOG_BYTES = 1 << 16
 _SUFFIXES = (".xml.gz", ".xml", ".gz")
+# records held as Python lists before they move into Arrow; bounds the parser's memory
+_FLUSH_EVERY = 2048
 
-# XPath runs inside libxml2 and hands back plain strings: one call per field, no per-element
-# Python objects for the references, which dominate the row count
-_REFERENCE_PMIDS = etree.XPath(
-    'PubmedData/ReferenceList//ArticleId[@IdType="pubmed"]/text()', smart_strings=False
+# the elements of a MedlineCitation that feed the tables (see _Columns.add_record)
+_CITATION_TAGS = (
+    "PMID",
+    "ArticleTitle",
+    "AbstractText",
+    "OtherAbstract",
+    "Title",
+    "Language",
+    "PubDate",
+    "PublicationType",
+    "MeshHeading",
+    "Chemical",
+    "CommentsCorrections",
 )
 
 
@@ -173,7 +187,7 @@ def parse_file_stats(
 
 
 @contextmanager
-def _open_xml(path: Path) -> Iterator[BinaryIO]:
+def _open_xml(path: Path) -> Iterator[_HeadThenRest]:
     try:
         raw = open(path, "rb")  # noqa: SIM115 - closed below, wrapped by gzip when needed
     except OSError as exc:
@@ -182,12 +196,34 @@ def _open_xml(path: Path) -> Iterator[BinaryIO]:
         magic = raw.read(2)
         raw.seek(0)
         # sniff rather than trust the suffix: NLM's files are gzipped, efetch output is not
-        yield gzip.GzipFile(fileobj=raw, mode="rb") if magic == b"\x1f\x8b" else raw
+        stream = gzip.GzipFile(fileobj=raw, mode="rb") if magic == b"\x1f\x8b" else raw
+        try:
+            head = stream.read(_PROLOG_BYTES)
+        except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
+            raise PubmedFileError(
+                f"{path.name}: gzip stream is truncated or corrupt: {exc}"
+            ) from exc
+        _check_prolog(head, path.name)
+        yield _HeadThenRest(head, stream)
     finally:
         raw.close()
 
 
-def _stream_records(stream: BinaryIO, name: str, columns: _Columns) -> str:
+class _HeadThenRest:
+    """A read()-able stream that first hands back the bytes already read for the prolog check."""
+
+    def __init__(self, head: bytes, rest: BinaryIO) -> None:
+        self._head = head
+        self._rest = rest
+
+    def read(self, size: int = -1) -> bytes:
+        if self._head:
+            head, self._head = self._head, b""
+            return head
+        return self._rest.read(size)
+
+
+def _stream_records(stream: _HeadThenRest | BinaryIO, name: str, columns: _Columns) -> str:
     context = etree.iterparse(
         stream,
         events=("end",),
@@ -206,13 +242,20 @@ def _stream_records(stream: BinaryIO, name: str, columns: _Columns) -> str:
                 set_format = _check_document(elem, name)
             tag = elem.tag
             if tag == "PubmedArticle":
-                columns.add_record(elem, elem.find("MedlineCitation"), name)
+                first = elem[0] if len(elem) else None
+                if first is None or first.tag != "MedlineCitation":
+                    first = elem.find("MedlineCitation")
+                columns.add_record(elem, first, name)
+                if columns.pending >= _FLUSH_EVERY:
+                    columns.flush()
             elif tag == "MedlineCitation":
                 # inside PubmedArticle it is handled with its parent; only the legacy set has
                 # bare MedlineCitation records
                 if set_format != _LEGACY_SET or elem.getparent().tag != _LEGACY_SET:
                     continue
                 columns.add_record(None, elem, name)
+                if columns.pending >= _FLUSH_EVERY:
+                    columns.flush()
             elif tag == "PubmedBookArticle":
                 columns.book_articles += 1
             else:
@@ -224,8 +267,7 @@ def _stream_records(stream: BinaryIO, name: str, columns: _Columns) -> str:
                 while elem.getprevious() is not None:
                     del parent[0]
     except etree.XMLSyntaxError as exc:
-        line = exc.lineno if exc.lineno else "?"
-        message = exc.msg.split(", line ")[0] if exc.msg else str(exc)
+        line, message = _first_error(exc)
         raise PubmedFileError(f"{name}: XML breaks at line {line}: {message}") from exc
     except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
         raise PubmedFileError(f"{name}: gzip stream is truncated or corrupt: {exc}") from exc
@@ -238,6 +280,30 @@ def _stream_records(stream: BinaryIO, name: str, columns: _Columns) -> str:
             raise PubmedFileError(f"{name}: no XML document found")
         set_format = _check_document(root, name)
     return set_format
+
+
+def _first_error(exc: etree.XMLSyntaxError) -> tuple[int | str, str]:
+    """Line and message of the parse error; when lxml reports a vague one without a line (as for
+    an undeclared entity), the latest entry of libxml2's log (shared across parses) says more."""
+    if exc.lineno and exc.msg:
+        return exc.lineno, exc.msg.split(", line ")[0]
+    entries = [e for e in exc.error_log if e.level >= etree.ErrorLevels.ERROR]
+    if entries:
+        return entries[-1].line, entries[-1].message.strip()
+    return "?", exc.msg or str(exc)
+
+
+def _check_prolog(head: bytes, name: str) -> None:
+    """Refuse entity declarations from the bytes before the root element, before libxml2 reads
+    the DTD subset at all (it would stop a billion-laughs itself, but less clearly)."""
+    prolog = re.split(rb"<(?:PubmedArticleSet|MedlineCitationSet)\b", head, maxsplit=1)[0]
+    declared = _ENTITY_DECLARATION.findall(prolog)
+    if declared:
+        names = ", ".join(n.decode("utf-8", "replace") for n in declared[:5])
+        raise PubmedFileError(
+            f"{name}: declares XML entities ({names}); "
+            "PubMed files never do, and they are not expanded"
+        )
 
 
 def _check_document(elem: etree._Element, name: str) -> str:
@@ -274,6 +340,20 @@ def _text(elem: etree._Element | None) -> str | None:
     return text or None
 
 
+def _pub_year(pub_date: etree._Element) -> int | None:
+    year = None
+    for part in pub_date:
+        if part.tag == "Year":
+            year = _positive_int(part.text)
+            break
+        if part.tag == "MedlineDate":
+            # e.g. <MedlineDate>1998 Dec-1999 Jan</MedlineDate>: the first year is the issue's
+            found = _YEAR_IN_MEDLINE_DATE.search(part.text or "")
+            year = int(found.group(0)) if found else None
+            break
+    return year if year is not None and 1000 <= year <= 2100 else None
+
+
 def _positive_int(text: str | None) -> int | None:
     if text is None:
         return None
@@ -290,6 +370,11 @@ class _Columns:
     def __init__(self, file: str) -> None:
         self.file = file
         self.book_articles = 0
+        self.deleted: dict[int, None] = {}
+        self.parts: dict[str, list[pa.Table]] = {name: [] for name in TABLE_NAMES}
+        self._reset()
+
+    def _reset(self) -> None:
         self.a_pmid: list[int] = []
         self.a_version: list[int] = []
         self.a_title: list[str | None] = []
@@ -320,18 +405,67 @@ class _Columns:
         self.p_version: list[int] = []
         self.p_ui: list[str | None] = []
         self.p_name: list[str] = []
-        self.deleted: dict[int, None] = {}
+
+    @property
+    def pending(self) -> int:
+        return len(self.a_pmid)
 
     def add_record(
         self, article: etree._Element | None, citation: etree._Element | None, name: str
     ) -> None:
         where = (article if article is not None else citation).sourceline
         if citation is None:
-            raise PubmedFileError(f"{name}: record ending at line {where} has no MedlineCitation")
-        pmid_elem = citation.find("PMID")
-        pmid_text = pmid_elem.text if pmid_elem is not None else None
-        if pmid_text is None or not pmid_text.strip():
+            raise PubmedFileError(f"{name}: record at line {where} has no MedlineCitation")
+        # one C-level walk over the citation yields only the elements we read, in document
+        # order; ElementPath lookups per field cost several times more per record
+        pmid_elem = title = journal = language = year = None
+        sections: list[str] = []
+        in_other_abstract = False
+        mesh: list[etree._Element] = []
+        chemicals: list[etree._Element] = []
+        corrections: list[etree._Element] = []
+        pubtypes: list[etree._Element] = []
+        for elem in citation.iter(_CITATION_TAGS):
+            tag = elem.tag
+            if tag == "MeshHeading":
+                mesh.append(elem)
+            elif tag == "PublicationType":
+                pubtypes.append(elem)
+            elif tag == "AbstractText":
+                # OtherAbstract (translations) follows Article; its sections are not the abstract
+                if not in_other_abstract:
+                    text = _text(elem)
+                    if text is not None:
+                        label = elem.get("Label")
+                        sections.append(f"{label}: {text}" if label else text)
+            elif tag == "PMID":
+                # the record's own PMID is MedlineCitation's first child; later ones belong to
+                # CommentsCorrections and are read there
+                if pmid_elem is None:
+                    pmid_elem = elem
+            elif tag == "Chemical":
+                chemicals.append(elem)
+            elif tag == "CommentsCorrections":
+                corrections.append(elem)
+            elif tag == "ArticleTitle":
+                title = _text(elem)
+            elif tag == "Title":
+                journal = _text(elem)
+            elif tag == "Language":
+                if language is None:
+                    language = _text(elem)
+            elif tag == "PubDate":
+                year = _pub_year(elem)
+            elif tag == "OtherAbstract":
+                in_other_abstract = True
+
+        if (
+            pmid_elem is None
+            or pmid_elem.getparent() is not citation
+            or not (pmid_elem.text or "").strip()
+        ):
             raise PubmedFileError(f"{name}: record at line {where} has no PMID")
+        pmid_text = pmid_elem.text
         pmid = _positive_int(pmid_text)
         if pmid is None:
             raise PubmedFileError(
@@ -340,110 +474,88 @@ class _Columns:
         version_text = pmid_elem.get("Version")
         version = 1 if version_text is None else _positive_int(version_text)
         if version is None:
-            raise PubmedFileError(
-                f"{name}: PMID {pmid} has a non-numeric Version {version_text!r}"
-            )
+            raise PubmedFileError(f"{name}: PMID {pmid} has a non-numeric Version {version_text!r}")
 
-        art = citation.find("Article")
-        if art is not None:
-            title = _text(art.find("ArticleTitle"))
-            abstract = self._abstract(art)
-            journal = _text(art.find("Journal/Title"))
-            language = art.findtext("Language")
-            year = self._year(art)
-            pubtypes = art.findall("PublicationTypeList/PublicationType")
-        else:
-            title = abstract = journal = language = year = None
-            pubtypes = []
+        n_pubtypes = len(pubtypes)
         self.a_pmid.append(pmid)
         self.a_version.append(version)
         self.a_title.append(title)
-        self.a_abstract.append(abstract)
+        self.a_abstract.append("\n".join(sections) if sections else None)
         self.a_year.append(year)
         self.a_journal.append(journal)
-        self.a_language.append(language.strip() or None if language else None)
-        self.a_n_pubtypes.append(len(pubtypes))
+        self.a_language.append(language)
+        self.a_n_pubtypes.append(n_pubtypes)
 
-        for pubtype in pubtypes:
-            self.p_pmid.append(pmid)
-            self.p_version.append(version)
-            self.p_ui.append(pubtype.get("UI"))
-            self.p_name.append(_text(pubtype) or "")
+        if pubtypes:
+            self.p_pmid.extend([pmid] * n_pubtypes)
+            self.p_version.extend([version] * n_pubtypes)
+            for pubtype in pubtypes:
+                self.p_ui.append(pubtype.get("UI"))
+                self.p_name.append(_text(pubtype) or "")
 
-        for heading in citation.iterfind("MeshHeadingList/MeshHeading"):
-            descriptor = heading.find("DescriptorName")
+        for heading in mesh:
+            descriptor = None
+            n_qualifiers = 0
+            for part in heading:
+                if part.tag == "DescriptorName":
+                    descriptor = part
+                    ui = part.get("UI")
+                    major = part.get("MajorTopicYN") == "Y"
+                elif part.tag == "QualifierName" and descriptor is not None:
+                    n_qualifiers += 1
+                    self.m_pmid.append(pmid)
+                    self.m_version.append(version)
+                    self.m_descriptor.append(ui)
+                    self.m_descriptor_major.append(major)
+                    self.m_qualifier.append(part.get("UI"))
+                    self.m_qualifier_major.append(part.get("MajorTopicYN") == "Y")
             if descriptor is None:
                 raise PubmedFileError(f"{name}: PMID {pmid} has a MeshHeading without descriptor")
-            ui = descriptor.get("UI")
-            major = descriptor.get("MajorTopicYN") == "Y"
-            qualifiers = heading.findall("QualifierName")
-            if not qualifiers:
+            if n_qualifiers == 0:
                 self.m_pmid.append(pmid)
                 self.m_version.append(version)
                 self.m_descriptor.append(ui)
                 self.m_descriptor_major.append(major)
                 self.m_qualifier.append(None)
                 self.m_qualifier_major.append(None)
-                continue
-            for qualifier in qualifiers:
-                self.m_pmid.append(pmid)
-                self.m_version.append(version)
-                self.m_descriptor.append(ui)
-                self.m_descriptor_major.append(major)
-                self.m_qualifier.append(qualifier.get("UI"))
-                self.m_qualifier_major.append(qualifier.get("MajorTopicYN") == "Y")
 
-        for chemical in citation.iterfind("ChemicalList/Chemical"):
-            substance = chemical.find("NameOfSubstance")
-            registry = chemical.findtext("RegistryNumber")
+        for chemical in chemicals:
+            registry = substance = None
+            for part in chemical:
+                if part.tag == "RegistryNumber":
+                    registry = _text(part)
+                elif part.tag == "NameOfSubstance":
+                    substance = part
             self.h_pmid.append(pmid)
             self.h_version.append(version)
-            self.h_registry.append(registry.strip() or None if registry else None)
+            self.h_registry.append(registry)
             self.h_ui.append(substance.get("UI") if substance is not None else None)
             self.h_name.append(_text(substance) or "")
 
-        for correction in citation.iterfind("CommentsCorrectionsList/CommentsCorrections"):
+        for correction in corrections:
+            ref_pmid = None
+            for part in correction:
+                if part.tag == "PMID":
+                    ref_pmid = _positive_int(part.text)
             self.k_pmid.append(pmid)
             self.k_version.append(version)
             self.k_type.append(correction.get("RefType") or "")
-            self.k_ref.append(_positive_int(correction.findtext("PMID")))
+            self.k_ref.append(ref_pmid)
 
         if article is not None:
-            cited = _REFERENCE_PMIDS(article)
+            cited: dict[int, None] = {}
+            for data in article.iterchildren("PubmedData"):
+                for references in data.iterchildren("ReferenceList"):
+                    for article_id in references.iter("ArticleId"):
+                        if article_id.get("IdType") == "pubmed":
+                            value = _positive_int(article_id.text)
+                            if value is not None:
+                                cited[value] = None
             if cited:
-                seen: dict[int, None] = {}
-                for text in cited:
-                    value = _positive_int(text)
-                    if value is not None:
-                        seen[value] = None
-                n = len(seen)
+                n = len(cited)
                 self.c_pmid.extend([pmid] * n)
                 self.c_version.extend([version] * n)
-                self.c_cited.extend(seen)
-
-    @staticmethod
-    def _abstract(art: etree._Element) -> str | None:
-        sections = []
-        for part in art.iterfind("Abstract/AbstractText"):
-            text = _text(part)
-            if text is None:
-                continue
-            label = part.get("Label")
-            sections.append(f"{label}: {text}" if label else text)
-        return "\n".join(sections) if sections else None
-
-    @staticmethod
-    def _year(art: etree._Element) -> int | None:
-        pub_date = art.find("Journal/JournalIssue/PubDate")
-        if pub_date is None:
-            return None
-        year = pub_date.findtext("Year")
-        if year is None:
-            # e.g. <MedlineDate>1998 Dec-1999 Jan</MedlineDate>: the first year is the issue's
-            found = _YEAR_IN_MEDLINE_DATE.search(pub_date.findtext("MedlineDate") or "")
-            year = found.group(0) if found else None
-        value = _positive_int(year)
-        return value if value is not None and 1000 <= value <= 2100 else None
+                self.c_cited.extend(cited)
 
     def add_deletions(self, elem: etree._Element, name: str) -> None:
         for pmid_elem in elem.iterfind("PMID"):
@@ -455,7 +567,8 @@ class _Columns:
                 )
             self.deleted[pmid] = None
 
-    def to_tables(self) -> dict[str, pa.Table]:
+    def flush(self) -> None:
+        """Move the column lists into Arrow: Python objects cost several times their bytes."""
         n = len(self.a_pmid)
         raw = {
             "articles": [
@@ -482,18 +595,53 @@ class _Columns:
             "corrections": [self.k_pmid, self.k_version, self.k_type, self.k_ref],
             "chemicals": [self.h_pmid, self.h_version, self.h_registry, self.h_ui, self.h_name],
             "pubtypes": [self.p_pmid, self.p_version, self.p_ui, self.p_name],
-            "deletions": [list(self.deleted)],
         }
-        tables = {}
+        self._reset()
         for table_name, values in raw.items():
             schema = SCHEMAS[table_name]
-            table = pa.Table.from_arrays(
-                [pa.array(v, type=f.type) for v, f in zip(values, schema, strict=True)],
-                schema=schema,
+            self.parts[table_name].append(
+                pa.Table.from_arrays(
+                    [pa.array(v, type=f.type) for v, f in zip(values, schema, strict=True)],
+                    schema=schema,
+                )
             )
+            values.clear()
+
+    def to_tables(self) -> dict[str, pa.Table]:
+        self.flush()
+        self.parts["deletions"] = [
+            pa.table(
+                {"pmid": pa.array(list(self.deleted), type=pa.int64())}, schema=SCHEMAS["deletions"]
+            )
+        ]
+        tables = {}
+        for table_name in TABLE_NAMES:
+            schema = SCHEMAS[table_name]
+            parts = self.parts.pop(table_name)
+            # chunks stay as they are: Parquet writes them as row groups, no extra copy
+            table = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
+            del parts
             keys = [(schema.names[0], "ascending")]
             if "version" in schema.names:
                 keys.append(("version", "ascending"))
-            # Arrow's sort is stable, so rows of one record keep NLM's order
-            tables[table_name] = table.sort_by(keys)
+            if not _is_sorted(table, schema.names[0]):
+                # Arrow's sort is stable, so rows of one record keep NLM's order
+                table = table.sort_by(keys)
+            tables[table_name] = table
         return tables
+
+
+def _is_sorted(table: pa.Table, key: str) -> bool:
+    """True when the key column never decreases and no key repeats out of version order."""
+    if table.num_rows < 2:
+        return True
+    keys = table.column(key)
+    ahead, behind = keys.slice(1), keys.slice(0, table.num_rows - 1)
+    if pc.any(pc.less(ahead, behind)).as_py():
+        return False
+    if "version" not in table.column_names:
+        return True
+    versions = table.column("version")
+    same_key = pc.equal(ahead, behind)
+    went_down = pc.less(versions.slice(1), versions.slice(0, table.num_rows - 1))
+    return not pc.any(pc.and_(same_key, went_down)).as_py()

@@ -9,13 +9,17 @@ against the published md5 before it appears in the lake.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import random
 import re
+import socket
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 from html.parser import HTMLParser
@@ -108,25 +112,29 @@ def current_release(files: list[SourceFile]) -> list[SourceFile]:
     """The files of the newest complete release, baseline then updates, in number order.
 
     A release's baseline is *complete* when either
-    - its baseline files are numbered 1..N with none missing, or
     - the listing holds update files for that release and the first of them is numbered
-      N+1 (NLM starts the daily updates only once the whole baseline is posted, numbering
-      on from its last file; a mirror holding the tail of a baseline is complete by this).
-    A newer release supersedes every older one once complete; while a new baseline is still
-    being posted the previous release stays current. Returns [] when no release is complete.
+      N+1, where N is its last baseline file (NLM starts the daily updates only once the
+      whole baseline is posted, numbering on from its last file; a mirror holding only the
+      tail of a baseline is complete by this rule too), or
+    - its baseline files are numbered 1..N with none missing and no older release is listed
+      (nothing to supersede, e.g. a fresh mirror or a synthetic corpus).
+    While a new baseline is being posted (no updates yet, the old release still listed) the
+    previous release stays current: a contiguous 1..N prefix alone cannot tell a finished
+    baseline from one still arriving. Returns [] when no release is complete.
     """
     by_release: dict[int, list[SourceFile]] = {}
     for f in files:
         by_release.setdefault(f.release, []).append(f)
+    oldest = min(by_release, default=0)
     for release in sorted(by_release, reverse=True):
         members = sorted(set(by_release[release]), key=sort_key)
         baseline = [f.number for f in members if not f.is_update]
         updates = [f.number for f in members if f.is_update]
         if not baseline:
             continue
-        contiguous = baseline == list(range(1, len(baseline) + 1))
         continued_by_updates = bool(updates) and min(updates) == max(baseline) + 1
-        if contiguous or continued_by_updates:
+        contiguous_alone = release == oldest and baseline == list(range(1, len(baseline) + 1))
+        if continued_by_updates or contiguous_alone:
             return members
     return []
 
@@ -149,17 +157,62 @@ class _Retryable(Exception):
         self.retry_after_s = retry_after_s
 
 
-# One semaphore per source host for the whole process: every PubmedSource instance (one per
-# asset run, per thread) shares it, so the process never holds more than the limit at once.
-_HOST_LIMITS: dict[str, threading.BoundedSemaphore] = {}
-_HOST_LIMITS_LOCK = threading.Lock()
+class ConnectionSlots:
+    """At most ``limit`` connections to one source at a time, across threads and processes.
+
+    Threads of a process queue on a semaphore. Across processes on the machine, a connection
+    holds one of ``limit`` abstract Unix socket names (Linux): binding a name succeeds for
+    one process only, and the kernel releases it when the socket closes or the process dies,
+    so a crashed run never leaks a slot and nothing is written to disk. This backs up the
+    Dagster pool, whose slot claims race on the SQLite instance storage (two processes can
+    claim the same free slot); on Postgres the pool alone is exact.
+    """
+
+    def __init__(self, source: str, limit: int) -> None:
+        self.limit = limit
+        self._threads = threading.BoundedSemaphore(limit)
+        tag = hashlib.sha1(source.encode(), usedforsecurity=False).hexdigest()[:16]
+        self._names = [f"\0kg-platform-source-{tag}-{i}" for i in range(limit)]
+        self._cross_process = sys.platform.startswith("linux")
+
+    @contextmanager
+    def hold(self) -> Iterator[None]:
+        with self._threads:
+            slot = self._claim() if self._cross_process else None
+            try:
+                yield
+            finally:
+                if slot is not None:
+                    slot.close()
+
+    def _claim(self) -> socket.socket:
+        wait_s = 0.01
+        while True:
+            for name in self._names:
+                slot = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                try:
+                    slot.bind(name)
+                    return slot
+                except OSError as exc:
+                    slot.close()
+                    if exc.errno != errno.EADDRINUSE:
+                        raise
+            time.sleep(random.uniform(0, wait_s))
+            wait_s = min(wait_s * 2, 0.25)
 
 
-def _host_semaphore(host: str, limit: int) -> threading.BoundedSemaphore:
-    with _HOST_LIMITS_LOCK:
-        if host not in _HOST_LIMITS:
-            _HOST_LIMITS[host] = threading.BoundedSemaphore(limit)
-        return _HOST_LIMITS[host]
+# One set of slots per source for the whole process: every PubmedSource instance (one per
+# asset run, per thread) shares it.
+_SOURCE_SLOTS: dict[str, ConnectionSlots] = {}
+_SOURCE_SLOTS_LOCK = threading.Lock()
+
+
+def _source_slots(source: str, limit: int) -> ConnectionSlots:
+    with _SOURCE_SLOTS_LOCK:
+        key = f"{source}#{limit}"
+        if key not in _SOURCE_SLOTS:
+            _SOURCE_SLOTS[key] = ConnectionSlots(source, limit)
+        return _SOURCE_SLOTS[key]
 
 
 class _HrefParser(HTMLParser):
@@ -225,10 +278,10 @@ class PubmedSource:
         self.is_http = scheme in ("http", "https")
         if self.is_http:
             self.base_url = base if base.endswith("/") else base + "/"
-            self._limit = _host_semaphore(urlsplit(self.base_url).netloc, max_connections)
+            self._slots = _source_slots(urlsplit(self.base_url).netloc, max_connections)
         else:
             self.folder = os.path.abspath(os.path.expanduser(base.removeprefix("file://")))
-            self._limit = _host_semaphore(f"file:{self.folder}", max_connections)
+            self._slots = _source_slots(f"file:{self.folder}", max_connections)
 
     def __repr__(self) -> str:
         return f"PubmedSource({self.base!r}, max_connections={self.max_connections})"
@@ -313,11 +366,11 @@ class PubmedSource:
         path = self._local(f, f.xml_filename)
         if not os.path.exists(path):
             raise PubmedFileError(f"{f.xml_filename}: not found at {path}")
-        with self._limit, open(path, "rb") as src:
+        with self._slots.hold(), open(path, "rb") as src:
             return _write_verified(iter(lambda: src.read(CHUNK), b""), f, lake, key, expected)
 
     def _download_http(self, url: str, f: SourceFile, lake: Lake, key: str, expected: str) -> int:
-        with self._limit, self._get(url) as response:
+        with self._slots.hold(), self._get(url) as response:
             _raise_for_status(response, url)
             return _write_verified(response.iter_content(CHUNK), f, lake, key, expected)
 
@@ -335,7 +388,7 @@ class PubmedSource:
             raise _Retryable(f"{type(exc).__name__}: {exc}") from exc
 
     def _get_text(self, url: str) -> str:
-        with self._limit, self._get(url) as response:
+        with self._slots.hold(), self._get(url) as response:
             _raise_for_status(response, url)
             try:
                 return response.content.decode(response.encoding or "utf-8", errors="replace")

@@ -78,7 +78,9 @@ class RelationalParams:
                 f"relational neighbours_per_seed must be >= 0 or None, got {self.neighbours_per_seed}"
             )
         if not 0.0 <= float(self.neighbour_share) <= 1.0:
-            raise ValueError(f"relational neighbour_share must be in [0, 1], got {self.neighbour_share}")
+            raise ValueError(
+                f"relational neighbour_share must be in [0, 1], got {self.neighbour_share}"
+            )
         _check_on_overflow(self.on_overflow)
 
     def seeds_for(self, budget: Budget) -> int:
@@ -190,9 +192,10 @@ class _Admission:
         self.tokens = 0
 
     def fits(self, item: int, object_cap: int, token_cap: int) -> bool:
-        return len(self.admitted) + 1 <= object_cap and self.tokens + int(
-            self.token_lengths[item]
-        ) <= token_cap
+        return (
+            len(self.admitted) + 1 <= object_cap
+            and self.tokens + int(self.token_lengths[item]) <= token_cap
+        )
 
     def admit(self, item: int) -> None:
         self.admitted.append(item)
@@ -345,9 +348,7 @@ def _check_inputs(
     return ranking, token_lengths
 
 
-def _neighbour_caps(
-    state: _Admission, budget: Budget, params: RelationalParams
-) -> tuple[int, int]:
+def _neighbour_caps(state: _Admission, budget: Budget, params: RelationalParams) -> tuple[int, int]:
     """Absolute caps for the neighbour phase: the seeds' spend plus the share of what is left."""
     spare_objects = budget.max_objects - len(state.admitted)
     spare_tokens = budget.max_tokens - state.tokens

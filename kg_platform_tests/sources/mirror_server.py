@@ -8,6 +8,7 @@ them), counts concurrent connections, and can be told to misbehave per path: thr
 from __future__ import annotations
 
 import http.server
+import io
 import os
 import socket
 import struct
@@ -34,20 +35,33 @@ class MirrorState:
 
 
 class _Handler(http.server.SimpleHTTPRequestHandler):
+    """Counts a connection from accept until the server hands over its final byte.
+
+    The server's own teardown after that byte (flush, close, thread exit) lags behind the
+    client, which may already have closed and opened the next connection; counting until
+    ``finish()`` would see connections the client no longer holds.
+    """
+
     state: MirrorState
 
     def setup(self) -> None:
         super().setup()
+        self._counted = True
         with self.state.lock:
             self.state.active += 1
             self.state.max_active = max(self.state.max_active, self.state.active)
+
+    def _uncount(self) -> None:
+        with self.state.lock:
+            if self._counted:
+                self._counted = False
+                self.state.active -= 1
 
     def finish(self) -> None:
         try:
             super().finish()
         finally:
-            with self.state.lock:
-                self.state.active -= 1
+            self._uncount()
 
     def log_message(self, format: str, *args: object) -> None:  # noqa: A002
         pass
@@ -60,28 +74,40 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
             corrupt = self.path in self.state.corrupt
         if self.state.delay_s:
             time.sleep(self.state.delay_s)
-        if action is not None and action.isdigit():
-            self.send_response(int(action))
-            self.send_header("Retry-After", "0")
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-            return
         if action == "reset":
+            self._uncount()
             self._reset()
             return
-        if action == "truncate" or corrupt:
-            body = Path(self.translate_path(self.path)).read_bytes()
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            if corrupt:
-                self.wfile.write(body[:100] + bytes([body[100] ^ 0xFF]) + body[101:])
+        socket_out, self.wfile = self.wfile, io.BytesIO()
+        try:
+            if action is not None and action.isdigit():
+                self.send_response(int(action))
+                self.send_header("Retry-After", "0")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+            elif action == "truncate" or corrupt:
+                body = Path(self.translate_path(self.path)).read_bytes()
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                if corrupt:
+                    body = body[:100] + bytes([body[100] ^ 0xFF]) + body[101:]
+                self.wfile.write(body)
             else:
-                self.wfile.write(body[: len(body) // 2])
-                self.wfile.flush()
-                self._reset()
+                super().do_GET()
+            response = self.wfile.getvalue()
+        finally:
+            self.wfile = socket_out
+        if action == "truncate":
+            socket_out.write(response[: len(response) // 2])
+            socket_out.flush()
+            self._uncount()
+            self._reset()
             return
-        super().do_GET()
+        socket_out.write(response[:-1])
+        socket_out.flush()
+        self._uncount()
+        socket_out.write(response[-1:])
 
     def _reset(self) -> None:
         # SO_LINGER 0 makes close() send RST: the client sees "connection reset by peer"

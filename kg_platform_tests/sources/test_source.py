@@ -121,16 +121,25 @@ def test_current_release_of_the_real_2026_listing() -> None:
 
 def test_a_new_baseline_supersedes_only_once_complete() -> None:
     files = listing_files()
-    # 2027 baseline still being posted: n0002 missing, no updates yet -> 2026 stays current
-    partial = [SourceFile(f"pubmed27n{n:04d}", "baseline", 27, n) for n in (1, 3)]
-    assert current_release(files + partial)[-1].name == "pubmed26n1341"
-    # 2027 baseline complete (1..3 contiguous) -> it supersedes every 2026 file
-    complete = [SourceFile(f"pubmed27n{n:04d}", "baseline", 27, n) for n in (1, 2, 3)]
-    assert [f.name for f in current_release(files + complete)] == [
+    # a 2027 baseline being posted: however contiguous, 2026 stays current until the first
+    # 2027 update file continues the baseline
+    posting = [SourceFile(f"pubmed27n{n:04d}", "baseline", 27, n) for n in (1, 2, 3)]
+    assert current_release(files + posting)[-1].name == "pubmed26n1341"
+    assert len(current_release(files + posting)) == 1341
+    first_update = SourceFile("pubmed27n0004", "updatefiles", 27, 4)
+    assert [f.name for f in current_release(files + posting + [first_update])] == [
         "pubmed27n0001",
         "pubmed27n0002",
         "pubmed27n0003",
+        "pubmed27n0004",
     ]
+    # an update that does not continue the baseline (a gap: n0003 missing) is not proof
+    gap = [SourceFile(f"pubmed27n{n:04d}", "baseline", 27, n) for n in (1, 2)]
+    late_update = SourceFile("pubmed27n0005", "updatefiles", 27, 5)
+    assert current_release(files + gap + [late_update])[-1].name == "pubmed26n1341"
+    # with no older release listed, a contiguous baseline 1..N is complete on its own
+    assert [f.name for f in current_release(posting)] == [f.name for f in posting]
+    assert current_release(posting[1:]) == []
     # a mirror holding the tail of a baseline is complete once updates continue it
     assert current_release([F1335, F1334]) == [F1334, F1335]
     assert current_release([F1334]) == []

@@ -1,0 +1,285 @@
+"""Graph build and store benchmark on a synthetic corpus.
+
+Writes a synthetic corpus (Parquet, vectorised: heavy-tailed in-degree with citations to
+earlier PMIDs and ~10% dangling, MeSH edges over 30k descriptors with Zipf frequency) into a
+scratch lake, then in a fresh child process builds the graph with the same
+``kg_platform.graph.build.build_graph`` the asset uses and measures the store. A second
+child builds the citation CSR with scipy.sparse (coo -> csr) as a reference measured in the
+same run. The last line printed is one JSON object.
+
+    .venv/bin/python benchmarks/graph.py --articles 1000000 --citations 10000000 --mesh-edges 9000000
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+REFERENCE_EDGES_PER_S = 4.4e6  # reference build: 740,464,909 edges in 2.8 min on one core
+N_DESCRIPTORS = 30_000
+CHUNK = 5_000_000
+
+
+def _write_chunks(path: str, schema: pa.Schema, total: int, make) -> None:
+    with pq.ParquetWriter(path, schema, compression="zstd") as writer:
+        for start in range(0, total, CHUNK):
+            writer.write_table(make(start, min(CHUNK, total - start)), row_group_size=CHUNK)
+
+
+def generate(root: str, n_articles: int, n_citations: int, n_mesh: int, seed: int = 7) -> None:
+    rng = np.random.default_rng(seed)
+    os.makedirs(os.path.join(root, "corpus"), exist_ok=True)
+    os.makedirs(os.path.join(root, "mesh"), exist_ok=True)
+    pmids = np.cumsum(rng.integers(1, 4, n_articles, dtype=np.int64))  # gaps, like PubMed
+    years = (1950 + 76 * np.arange(n_articles) // n_articles).astype(np.int32)
+    pq.write_table(
+        pa.table(
+            {
+                "pmid": pmids,
+                "year": years,
+                "has_abstract": rng.random(n_articles) < 0.7,
+            }
+        ),
+        os.path.join(root, "corpus", "articles.parquet"),
+        compression="zstd",
+    )
+
+    def citations(_start: int, n: int) -> pa.Table:
+        citing = rng.integers(1, n_articles, n)
+        # cited is earlier, skewed to old articles: in-degree falls as a power of the index
+        cited = (citing * rng.random(n) ** 2.5).astype(np.int64)
+        cited_pmid = pmids[cited]
+        dangling = rng.random(n) < 0.1
+        cited_pmid[dangling] = pmids[-1] + 1 + rng.integers(0, n_articles, int(dangling.sum()))
+        return pa.table({"citing_pmid": pmids[citing], "cited_pmid": cited_pmid})
+
+    cit_schema = pa.schema([("citing_pmid", pa.int64()), ("cited_pmid", pa.int64())])
+    _write_chunks(
+        os.path.join(root, "corpus", "citations.parquet"), cit_schema, n_citations, citations
+    )
+
+    uis = pa.array([f"D{k:06d}" for k in range(1, N_DESCRIPTORS + 1)])
+
+    def mesh_edges(_start: int, n: int) -> pa.Table:
+        art = rng.integers(0, n_articles, n)
+        desc = ((rng.zipf(1.3, n) - 1) % N_DESCRIPTORS).astype(np.int32)
+        qual_major = pa.array(rng.random(n) < 0.1, mask=rng.random(n) < 0.5)
+        return pa.table(
+            {
+                "pmid": pmids[art],
+                "descriptor_ui": pa.DictionaryArray.from_arrays(pa.array(desc), uis),
+                "descriptor_major": rng.random(n) < 0.25,
+                "qualifier_major": qual_major,
+            }
+        )
+
+    mesh_schema = pa.schema(
+        [
+            ("pmid", pa.int64()),
+            ("descriptor_ui", pa.dictionary(pa.int32(), pa.string())),
+            ("descriptor_major", pa.bool_()),
+            ("qualifier_major", pa.bool_()),
+        ]
+    )
+    _write_chunks(
+        os.path.join(root, "corpus", "mesh_edges.parquet"), mesh_schema, n_mesh, mesh_edges
+    )
+
+    n_corr = max(1, n_articles // 1000)
+    ref_types = np.array(["RetractionIn", "ExpressionOfConcernIn", "ErratumIn"])
+    pq.write_table(
+        pa.table(
+            {
+                "pmid": pmids[rng.integers(0, n_articles, n_corr)],
+                "ref_type": ref_types[rng.integers(0, 3, n_corr)],
+            }
+        ),
+        os.path.join(root, "corpus", "corrections.parquet"),
+    )
+    n_pt = max(1, n_articles // 100)
+    names = np.array(["Journal Article", "Review", "Retracted Publication"])
+    pq.write_table(
+        pa.table(
+            {
+                "pmid": pmids[rng.integers(0, n_articles, n_pt)],
+                "name": names[rng.choice(3, n_pt, p=[0.8, 0.19, 0.01])],
+            }
+        ),
+        os.path.join(root, "corpus", "pubtypes.parquet"),
+    )
+    pq.write_table(pa.table({"ui": uis}), os.path.join(root, "mesh", "descriptors.parquet"))
+    letters = np.array(list("ABCDEFGHIJKLMNVZ"))
+    trees = pa.array(
+        [f"{letters[k % 16]}{k % 97:02d}.{k:06d}" for k in range(N_DESCRIPTORS)]
+    )  # one small per-descriptor table, not per row
+    pq.write_table(
+        pa.table({"ui": uis, "tree_number": trees}), os.path.join(root, "mesh", "tree.parquet")
+    )
+
+
+def measure_build(root: str) -> dict:
+    """Runs in a child process so its peak RSS is the build's and the store's alone."""
+    from kg_platform.graph.build import build_graph
+    from kg_platform.graph.store import KGStore, intersect_sorted
+    from kg_platform.storage.lake import Lake
+
+    lake = Lake(root)
+    t = time.perf_counter()
+    build = build_graph(lake)
+    build_s = time.perf_counter() - t
+    build_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+    t = time.perf_counter()
+    store = KGStore.open(lake, build.build_id)
+    store.cites(0)  # maps cite_indptr and cite_indices
+    open_ms = (time.perf_counter() - t) * 1e3
+
+    rng = np.random.default_rng(1)
+    n = store.n_articles
+    nodes = rng.integers(0, n, 200_000).tolist()
+    for i in nodes[:1000]:  # warm the pages the timed loop touches first
+        store.cites(i)
+    t = time.perf_counter()
+    total = 0
+    for i in nodes:
+        total += store.cites(i).size
+    expand_us = (time.perf_counter() - t) / len(nodes) * 1e6
+
+    batch = rng.integers(0, n, 1_000_000)
+    store.expand("cited_by", batch[:1000])
+    t = time.perf_counter()
+    got = (
+        store.expand("cite", batch).neighbours.size
+        + store.expand("cited_by", batch).neighbours.size
+    )
+    batch_s = time.perf_counter() - t
+
+    # intersect the article lists of the 50 largest descriptors pairwise (adjacent pairs)
+    top = np.argsort(store.array("mesh_article_count"))[::-1][:51]
+    lists = [np.array(store.articles_of(int(d))) for d in top]
+    t = time.perf_counter()
+    scanned = 0
+    for a, b in zip(lists[:-1], lists[1:], strict=True):
+        intersect_sorted(a, b)
+        scanned += a.size + b.size
+    intersect_s = time.perf_counter() - t
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    s = build.stats
+    return {
+        "articles": s.n_articles,
+        "citation_edges": s.citation_edges,
+        "mesh_pairs": s.mesh_pairs,
+        "edges": s.edges,
+        "input_rows": s.citation_rows + s.mesh_rows,
+        "build_s": round(build_s, 2),
+        "build_edges_per_s": round(s.edges / build_s),
+        "array_bytes": s.array_bytes,
+        "build_peak_rss_bytes": build_rss,
+        "peak_rss_bytes": peak,
+        "peak_rss_over_array_bytes": round(build_rss / s.array_bytes, 3),
+        "open_ms": round(open_ms, 3),
+        "expand_us_per_node": round(expand_us, 3),
+        "batch_neighbours_per_s": round(got / batch_s),
+        "intersect_elements_per_s": round(scanned / intersect_s) if intersect_s else None,
+    }
+
+
+def measure_reference(root: str) -> dict:
+    """The citation CSR (both directions) the conventional way: scipy coo -> csr."""
+    import scipy.sparse as sp
+
+    from kg_platform.storage.lake import Lake
+
+    lake = Lake(root)
+    t = time.perf_counter()
+    pmids = lake.read_parquet("corpus/articles.parquet", ["pmid"]).column("pmid").to_numpy()
+    cit = lake.read_parquet("corpus/citations.parquet")
+    src = np.searchsorted(pmids, cit.column("citing_pmid").to_numpy())
+    cited = cit.column("cited_pmid").to_numpy()
+    dst = np.searchsorted(pmids, cited)
+    inside = (dst < pmids.size) & (pmids[np.minimum(dst, pmids.size - 1)] == cited)
+    ones = np.ones(int(inside.sum()), dtype=np.int8)
+    m = sp.coo_matrix((ones, (src[inside], dst[inside])), shape=(pmids.size, pmids.size))
+    fwd = m.tocsr()
+    fwd.sum_duplicates()
+    rev = m.T.tocsr()
+    rev.sum_duplicates()
+    seconds = time.perf_counter() - t
+    return {"scipy_citation_edges": int(fwd.nnz), "scipy_seconds": round(seconds, 2)}
+
+
+def _child(phase: str, root: str) -> tuple[dict, int]:
+    proc = subprocess.run(
+        [sys.executable, __file__, "--phase", phase, "--root", root],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    child_rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
+    return json.loads(proc.stdout.strip().splitlines()[-1]), child_rss
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--articles", type=int, default=10_000_000)
+    parser.add_argument("--citations", type=int, default=100_000_000)
+    parser.add_argument("--mesh-edges", type=int, default=90_000_000)
+    parser.add_argument("--workdir", default=None, help="scratch folder (default: a temp dir)")
+    parser.add_argument("--keep", action="store_true", help="keep the scratch lake")
+    parser.add_argument("--no-reference", action="store_true", help="skip the scipy reference")
+    parser.add_argument("--phase", choices=["build", "reference"], help=argparse.SUPPRESS)
+    parser.add_argument("--root", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.phase == "build":
+        print(json.dumps(measure_build(args.root)))
+        return 0
+    if args.phase == "reference":
+        print(json.dumps(measure_reference(args.root)))
+        return 0
+
+    root = tempfile.mkdtemp(prefix="kg-graph-bench-", dir=args.workdir)
+    try:
+        t = time.perf_counter()
+        generate(root, args.articles, args.citations, args.mesh_edges)
+        generate_s = time.perf_counter() - t
+        built, _ = _child("build", root)
+        result = {
+            "benchmark": "graph",
+            "requested": {
+                "articles": args.articles,
+                "citations": args.citations,
+                "mesh_edges": args.mesh_edges,
+            },
+            "generate_s": round(generate_s, 2),
+            **built,
+            "reference_edges_per_s": REFERENCE_EDGES_PER_S,
+            "speedup_vs_reference": round(built["build_edges_per_s"] / REFERENCE_EDGES_PER_S, 2),
+        }
+        if not args.no_reference:
+            ref, _ = _child("reference", root)
+            result.update(ref)
+            result["scipy_citation_edges_per_s"] = round(
+                ref["scipy_citation_edges"] / ref["scipy_seconds"]
+            )
+        print(json.dumps(result))
+    finally:
+        if not args.keep:
+            shutil.rmtree(root, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,297 @@
+"""The question path from Python: ``KnowledgeGraph.open(lake).ask(question)``.
+
+ground -> roles -> link (graph picks the pair) -> evidence paths -> refusal ladder -> rank
+-> cut. No model runs here; the ladder decides before any generator could.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+import unicodedata
+from dataclasses import dataclass, field
+
+import numpy as np
+import polars as pl
+import pyarrow.parquet as pq
+
+from kg_platform.answer.ladder import LadderConfig, LadderInput, Verdict, run_ladder
+from kg_platform.graph import layout
+from kg_platform.graph.store import KGStore
+from kg_platform.grounding.grounder import Grounder, Grounding, build_surface_table
+from kg_platform.grounding.index import SURFACES_KEY
+from kg_platform.grounding.roles import Role, RoleConfig, assign_roles
+from kg_platform.retrieval.linking import ConceptPair, concepts_in_graph, score_pairs
+from kg_platform.retrieval.paths import (
+    Candidates,
+    EvidencePath,
+    collect_candidates,
+    path_flags,
+    structural_scores,
+    top_paths,
+)
+from kg_platform.storage.lake import Lake
+
+SCHEMA_VERSION = 1
+MAX_QUESTION_CHARS = 1000
+
+MESH_KEYS = {t: f"mesh/{t}.parquet" for t in ("descriptors", "tree", "terms")}
+
+
+class QuestionError(ValueError):
+    """The question itself is unusable (empty, too long, control characters)."""
+
+
+def validate_question(question: object, max_chars: int = MAX_QUESTION_CHARS) -> str:
+    if not isinstance(question, str):
+        raise QuestionError(f"question: expected text, got {type(question).__name__}")
+    text = question.strip()
+    if not text:
+        raise QuestionError("question: empty")
+    if len(text) > max_chars:
+        raise QuestionError(f"question: {len(text)} characters, the limit is {max_chars}")
+    bad = sorted({c for c in text if unicodedata.category(c) == "Cc" and c not in "\t\n"})
+    if bad:
+        codes = ", ".join(f"U+{ord(c):04X}" for c in bad)
+        raise QuestionError(f"question: contains control characters ({codes})")
+    return text
+
+
+@dataclass(frozen=True)
+class AskConfig:
+    roles: RoleConfig = field(default_factory=RoleConfig)
+    ladder: LadderConfig = field(default_factory=LadderConfig)
+    # when the best-supported pair has no path at all, try the next ones, at most this many
+    max_pairs_tried: int = 3
+    top_pairs_shown: int = 5
+
+
+@dataclass(frozen=True)
+class RoledGrounding:
+    grounding: Grounding
+    role: str
+    reason: str
+
+    def to_json(self) -> dict:
+        g = self.grounding
+        return {
+            "ui": g.ui,
+            "name": g.name,
+            "surface": g.surface,
+            "term": g.term,
+            "kind": g.kind,
+            "variant": g.variant,
+            "span": [g.start, g.end],
+            "role": self.role,
+            "role_reason": self.reason,
+        }
+
+
+@dataclass(frozen=True)
+class Evidence:
+    path: EvidencePath
+    title: str | None
+
+    def to_json(self) -> dict:
+        p = self.path
+        return {
+            "pmid": p.terminal.pmid,
+            "year": p.terminal.year,
+            "title": self.title,
+            "kind": p.kind,
+            "score": p.score,
+            "concern": p.concern,
+            "hops": [{"pmid": h.pmid, "year": h.year, "relation": h.relation} for h in p.hops],
+            "rendered": p.render(),
+        }
+
+
+@dataclass(frozen=True)
+class Answer:
+    question: str
+    as_of: int | None
+    groundings: tuple[RoledGrounding, ...]
+    pairs: tuple[ConceptPair, ...]
+    chosen_pair: ConceptPair | None
+    verdict: Verdict
+    evidence: tuple[Evidence, ...]
+    timings_ms: dict[str, float]
+    graph_build: str
+
+    def to_json(self) -> dict:
+        def pair(p: ConceptPair) -> dict:
+            return {
+                "a": {"ui": p.a_ui, "name": p.a_name},
+                "b": {"ui": p.b_ui, "name": p.b_name},
+                "major_co_annotations": p.major_co_annotations,
+                "co_annotations": p.co_annotations,
+            }
+
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "question": self.question,
+            "as_of": self.as_of,
+            "graph_build": self.graph_build,
+            "groundings": [g.to_json() for g in self.groundings],
+            "pairs": [pair(p) for p in self.pairs],
+            "chosen_pair": pair(self.chosen_pair) if self.chosen_pair else None,
+            "verdict": self.verdict.to_json(),
+            "evidence": [e.to_json() for e in self.evidence],
+            "timings_ms": dict(self.timings_ms),
+        }
+
+
+def _read(lake: Lake, key: str, what: str) -> pl.DataFrame:
+    if not lake.exists(key):
+        raise FileNotFoundError(f"{lake.path(key)}: {what} not found; materialise `{what}` first")
+    return pl.from_arrow(lake.read_parquet(key))
+
+
+def load_grounder(lake: Lake) -> tuple[Grounder, pl.DataFrame, pl.DataFrame]:
+    """The grounder (from the grounding index when built, else from mesh/terms), and the
+    descriptors and tree tables the roles need."""
+    descriptors = _read(lake, MESH_KEYS["descriptors"], "mesh_tables")
+    tree = _read(lake, MESH_KEYS["tree"], "mesh_tables")
+    names = dict(zip(descriptors["ui"].to_list(), descriptors["name"].to_list(), strict=True))
+    if lake.exists(SURFACES_KEY):
+        surfaces = pl.from_arrow(lake.read_parquet(SURFACES_KEY))
+    else:
+        surfaces = build_surface_table(_read(lake, MESH_KEYS["terms"], "mesh_tables"))
+    return Grounder(surfaces, names), descriptors, tree
+
+
+def graph_article_counts(store: KGStore) -> pl.DataFrame:
+    uis = np.char.decode(np.asarray(store.array("mesh_uis")), "ascii")
+    return pl.DataFrame({"ui": uis, "n_articles": np.asarray(store.array("mesh_article_count"))})
+
+
+class KnowledgeGraph:
+    """Grounder, roles and graph store together: ``ask`` answers or refuses, with reasons."""
+
+    def __init__(
+        self,
+        lake: Lake,
+        grounder: Grounder,
+        roles: pl.DataFrame,
+        store: KGStore,
+        config: AskConfig = AskConfig(),
+    ) -> None:
+        self.lake = lake
+        self.grounder = grounder
+        self.store = store
+        self.config = config
+        self.roles = dict(
+            zip(
+                roles["ui"].to_list(),
+                zip(roles["role"].to_list(), roles["reason"].to_list(), strict=True),
+                strict=True,
+            )
+        )
+
+    @classmethod
+    def open(cls, lake: Lake | str, config: AskConfig = AskConfig()) -> KnowledgeGraph:
+        lake = Lake(lake) if isinstance(lake, str) else lake
+        store = KGStore.open(lake)
+        grounder, descriptors, tree = load_grounder(lake)
+        roles = assign_roles(
+            descriptors, tree, config.roles, graph_article_counts(store), store.n_articles
+        )
+        return cls(lake, grounder, roles, store, config)
+
+    def ground(self, question: str) -> list[RoledGrounding]:
+        text = validate_question(question)
+        return [
+            RoledGrounding(g, *self.roles.get(g.ui, (Role.FILTER.value, "not_in_mesh_tables")))
+            for g in self.grounder.ground(text)
+        ]
+
+    def ask(self, question: str, as_of: int | None = None, top_k: int = 10) -> Answer:
+        text = validate_question(question)
+        if top_k < 1:
+            raise ValueError(f"top_k: must be at least 1, got {top_k}")
+        if as_of is not None and not 1000 <= as_of <= 2100:
+            raise ValueError(f"as_of: {as_of} is not a plausible publication year")
+        clock = _Clock()
+        roled = self.ground(text)
+        clock.lap("ground")
+        bridges = [r.grounding for r in roled if r.role == Role.BRIDGE]
+        concepts = concepts_in_graph(self.store, bridges)
+        pairs = score_pairs(self.store, concepts)
+        clock.lap("pairs")
+        chosen, candidates = None, None
+        for pair in pairs[: self.config.max_pairs_tried]:
+            found = collect_candidates(self.store, pair)
+            if chosen is None or len(found):
+                chosen, candidates = pair, found
+            if len(found):
+                break
+        if candidates is None:
+            candidates = Candidates.empty(pairs[0]) if pairs else None
+        clock.lap("paths")
+        if candidates is not None and len(candidates):
+            flags = path_flags(self.store, candidates)
+        else:
+            z = np.zeros(0, dtype=bool)
+            flags = {"quotable": z, "retracted": z, "concern": z, "year": z.astype(np.int32)}
+        verdict, alive = run_ladder(
+            LadderInput(
+                n_groundings=len(roled),
+                n_bridge_concepts=len(concepts),
+                n_candidates=len(candidates) if candidates is not None else 0,
+                quotable=flags["quotable"],
+                retracted=flags["retracted"],
+                year=flags["year"],
+                as_of=as_of,
+            ),
+            self.config.ladder,
+        )
+        clock.lap("ladder")
+        evidence: tuple[Evidence, ...] = ()
+        if verdict.answerable and candidates is not None:
+            filters = []
+            for r in roled:
+                if r.role == Role.FILTER:
+                    with contextlib.suppress(KeyError):  # a FILTER the graph never saw
+                        filters.append(self.store.desc_idx(r.grounding.ui))
+            scores = structural_scores(self.store, candidates, filters, flags["concern"])
+            paths = top_paths(self.store, candidates, alive, scores, flags, top_k)
+            titles = self._titles([p.terminal.pmid for p in paths])
+            evidence = tuple(Evidence(p, titles.get(p.terminal.pmid)) for p in paths)
+        clock.lap("rank")
+        return Answer(
+            question=text,
+            as_of=as_of,
+            groundings=tuple(roled),
+            pairs=tuple(pairs[: self.config.top_pairs_shown]),
+            chosen_pair=chosen,
+            verdict=verdict,
+            evidence=evidence,
+            timings_ms=clock.laps,
+            graph_build=self.store.build_id,
+        )
+
+    def _titles(self, pmids: list[int]) -> dict[int, str | None]:
+        key = layout.CORPUS_INPUTS["articles"]
+        if not pmids or not self.lake.exists(key):
+            return {}
+        filesystem = None if self.lake.is_local else self.lake.fs
+        if "title" not in pq.read_schema(self.lake.path(key), filesystem=filesystem).names:
+            return {}  # a corpus without titles (synthetic benchmarks): evidence still stands
+        table = pq.read_table(
+            self.lake.path(key),
+            columns=["pmid", "title"],
+            filters=[("pmid", "in", pmids)],
+            filesystem=filesystem,
+        )
+        return dict(zip(table["pmid"].to_pylist(), table["title"].to_pylist(), strict=True))
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.laps: dict[str, float] = {}
+        self._last = time.perf_counter()
+
+    def lap(self, stage: str) -> None:
+        now = time.perf_counter()
+        self.laps[stage] = round((now - self._last) * 1000.0, 3)
+        self._last = now

@@ -1,0 +1,130 @@
+"""The refusal ladder: gates in a fixed order, each with a named reason, run before any
+generator could. The verdict carries the reason, the counts at every stage and one line a
+person can read."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+import numpy as np
+
+
+class RefusalReason(StrEnum):
+    NO_MESH_ENTRY_POINT = "no_mesh_entry_point"  # gate 1
+    TOO_FEW_SPECIFIC_CONCEPTS = "too_few_specific_concepts"  # gate 2
+    NO_PATH = "no_path"  # gate 3
+    NO_QUOTABLE_TERMINAL = "no_quotable_terminal"  # gate 4
+    ONLY_RETRACTED_EVIDENCE = "only_retracted_evidence"  # gate 5
+    NO_EVIDENCE_AS_OF_DATE = "no_evidence_as_of_date"  # gate 5, with an as-of year
+    INSUFFICIENT_PATHS = "insufficient_paths"  # gate 6
+
+
+GATE_OF: dict[RefusalReason, int] = {
+    RefusalReason.NO_MESH_ENTRY_POINT: 1,
+    RefusalReason.TOO_FEW_SPECIFIC_CONCEPTS: 2,
+    RefusalReason.NO_PATH: 3,
+    RefusalReason.NO_QUOTABLE_TERMINAL: 4,
+    RefusalReason.ONLY_RETRACTED_EVIDENCE: 5,
+    RefusalReason.NO_EVIDENCE_AS_OF_DATE: 5,
+    RefusalReason.INSUFFICIENT_PATHS: 6,
+}
+
+
+@dataclass(frozen=True)
+class LadderConfig:
+    # gate 6: fewer surviving evidence paths than this is a refusal
+    min_paths: int = 1
+
+
+@dataclass(frozen=True)
+class LadderInput:
+    """What the ladder looks at, gathered by the question path."""
+
+    n_groundings: int
+    n_bridge_concepts: int  # BRIDGE concepts the graph knows
+    n_candidates: int
+    quotable: np.ndarray  # per candidate path
+    retracted: np.ndarray
+    year: np.ndarray  # newest year on each path, 0 = unknown
+    as_of: int | None = None
+
+
+@dataclass(frozen=True)
+class Verdict:
+    answerable: bool
+    reason: RefusalReason | None
+    gate: int | None
+    explanation: str
+    counts: dict[str, int]
+
+    def to_json(self) -> dict:
+        return {
+            "answerable": self.answerable,
+            "reason": self.reason.value if self.reason else None,
+            "gate": self.gate,
+            "explanation": self.explanation,
+            "counts": dict(self.counts),
+        }
+
+
+def run_ladder(
+    inp: LadderInput, config: LadderConfig = LadderConfig()
+) -> tuple[Verdict, np.ndarray]:
+    """The verdict and the mask of candidate paths that survive every gate."""
+    counts = {"groundings": inp.n_groundings, "bridge_concepts": inp.n_bridge_concepts}
+    survivors = np.zeros(inp.n_candidates, dtype=bool)
+
+    def refuse(reason: RefusalReason, explanation: str) -> tuple[Verdict, np.ndarray]:
+        return Verdict(False, reason, GATE_OF[reason], explanation, counts), survivors
+
+    if inp.n_groundings == 0:
+        return refuse(
+            RefusalReason.NO_MESH_ENTRY_POINT, "No MeSH concept was recognised in the question."
+        )
+    if inp.n_bridge_concepts < 2:
+        return refuse(
+            RefusalReason.TOO_FEW_SPECIFIC_CONCEPTS,
+            f"The question names {inp.n_bridge_concepts} specific concept(s) the graph knows; "
+            "linking needs two.",
+        )
+    counts["candidate_paths"] = inp.n_candidates
+    if inp.n_candidates == 0:
+        return refuse(
+            RefusalReason.NO_PATH,
+            "No article carries both concepts and no citation links articles about them.",
+        )
+    quotable = np.asarray(inp.quotable, dtype=bool)
+    counts["quotable_paths"] = int(quotable.sum())
+    if not quotable.any():
+        return refuse(
+            RefusalReason.NO_QUOTABLE_TERMINAL,
+            f"All {inp.n_candidates} paths end at articles without an abstract to quote.",
+        )
+    alive = quotable & ~np.asarray(inp.retracted, dtype=bool)
+    counts["unretracted_paths"] = int(alive.sum())
+    if not alive.any():
+        return refuse(
+            RefusalReason.ONLY_RETRACTED_EVIDENCE,
+            f"Every quotable path ({counts['quotable_paths']}) runs through a retracted article.",
+        )
+    if inp.as_of is not None:
+        year = np.asarray(inp.year)
+        alive &= (year > 0) & (year <= inp.as_of)
+        counts["as_of_paths"] = int(alive.sum())
+        if not alive.any():
+            return refuse(
+                RefusalReason.NO_EVIDENCE_AS_OF_DATE,
+                f"No usable evidence was published in or before {inp.as_of}.",
+            )
+    n_alive = int(alive.sum())
+    counts["evidence_paths"] = n_alive
+    if n_alive < config.min_paths:
+        return refuse(
+            RefusalReason.INSUFFICIENT_PATHS,
+            f"{n_alive} evidence path(s) survive; at least {config.min_paths} are required.",
+        )
+    return (
+        Verdict(True, None, None, f"{n_alive} evidence path(s) support the concept pair.", counts),
+        alive,
+    )

@@ -1,0 +1,57 @@
+"""`kg ask "question" [--as-of YEAR] [--json] [--top-k N] [--lake DIR]`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from kg_platform.answer.api import Answer, KnowledgeGraph, QuestionError
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("ask", help="answer a question from the graph, or refuse")
+    parser.add_argument("question")
+    parser.add_argument("--as-of", type=int, default=None, help="only evidence up to this year")
+    parser.add_argument("--json", action="store_true", help="the documented JSON schema")
+    parser.add_argument("--top-k", type=int, default=10, help="evidence paths shown")
+    parser.add_argument("--lake", default=".kg/lake")
+    parser.set_defaults(func=run_ask)
+
+
+def render_text(answer: Answer) -> str:
+    lines = ["Groundings:"]
+    for r in answer.groundings:
+        g = r.grounding
+        lines.append(f"  {r.role:<6} {g.name} ({g.ui})  <- '{g.surface}' [{r.reason}]")
+    if not answer.groundings:
+        lines.append("  (none)")
+    lines.append("Concept pairs (major co-annotations / any):")
+    for p in answer.pairs:
+        mark = "*" if p == answer.chosen_pair else " "
+        lines.append(f" {mark} {p.label}: {p.major_co_annotations} / {p.co_annotations}")
+    v = answer.verdict
+    verdict = "ANSWERABLE" if v.answerable else f"REFUSED at gate {v.gate}: {v.reason}"
+    lines += [f"Verdict: {verdict}", f"  {v.explanation}", f"  counts: {v.counts}"]
+    if answer.evidence:
+        lines.append("Evidence:")
+        for e in answer.evidence:
+            lines.append(f"  PMID {e.path.terminal.pmid} ({e.path.terminal.year}) {e.title or ''}")
+            lines.append(f"    {e.path.render()}")
+    timings = ", ".join(f"{k} {v:.1f}" for k, v in answer.timings_ms.items())
+    lines.append(f"Timings (ms): {timings}")
+    return "\n".join(lines) + "\n"
+
+
+def run_ask(args: argparse.Namespace) -> int:
+    try:
+        answer = KnowledgeGraph.open(args.lake).ask(
+            args.question, as_of=args.as_of, top_k=args.top_k
+        )
+    except (QuestionError, FileNotFoundError, ValueError) as error:
+        print(f"kg ask: {error}", file=sys.stderr)
+        return 2
+    print(json.dumps(answer.to_json(), indent=1) if args.json else render_text(answer), end="")
+    if args.json:
+        print()
+    return 0

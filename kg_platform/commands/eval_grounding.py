@@ -1,0 +1,76 @@
+"""`kg eval grounding --pubmedqa PATH [--json] [--lake DIR | --mesh-source PATH]`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+import polars as pl
+
+from kg_platform.evaluation.grounding_eval import evaluate_with_mesh, load_pubmedqa, render_report
+from kg_platform.graph.store import KGStore
+from kg_platform.storage.lake import Lake
+
+
+def add_eval_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "grounding",
+        help="precision, recall and coverage of BRIDGE groundings against PubMedQA headings",
+    )
+    parser.add_argument("--pubmedqa", required=True, help="PubMedQA JSON (pqal_*.json)")
+    parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument("--lake", default=".kg/lake", help="lake holding mesh/ (and graph/)")
+    source.add_argument("--mesh-source", help="MeSH folder/URL to build the tables from")
+    parser.set_defaults(func=run_eval_grounding)
+
+
+def mesh_frames(args: argparse.Namespace) -> tuple[dict[str, pl.DataFrame], Lake | None]:
+    if args.mesh_source:
+        from kg_platform.mesh.tables import build_mesh_tables
+
+        tables = build_mesh_tables(args.mesh_source)
+        return {t: pl.from_arrow(tables[t]) for t in ("descriptors", "tree", "terms")}, None
+    lake = Lake(args.lake)
+    frames = {}
+    for table in ("descriptors", "tree", "terms"):
+        key = f"mesh/{table}.parquet"
+        if not lake.exists(key):
+            raise FileNotFoundError(
+                f"{lake.path(key)}: no MeSH tables in lake {args.lake}; materialise "
+                "`mesh_tables` or pass --mesh-source"
+            )
+        frames[table] = pl.from_arrow(lake.read_parquet(key))
+    return frames, lake
+
+
+def run_eval_grounding(args: argparse.Namespace) -> int:
+    try:
+        questions = load_pubmedqa(args.pubmedqa)
+        frames, lake = mesh_frames(args)
+    except (OSError, ValueError) as error:
+        print(f"kg eval grounding: {error}", file=sys.stderr)
+        return 2
+    counts, n_articles = None, None
+    if lake is not None:
+        try:
+            from kg_platform.answer.api import graph_article_counts
+
+            store = KGStore.open(lake)
+            counts, n_articles = graph_article_counts(store), store.n_articles
+        except FileNotFoundError:
+            pass  # no graph built yet: roles come from MeSH structure alone
+    result = evaluate_with_mesh(
+        questions,
+        frames["descriptors"],
+        frames["tree"],
+        frames["terms"],
+        article_counts=counts,
+        n_articles=n_articles,
+    )
+    if args.json:
+        print(json.dumps(result.to_json()))
+    else:
+        print(render_report(result, args.pubmedqa), end="")
+    return 0

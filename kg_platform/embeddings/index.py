@@ -1,0 +1,236 @@
+"""Consolidate verified shards into one PMID-sorted matrix, never holding it in memory.
+
+Pass 1 verifies every shard against the corpus (PMIDs and model) and samples every
+``stride``-th PMID of each accepted shard; the sorted sample cuts the PMID space into
+blocks of about ``block_rows`` rows. Pass 2 fills memory-mapped outputs block by block:
+each block gathers its slice from every shard (binary search on the shard's sorted PMIDs),
+sorts it, asserts its PMIDs are unique, and writes it at its offset. Blocks are disjoint
+PMID ranges, so uniqueness within blocks is uniqueness overall.
+
+Output: ``embeddings/index/vectors.f16.npy`` (float16, n x dim), ``pmids.npy`` (int64,
+ascending) and ``manifest.json`` written last.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from kg_platform.embeddings.shards import (
+    SHARDS,
+    pmids_key,
+    quotable_pmids_by_file,
+    vectors_key,
+    verify_shard,
+)
+from kg_platform.storage.lake import Lake
+
+INDEX = "embeddings/index"
+INDEX_VECTORS = f"{INDEX}/vectors.f16.npy"
+INDEX_PMIDS = f"{INDEX}/pmids.npy"
+INDEX_MANIFEST = f"{INDEX}/manifest.json"
+
+
+class IndexBuildError(ValueError):
+    """The shards cannot be consolidated (e.g. duplicate PMIDs); names what is wrong."""
+
+
+@dataclass(frozen=True)
+class IndexBuild:
+    vectors: int
+    dim: int
+    quotable: int
+    shards: int
+    missing_files: tuple[str, ...]  # quotable records but no verified shard
+    missing_reasons: dict[str, str]
+    missing_vectors: int  # quotable records in those files
+    seconds: float
+
+    @property
+    def gap(self) -> int:
+        return self.quotable - self.vectors
+
+    @property
+    def gap_explained(self) -> bool:
+        return self.gap == self.missing_vectors
+
+
+def shard_fingerprints(lake: Lake) -> set[str]:
+    return {
+        json.loads(lake.read_bytes(k)).get("fingerprint", "")
+        for k in lake.list(SHARDS, ".meta.json")
+    }
+
+
+def build_index(
+    lake: Lake,
+    fingerprint: str,
+    block_rows: int = 1 << 20,
+    stride: int = 1024,
+) -> IndexBuild:
+    """Consolidate the verified shards of model ``fingerprint`` into the index."""
+    started = time.perf_counter()
+    expected = quotable_pmids_by_file(lake)
+
+    # pass 1: verify, size, and sample the PMID space
+    accepted: list[tuple[np.ndarray, np.ndarray]] = []  # (pmids memmap, vectors memmap)
+    missing: dict[str, str] = {}
+    samples: list[np.ndarray] = []
+    dim = 0
+    for file, pmids in expected.items():
+        status = verify_shard(lake, file, pmids, fingerprint, deep=False)
+        if not status.done:
+            missing[file] = status.reason
+            continue
+        shard_pmids = lake.read_npy(pmids_key(file))
+        shard_vectors = lake.read_npy(vectors_key(file))
+        if len(shard_pmids) == 0:
+            continue
+        if dim and shard_vectors.shape[1] != dim:
+            raise IndexBuildError(
+                f"{vectors_key(file)}: dim {shard_vectors.shape[1]}, others {dim}"
+            )
+        dim = int(shard_vectors.shape[1])
+        accepted.append((shard_pmids, shard_vectors))
+        samples.append(np.asarray(shard_pmids[::stride]))
+    total = sum(len(p) for p, _ in accepted)
+    quotable = sum(len(p) for p in expected.values())
+    missing_vectors = sum(len(expected[f]) for f in missing)
+    if not accepted:
+        raise IndexBuildError(
+            f"{SHARDS}: no verified shard for model {fingerprint} "
+            f"({len(missing)} files without one); materialise embedding_shards first"
+        )
+
+    sample = np.unique(np.concatenate(samples))
+    step = max(1, block_rows // stride)
+    boundaries = sample[step::step]
+    lows = np.concatenate([[np.iinfo(np.int64).min], boundaries])
+    highs = np.concatenate([boundaries, [np.iinfo(np.int64).max]])
+
+    # pass 2: fill memory-mapped outputs in a staging folder, then move them in
+    staging = lake.staging_dir()
+    try:
+        out_vectors = np.lib.format.open_memmap(
+            os.path.join(staging, "vectors.f16.npy"),
+            mode="w+",
+            dtype=np.float16,
+            shape=(total, dim),
+        )
+        out_pmids = np.lib.format.open_memmap(
+            os.path.join(staging, "pmids.npy"), mode="w+", dtype=np.int64, shape=(total,)
+        )
+        bounds = [(int(p[0]), int(p[-1])) for p, _ in accepted]
+        row = 0
+        for low, high in zip(lows, highs, strict=True):
+            block_pmids: list[np.ndarray] = []
+            block_vectors: list[np.ndarray] = []
+            for (first, last), (pmids, vectors) in zip(bounds, accepted, strict=True):
+                if last < low or first >= high:
+                    continue
+                lo, hi = np.searchsorted(pmids, [low, high], side="left")
+                if hi > lo:
+                    block_pmids.append(np.asarray(pmids[lo:hi]))
+                    block_vectors.append(np.asarray(vectors[lo:hi]))
+            if not block_pmids:
+                continue
+            pmids = np.concatenate(block_pmids)
+            order = np.argsort(pmids, kind="stable")
+            pmids = pmids[order]
+            duplicated = pmids[1:][np.diff(pmids) == 0]
+            if len(duplicated):
+                raise IndexBuildError(
+                    f"{SHARDS}: PMIDs in more than one shard, e.g. {duplicated[:5].tolist()}"
+                )
+            n = len(pmids)
+            out_pmids[row : row + n] = pmids
+            out_vectors[row : row + n] = np.concatenate(block_vectors)[order]
+            row += n
+        if row != total:
+            raise IndexBuildError(f"{INDEX}: wrote {row} rows, expected {total}")
+        out_vectors.flush()
+        out_pmids.flush()
+        del out_vectors, out_pmids
+        _move_in(lake, staging, "pmids.npy", INDEX_PMIDS)
+        _move_in(lake, staging, "vectors.f16.npy", INDEX_VECTORS)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    manifest = {"vectors": total, "dim": dim, "fingerprint": fingerprint, "shards": len(accepted)}
+    lake.write_bytes(INDEX_MANIFEST, json.dumps(manifest, indent=1).encode())
+    return IndexBuild(
+        vectors=total,
+        dim=dim,
+        quotable=quotable,
+        shards=len(accepted),
+        missing_files=tuple(sorted(missing)),
+        missing_reasons=dict(sorted(missing.items())),
+        missing_vectors=missing_vectors,
+        seconds=time.perf_counter() - started,
+    )
+
+
+def _move_in(lake: Lake, staging: str, name: str, key: str) -> None:
+    source = os.path.join(staging, name)
+    if lake.is_local:
+        target = lake.path(key)
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        os.replace(source, target)  # same filesystem: the staging folder is under the root
+    else:
+        lake.copy_in(key, source)
+
+
+@dataclass(frozen=True)
+class SampleCheck:
+    checked: int
+    mismatches: tuple[int, ...]  # PMIDs whose index row differs from their shard row
+
+
+def check_sample_against_shards(lake: Lake, sample: int = 64, seed: int = 0) -> SampleCheck:
+    """Compare a random sample of index rows, bit for bit, with the rows in their shards."""
+    pmids = lake.read_npy(INDEX_PMIDS)
+    vectors = lake.read_npy(INDEX_VECTORS)
+    rng = np.random.default_rng(seed)
+    rows = np.sort(rng.choice(len(pmids), size=min(sample, len(pmids)), replace=False))
+    by_file = quotable_pmids_by_file(lake)
+    mismatches: list[int] = []
+    wanted = {int(pmids[r]): int(r) for r in rows}
+    for file, file_pmids in by_file.items():
+        hits = np.intersect1d(file_pmids, np.fromiter(wanted, dtype=np.int64))
+        if len(hits) == 0:
+            continue
+        shard_pmids = lake.read_npy(pmids_key(file))
+        shard_vectors = lake.read_npy(vectors_key(file))
+        for pmid in hits.tolist():
+            at = int(np.searchsorted(shard_pmids, pmid))
+            same = at < len(shard_pmids) and shard_pmids[at] == pmid
+            if not same or not np.array_equal(shard_vectors[at], vectors[wanted[pmid]]):
+                mismatches.append(pmid)
+            del wanted[pmid]
+    mismatches.extend(wanted)  # index rows whose PMID no current file holds
+    return SampleCheck(checked=len(rows), mismatches=tuple(sorted(mismatches)))
+
+
+@dataclass(frozen=True)
+class NormCheck:
+    checked: int
+    min_norm: float
+    max_norm: float
+
+    def passed(self, tolerance: float = 1e-2) -> bool:
+        return abs(self.min_norm - 1) <= tolerance and abs(self.max_norm - 1) <= tolerance
+
+
+def check_norms(lake: Lake, sample: int = 10_000, seed: int = 0) -> NormCheck:
+    """Norms of a random sample of index rows (unit vectors, up to fp16 rounding)."""
+    vectors = lake.read_npy(INDEX_VECTORS)
+    rng = np.random.default_rng(seed)
+    rows = np.sort(rng.choice(len(vectors), size=min(sample, len(vectors)), replace=False))
+    norms = np.linalg.norm(np.asarray(vectors[rows], dtype=np.float32), axis=1)
+    if len(norms) == 0:
+        return NormCheck(0, 1.0, 1.0)
+    return NormCheck(len(norms), float(norms.min()), float(norms.max()))

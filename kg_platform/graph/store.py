@@ -1,0 +1,186 @@
+"""KGStore: the graph's arrays, memory-mapped and read only when touched.
+
+Node ids: article i is row i of corpus/articles ordered by PMID; descriptor d is row d of the
+sorted MeSH UIs. Every neighbour list is ascending, so two lists intersect by binary search.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import numpy as np
+
+from kg_platform.graph import layout
+from kg_platform.storage.lake import Lake
+
+QUOTABLE, RETRACTED, CONCERN = layout.QUOTABLE, layout.RETRACTED, layout.CONCERN
+
+
+@dataclass(frozen=True)
+class Expansion:
+    """Neighbours of many nodes at once: ``neighbours[indptr[k]:indptr[k+1]]`` belong to
+    ``nodes[k]``."""
+
+    nodes: np.ndarray
+    indptr: np.ndarray
+    neighbours: np.ndarray
+
+    def of(self, k: int) -> np.ndarray:
+        return self.neighbours[self.indptr[k] : self.indptr[k + 1]]
+
+
+class KGStore:
+    """One graph build. Construct with ``KGStore.open(lake)`` (the published build) or
+    ``KGStore.open(lake, build_id)``; arrays load lazily on first use."""
+
+    def __init__(self, lake: Lake, build_id: str, manifest: dict) -> None:
+        self.lake = lake
+        self.build_id = build_id
+        self.manifest = manifest
+        self._arrays: dict[str, np.ndarray] = {}
+        self._pairs: dict[str, tuple[memoryview, np.ndarray]] = {}
+
+    @classmethod
+    def open(cls, lake: Lake, build_id: str | None = None) -> KGStore:
+        build_id = build_id or layout.current_build_id(lake)
+        key = layout.manifest_key(build_id)
+        if not lake.exists(key):
+            raise FileNotFoundError(f"{lake.path(key)}: no such graph build")
+        return cls(lake, build_id, json.loads(lake.read_bytes(key)))
+
+    def array(self, name: str) -> np.ndarray:
+        """The named array, memory-mapped (read-only) on a local lake."""
+        found = self._arrays.get(name)
+        if found is None:
+            if name not in self.manifest["arrays"]:
+                raise KeyError(f"graph build {self.build_id} has no array {name!r}")
+            mapped = self.lake.read_npy(layout.array_key(self.build_id, name), mmap=True)
+            # a plain ndarray view of the map: slicing a np.memmap costs microseconds more
+            found = np.asarray(mapped)
+            self._arrays[name] = found
+        return found
+
+    def __getattr__(self, name: str) -> np.ndarray:
+        # arrays by name (store.cite_indptr); only reached when normal lookup fails
+        if name.startswith("_") or name not in layout.ALL_ARRAYS:
+            raise AttributeError(name)
+        return self.array(name)
+
+    # -- sizes ----------------------------------------------------------------------------
+    @property
+    def stats(self) -> dict:
+        return dict(self.manifest["stats"])
+
+    @property
+    def n_articles(self) -> int:
+        return int(self.manifest["arrays"]["pmids"]["length"])
+
+    @property
+    def n_descriptors(self) -> int:
+        return int(self.manifest["arrays"]["mesh_uis"]["length"])
+
+    # -- ids ------------------------------------------------------------------------------
+    def idx(self, pmid: int) -> int:
+        """Node index of a PMID; KeyError when it is not in the corpus."""
+        pmids = self.array("pmids")
+        i = int(np.searchsorted(pmids, pmid))
+        if i == pmids.size or int(pmids[i]) != pmid:
+            raise KeyError(f"PMID {pmid} is not in graph build {self.build_id}")
+        return i
+
+    def idx_many(self, pmids: np.ndarray) -> np.ndarray:
+        """Node indices of many PMIDs, -1 for those not in the corpus."""
+        table = self.array("pmids")
+        pmids = np.asarray(pmids, dtype=np.int64)
+        pos = np.searchsorted(table, pmids)
+        found = table[np.minimum(pos, table.size - 1)] == pmids
+        return np.where(found, pos, -1)
+
+    def pmid(self, i: int) -> int:
+        return int(self.array("pmids")[i])
+
+    def desc_idx(self, ui: str) -> int:
+        """Descriptor index of a MeSH UI; KeyError when no article or MeSH row has it."""
+        uis = self.array("mesh_uis")
+        key = np.array(ui.encode("ascii"), dtype=uis.dtype)
+        d = int(np.searchsorted(uis, key))
+        if d == uis.size or uis[d] != key or len(ui) > uis.dtype.itemsize:
+            raise KeyError(f"MeSH descriptor {ui} is not in graph build {self.build_id}")
+        return d
+
+    def mesh_ui(self, d: int) -> str:
+        return self.array("mesh_uis")[d].decode("ascii")
+
+    # -- per node -------------------------------------------------------------------------
+    def year(self, i: int) -> int:
+        return int(self.array("year")[i])
+
+    def has_flag(self, i: int, bit: int) -> bool:
+        return bool(self.array("flags")[i] & bit)
+
+    def is_quotable(self, i: int) -> bool:
+        return self.has_flag(i, QUOTABLE)
+
+    def is_retracted(self, i: int) -> bool:
+        return self.has_flag(i, RETRACTED)
+
+    def has_concern(self, i: int) -> bool:
+        return self.has_flag(i, CONCERN)
+
+    # -- neighbours (each ascending) ------------------------------------------------------
+    def _pair(self, kind: str) -> tuple[memoryview, np.ndarray]:
+        pair = self._pairs.get(kind)
+        if pair is None:
+            # a memoryview yields Python ints, which slice an array faster than numpy scalars
+            indptr = memoryview(np.ascontiguousarray(self.array(f"{kind}_indptr")))
+            pair = self._pairs[kind] = (indptr, self.array(f"{kind}_indices"))
+        return pair
+
+    def cites(self, i: int) -> np.ndarray:
+        indptr, indices = self._pairs.get("cite") or self._pair("cite")
+        return indices[indptr[i] : indptr[i + 1]]
+
+    def cited_by(self, i: int) -> np.ndarray:
+        indptr, indices = self._pairs.get("cited_by") or self._pair("cited_by")
+        return indices[indptr[i] : indptr[i + 1]]
+
+    def articles_of(self, d: int, major_only: bool = False) -> np.ndarray:
+        return self._flagged_row("mesh2art", d, major_only)
+
+    def mesh_of(self, i: int, major_only: bool = False) -> np.ndarray:
+        return self._flagged_row("art2mesh", i, major_only)
+
+    def _flagged_row(self, kind: str, i: int, major_only: bool) -> np.ndarray:
+        indptr, indices = self._pairs.get(kind) or self._pair(kind)
+        lo, hi = indptr[i], indptr[i + 1]
+        if major_only:
+            return indices[lo:hi][self.array(f"{kind}_major")[lo:hi]]
+        return indices[lo:hi]
+
+    # -- batched --------------------------------------------------------------------------
+    def expand(self, kind: str, nodes: np.ndarray) -> Expansion:
+        """Neighbours of every node in ``nodes`` for ``kind`` in cite, cited_by, mesh2art,
+        art2mesh: one gather, no Python loop over nodes."""
+        nodes = np.asarray(nodes, dtype=np.int64)
+        indptr = self.array(f"{kind}_indptr")
+        starts, ends = indptr[nodes], indptr[nodes + 1]
+        lengths = ends - starts
+        out_ptr = np.zeros(nodes.size + 1, dtype=np.int64)
+        np.cumsum(lengths, out=out_ptr[1:])
+        # position j of the output reads indices[starts[k] + (j - out_ptr[k])]
+        gather = np.arange(out_ptr[-1], dtype=np.int64)
+        gather += np.repeat(starts - out_ptr[:-1], lengths)
+        return Expansion(nodes, out_ptr, self.array(f"{kind}_indices")[gather])
+
+
+def intersect_sorted(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Common values of two ascending, duplicate-free arrays (binary search of the shorter
+    in the longer: O(m log n))."""
+    if a.size > b.size:
+        a, b = b, a
+    if a.size == 0:
+        return a[:0]
+    pos = np.searchsorted(b, a)
+    hit = b[np.minimum(pos, b.size - 1)] == a
+    return a[hit]

@@ -1,0 +1,218 @@
+"""Checks on a MeSH build: schemas, UI shape and uniqueness, tree parents, supplementary
+mappings, and a recount of the source files by an independent pass.
+
+The recount deliberately shares no code with the readers: TSVs are split line by line in
+plain Python, XML is counted as byte patterns, so a reader bug cannot hide in both.
+"""
+
+from __future__ import annotations
+
+import gzip
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandera.errors
+import polars as pl
+
+from kg_platform.mesh.fetch import open_location
+from kg_platform.mesh.source import MeshSourceSpec
+from kg_platform.mesh.tables import MeshBuild, parent_tree_number
+from kg_platform.schemas import (
+    MESH_TABLES,
+    UI_DESCRIPTOR,
+    UI_QUALIFIER,
+    UI_SUPPLEMENTARY,
+)
+
+MESH_CHECK_NAMES = (
+    *(f"{table}_schema" for table in MESH_TABLES),
+    "uis_well_formed_unique",
+    "tree_parents_exist",
+    "supplementary_mappings_known",
+    "recount_matches_source",
+)
+
+
+@dataclass(frozen=True)
+class SourceCounts:
+    """Counts taken straight from the source files."""
+
+    descriptors: int
+    tree_numbers: int
+    entry_terms: int
+    supplementary_records: int
+
+    def as_dict(self) -> dict[str, int]:
+        return {
+            "descriptors": self.descriptors,
+            "tree_numbers": self.tree_numbers,
+            "entry_terms": self.entry_terms,
+            "supplementary_records": self.supplementary_records,
+        }
+
+
+@dataclass(frozen=True)
+class MeshCheckOutcome:
+    name: str
+    passed: bool
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+def recount_source(spec: MeshSourceSpec) -> SourceCounts:
+    """Count records, tree numbers and entry terms in the source files themselves."""
+    if spec.format == "tsv":
+        descriptors = tree_numbers = entry_terms = 0
+        for line in _lines(spec.descriptors):
+            fields = line.split("\t")
+            descriptors += 1
+            if len(fields) > 3:
+                tree_numbers += sum(1 for t in fields[3].split("|") if t.strip())
+            if len(fields) > 2:
+                entry_terms += sum(1 for t in fields[2].split("|") if t.strip())
+        supplementary = sum(1 for _ in _lines(spec.supplementary)) if spec.supplementary else 0
+        return SourceCounts(descriptors, tree_numbers, entry_terms, supplementary)
+
+    record = re.compile(rb"<DescriptorRecord[\s>]")
+    tree = re.compile(rb"<TreeNumber>")
+    term = re.compile(rb"<Term[\s>]")
+    preferred = re.compile(rb'RecordPreferredTermYN\s*=\s*"Y"')
+    counts = _count_patterns(spec.descriptors, [record, tree, term, preferred])
+    supplementary = 0
+    if spec.supplementary:
+        supplementary = _count_patterns(
+            spec.supplementary, [re.compile(rb"<SupplementalRecord[\s>]")]
+        )[0]
+    return SourceCounts(counts[0], counts[1], counts[2] - counts[3], supplementary)
+
+
+def _lines(location: str | None):
+    """Non-empty lines of a (gzipped) text file, decoded."""
+    assert location is not None
+    if location.endswith(".gz") and not location.startswith(("http://", "https://")):
+        with gzip.open(location, "rt", encoding="utf-8") as f:
+            yield from (line for line in f if line.strip())
+        return
+    with open_location(location) as stream:
+        for raw in stream:
+            if raw.strip():
+                yield raw.decode("utf-8")
+
+
+def _count_patterns(location: str, patterns: list[re.Pattern[bytes]]) -> list[int]:
+    """Occurrences of each tag pattern, streaming in chunks.
+
+    Every pattern holds exactly one '<', at its start, so a match never spans a '<': counting
+    up to the last '<' of the buffer and carrying the rest over is exact.
+    """
+    counts = [0] * len(patterns)
+    carry = b""
+    with open_location(location) as stream:
+        while chunk := stream.read(1 << 22):
+            buffer = carry + chunk
+            cut = buffer.rfind(b"<")
+            if cut <= 0:
+                carry = buffer
+                continue
+            head, carry = buffer[:cut], buffer[cut:]
+            for i, pattern in enumerate(patterns):
+                counts[i] += len(pattern.findall(head))
+    for i, pattern in enumerate(patterns):
+        counts[i] += len(pattern.findall(carry))
+    return counts
+
+
+def check_mesh_build(build: MeshBuild, recount: SourceCounts | None) -> list[MeshCheckOutcome]:
+    """Every check of the mesh_tables asset, in `MESH_CHECK_NAMES` order."""
+    frames = {name: pl.from_arrow(table) for name, table in build.tables.items()}
+    outcomes = [_schema_check(name, frames[name]) for name in MESH_TABLES]
+    outcomes.append(_ui_check(frames))
+    outcomes.append(_tree_parent_check(frames["tree"]))
+    outcomes.append(_supplementary_check(frames, build))
+    outcomes.append(_recount_check(frames, build, recount))
+    return outcomes
+
+
+def _schema_check(name: str, frame: pl.DataFrame) -> MeshCheckOutcome:
+    try:
+        MESH_TABLES[name].validate(frame, lazy=True)  # type: ignore[attr-defined]
+    except (pandera.errors.SchemaErrors, pandera.errors.SchemaError) as exc:
+        return MeshCheckOutcome(
+            f"{name}_schema", False, {"rows": frame.height, "error": str(exc)[:2000]}
+        )
+    return MeshCheckOutcome(f"{name}_schema", True, {"rows": frame.height})
+
+
+def _malformed(series: pl.Series, pattern: str) -> int:
+    return int((~series.str.contains(pattern)).sum())
+
+
+def _ui_check(frames: dict[str, pl.DataFrame]) -> MeshCheckOutcome:
+    descriptors, qualifiers = frames["descriptors"]["ui"], frames["qualifiers"]["ui"]
+    known = frames["descriptors"].select("ui")
+    problems = {
+        "malformed_descriptor_uis": _malformed(descriptors, UI_DESCRIPTOR),
+        "duplicate_descriptor_uis": descriptors.len() - descriptors.n_unique(),
+        "malformed_qualifier_uis": _malformed(qualifiers, UI_QUALIFIER),
+        "duplicate_qualifier_uis": qualifiers.len() - qualifiers.n_unique(),
+        "malformed_supplementary_uis": _malformed(
+            frames["scr_aliases"]["scr_ui"], UI_SUPPLEMENTARY
+        ),
+        "duplicate_tree_numbers": frames["tree"].height - frames["tree"]["tree_number"].n_unique(),
+        "tree_rows_unknown_descriptor": frames["tree"].join(known, on="ui", how="anti").height,
+        "term_rows_unknown_descriptor": frames["terms"].join(known, on="ui", how="anti").height,
+        "allowable_rows_unknown_descriptor": frames["allowable"]
+        .join(known, left_on="descriptor_ui", right_on="ui", how="anti")
+        .height,
+    }
+    return MeshCheckOutcome("uis_well_formed_unique", not any(problems.values()), problems)
+
+
+def _tree_parent_check(tree: pl.DataFrame) -> MeshCheckOutcome:
+    parents = tree.select("tree_number", parent_tree_number(pl.col("tree_number")).alias("parent"))
+    roots = parents.filter(pl.col("parent").is_null())
+    orphans = parents.drop_nulls("parent").join(
+        tree.select(pl.col("tree_number").alias("parent")), on="parent", how="anti"
+    )
+    metadata: dict[str, Any] = {
+        "tree_numbers": tree.height,
+        "category_roots": roots.height,
+        "missing_parents": orphans.height,
+    }
+    if orphans.height:
+        metadata["examples"] = orphans["tree_number"].head(10).to_list()
+    return MeshCheckOutcome("tree_parents_exist", orphans.height == 0, metadata)
+
+
+def _supplementary_check(frames: dict[str, pl.DataFrame], build: MeshBuild) -> MeshCheckOutcome:
+    known = frames["descriptors"].select("ui")
+    unknown_written = (
+        frames["scr_aliases"].join(known, left_on="heading_ui", right_on="ui", how="anti").height
+    )
+    metadata = {
+        "dangling_mappings_dropped": build.stats.scr_dangling_mappings,
+        "aliases_to_unknown_descriptor_written": unknown_written,
+        "scr_aliases": frames["scr_aliases"].height,
+    }
+    return MeshCheckOutcome("supplementary_mappings_known", unknown_written == 0, metadata)
+
+
+def _recount_check(
+    frames: dict[str, pl.DataFrame], build: MeshBuild, recount: SourceCounts | None
+) -> MeshCheckOutcome:
+    written = {
+        "descriptors": frames["descriptors"].height,
+        "tree_numbers": frames["tree"].height,
+        "entry_terms": frames["terms"].filter(pl.col("kind") == "entry").height,
+        "supplementary_records": build.n_supplementary,
+    }
+    if recount is None:
+        return MeshCheckOutcome(
+            "recount_matches_source", False, {"written": written, "error": "no recount"}
+        )
+    source = recount.as_dict()
+    mismatched = sorted(k for k in written if written[k] != source[k])
+    metadata: dict[str, Any] = {f"written_{k}": v for k, v in written.items()}
+    metadata.update({f"source_{k}": v for k, v in source.items()})
+    metadata["mismatched"] = ", ".join(mismatched) or "none"
+    return MeshCheckOutcome("recount_matches_source", not mismatched, metadata)

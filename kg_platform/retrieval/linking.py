@@ -1,0 +1,70 @@
+"""The graph picks the concept pair: every pair of BRIDGE concepts is scored by how many
+articles carry both as major topics (an intersection of two ascending lists)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import combinations
+
+import numpy as np
+
+from kg_platform.graph.store import KGStore, intersect_sorted
+from kg_platform.grounding.grounder import Grounding
+
+
+@dataclass(frozen=True)
+class ConceptPair:
+    """Two BRIDGE concepts and their support in the graph."""
+
+    a_ui: str
+    a_name: str
+    b_ui: str
+    b_name: str
+    major_co_annotations: int  # articles with both as major topics
+    co_annotations: int  # articles carrying both, major or not
+
+    @property
+    def label(self) -> str:
+        return f"{self.a_name} + {self.b_name}"
+
+
+@dataclass(frozen=True)
+class GraphConcept:
+    """A BRIDGE grounding that the graph knows, with its descriptor index."""
+
+    grounding: Grounding
+    d: int
+
+
+def concepts_in_graph(store: KGStore, bridges: list[Grounding]) -> list[GraphConcept]:
+    """The BRIDGE groundings that index at least one article in this graph build."""
+    found = []
+    for g in bridges:
+        try:
+            d = store.desc_idx(g.ui)
+        except KeyError:
+            continue
+        if store.articles_of(d).size:
+            found.append(GraphConcept(g, d))
+    return found
+
+
+def score_pairs(store: KGStore, concepts: list[GraphConcept]) -> list[ConceptPair]:
+    """Every pair of concepts, best-supported first (major co-annotations, then any
+    co-annotation, then question order)."""
+    major = {c.d: np.asarray(store.articles_of(c.d, major_only=True)) for c in concepts}
+    every = {c.d: np.asarray(store.articles_of(c.d)) for c in concepts}
+    pairs = []
+    for a, b in combinations(concepts, 2):
+        pairs.append(
+            ConceptPair(
+                a_ui=a.grounding.ui,
+                a_name=a.grounding.name,
+                b_ui=b.grounding.ui,
+                b_name=b.grounding.name,
+                major_co_annotations=int(intersect_sorted(major[a.d], major[b.d]).size),
+                co_annotations=int(intersect_sorted(every[a.d], every[b.d]).size),
+            )
+        )
+    # stable sort keeps question order among ties
+    return sorted(pairs, key=lambda p: (-p.major_co_annotations, -p.co_annotations))

@@ -1,0 +1,103 @@
+"""The answered path and the stable JSON schema (docs/ask_json.md)."""
+
+from __future__ import annotations
+
+import json
+
+from kg_platform.answer.api import SCHEMA_VERSION, KnowledgeGraph
+from kg_platform.commands.ask import add_parser
+
+QUESTION = "Does aspirin prevent myocardial infarction?"
+
+
+def test_answer_paths_ranked_with_provenance(kg: KnowledgeGraph) -> None:
+    answer = kg.ask(QUESTION)
+    assert answer.verdict.answerable and answer.verdict.reason is None
+    assert [(g.grounding.ui, g.role) for g in answer.groundings] == [
+        ("D001241", "BRIDGE"),
+        ("D009203", "BRIDGE"),
+    ]
+    assert answer.chosen_pair.label == "Aspirin + Myocardial Infarction"
+    assert (answer.chosen_pair.major_co_annotations, answer.chosen_pair.co_annotations) == (1, 1)
+    # DIRECT first; then 300 (cited once) outranks 400 (never cited) despite being older
+    assert [e.path.render() for e in answer.evidence] == [
+        "DIRECT [Aspirin + Myocardial Infarction] 100 (2001)",
+        "BRIDGE [Aspirin + Myocardial Infarction] 200 --cites--> 300 (2005)",
+        "BRIDGE [Aspirin + Myocardial Infarction] 100 <--cited-by-- 400 (2026)",
+    ]
+    assert [e.title for e in answer.evidence] == ["Title 100", "Title 300", "Title 400"]
+    assert set(answer.timings_ms) == {"ground", "pairs", "paths", "ladder", "rank"}
+
+
+def test_top_k_cuts_after_ranking(kg: KnowledgeGraph) -> None:
+    answer = kg.ask(QUESTION, top_k=1)
+    assert [e.path.terminal.pmid for e in answer.evidence] == [100]
+    assert answer.verdict.counts["evidence_paths"] == 3
+
+
+def test_json_schema_is_stable(kg: KnowledgeGraph) -> None:
+    doc = json.loads(json.dumps(kg.ask(QUESTION).to_json()))
+    assert doc["schema_version"] == SCHEMA_VERSION == 1
+    assert list(doc) == [
+        "schema_version", "question", "as_of", "graph_build", "groundings", "pairs",
+        "chosen_pair", "verdict", "evidence", "timings_ms",
+    ]  # fmt: skip
+    assert list(doc["groundings"][0]) == [
+        "ui", "name", "surface", "term", "kind", "variant", "span", "role", "role_reason",
+    ]  # fmt: skip
+    assert list(doc["pairs"][0]) == ["a", "b", "major_co_annotations", "co_annotations"]
+    assert list(doc["verdict"]) == ["answerable", "reason", "gate", "explanation", "counts"]
+    assert list(doc["evidence"][0]) == [
+        "pmid", "year", "title", "kind", "score", "concern", "hops", "rendered",
+    ]  # fmt: skip
+    assert doc["evidence"][2]["hops"] == [
+        {"pmid": 100, "year": 2001, "relation": "about"},
+        {"pmid": 400, "year": 2026, "relation": "cited_by"},
+    ]
+
+
+def test_cli_json_and_errors(question_lake, capsys) -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    add_parser(parser.add_subparsers())
+    args = parser.parse_args(["ask", QUESTION, "--json", "--lake", question_lake.root])
+    assert args.func(args) == 0
+    assert json.loads(capsys.readouterr().out)["verdict"]["answerable"] is True
+    args = parser.parse_args(["ask", "", "--lake", question_lake.root])
+    assert args.func(args) == 2
+    assert capsys.readouterr().err == "kg ask: question: empty\n"
+    args = parser.parse_args(["ask", QUESTION, "--lake", question_lake.root, "--top-k", "1"])
+    assert args.func(args) == 0
+    out = capsys.readouterr().out
+    assert (
+        "Verdict: ANSWERABLE" in out
+        and "DIRECT [Aspirin + Myocardial Infarction] 100 (2001)" in out
+    )
+
+
+def test_assets_materialise_index_and_report(question_lake, tmp_path) -> None:
+    import dagster as dg
+
+    from kg_platform.assets.grounding import grounding_index, grounding_report
+    from kg_platform.resources.lake import LakeResource
+    from kg_platform_tests.conftest import require_reference
+
+    pubmedqa = str(require_reference("pubmedqa", "pqal_dev400.json"))
+    result = dg.materialize(
+        [grounding_index, grounding_report],
+        resources={"lake": LakeResource(root=question_lake.root)},
+        run_config={"ops": {"grounding_report": {"config": {"pubmedqa": pubmedqa}}}},
+    )
+    assert result.success
+    meta = result.asset_materializations_for_node("grounding_index")[0].metadata
+    import polars as pl
+
+    terms = pl.from_arrow(question_lake.read_parquet("mesh/terms.parquet"))
+    # one surface per distinct normalised term (no orthography rule fires on these 9)
+    assert meta["surfaces"].value == terms["normalised"].n_unique() == 62
+    report = json.loads(question_lake.read_bytes("reports/grounding/report.json"))
+    assert report["n"] == 400
+    assert question_lake.exists("reports/grounding/report.md")
+    # the API now reads the precomputed index and answers the same
+    assert KnowledgeGraph.open(question_lake).ask(QUESTION).verdict.answerable

@@ -1,0 +1,128 @@
+"""The PubMed assets through Dagster, on the real mirror files: per-file tables with their
+checks, bad files failing alone with a clear error, and the release fold."""
+
+from __future__ import annotations
+
+import gzip
+import shutil
+from pathlib import Path
+
+import dagster as dg
+import pyarrow.parquet as pq
+import pytest
+
+from kg_platform.assets.pubmed import corpus, pubmed_tables, pubmed_xml
+from kg_platform.commands.build import failure_message
+from kg_platform.resources.catalog import CatalogResource
+from kg_platform.resources.lake import LakeResource
+from kg_platform.resources.pubmed_source import PubmedSourceResource
+from kg_platform_tests.conftest import require_reference
+
+FILES = ["pubmed26n1334", "pubmed26n1335"]
+
+
+@pytest.fixture
+def mirror(tmp_path) -> Path:
+    """A writable copy of the real 2026 mirror, so a test can corrupt one file."""
+    source = require_reference("pubmed", "mirror")
+    target = tmp_path / "mirror"
+    shutil.copytree(source, target)
+    return target
+
+
+def run(instance, tmp_path, mirror, selection, partition=None):
+    return dg.materialize(
+        [pubmed_xml, pubmed_tables, corpus],
+        selection=selection,
+        partition_key=partition,
+        instance=instance,
+        resources={
+            "lake": LakeResource(root=str(tmp_path / "lake")),
+            "catalog": CatalogResource(database=str(tmp_path / "catalog.duckdb")),
+            "pubmed_source": PubmedSourceResource(base=str(mirror)),
+        },
+        raise_on_error=False,
+    )
+
+
+def checks_of(result) -> dict[str, bool]:
+    return {e.check_name: e.passed for e in result.get_asset_check_evaluations()}
+
+
+def test_files_parse_with_checks_then_fold(tmp_path, mirror) -> None:
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions("pubmed_files", FILES)
+    expected_articles = {"pubmed26n1334": 30, "pubmed26n1335": 30}
+    for name in FILES:
+        result = run(instance, tmp_path, mirror, [pubmed_xml, pubmed_tables], name)
+        assert result.success
+        assert checks_of(result) == {
+            "schema": True,
+            "recount_matches_xml": True,
+            "unique_pmid_version": True,
+            "pmids_in_articles": True,
+        }
+        meta = result.asset_materializations_for_node("pubmed_tables")[0].metadata
+        assert meta["rows_articles"].value == expected_articles[name]
+    meta_1335 = {
+        k: v.value
+        for k, v in result.asset_materializations_for_node("pubmed_tables")[0].metadata.items()
+    }
+    assert meta_1335["rows_deletions"] == 6
+    assert meta_1335["rows_citations"] == 1063
+
+    folded = run(instance, tmp_path, mirror, [corpus])
+    assert folded.success
+    assert checks_of(folded) == {
+        "one_row_per_pmid": True,
+        "no_deleted_pmid": True,
+        "polars_recount": True,
+        "edge_sources_in_articles": True,
+    }
+    articles = pq.read_table(tmp_path / "lake" / "corpus" / "articles.parquet")
+    pmids = articles.column("pmid").to_pylist()
+    assert len(pmids) == len(set(pmids))
+
+
+def test_md5_mismatch_fails_alone_and_leaves_nothing(tmp_path, mirror) -> None:
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions("pubmed_files", FILES)
+    good = run(instance, tmp_path, mirror, [pubmed_xml, pubmed_tables], "pubmed26n1334")
+    assert good.success
+    before = (tmp_path / "lake/tables/articles/pubmed26n1334.parquet").read_bytes()
+
+    bad_file = mirror / "updatefiles" / "pubmed26n1335.xml.gz"
+    data = bytearray(bad_file.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    bad_file.write_bytes(bytes(data))
+    bad = run(instance, tmp_path, mirror, [pubmed_xml, pubmed_tables], "pubmed26n1335")
+    assert not bad.success
+    message = failure_message(bad)
+    assert "pubmed26n1335.xml.gz: md5 mismatch" in message
+    assert not list((tmp_path / "lake").rglob("pubmed26n1335*"))
+    assert (tmp_path / "lake/tables/articles/pubmed26n1334.parquet").read_bytes() == before
+
+    # the fold refuses to run on partial input
+    folded = run(instance, tmp_path, mirror, [corpus])
+    assert not folded.success
+    message = failure_message(folded)
+    assert "pubmed26n1335" in message and "not downloaded" in message
+
+
+def test_broken_xml_with_right_md5_fails_in_parse_naming_the_file(tmp_path, mirror) -> None:
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions("pubmed_files", FILES)
+    target = mirror / "updatefiles" / "pubmed26n1335.xml.gz"
+    text = gzip.decompress(target.read_bytes())
+    broken = gzip.compress(text[: len(text) // 2])
+    target.write_bytes(broken)
+    import hashlib
+
+    (mirror / "updatefiles" / "pubmed26n1335.xml.gz.md5").write_text(
+        f"MD5(pubmed26n1335.xml.gz)= {hashlib.md5(broken).hexdigest()}\n"
+    )
+    result = run(instance, tmp_path, mirror, [pubmed_xml, pubmed_tables], "pubmed26n1335")
+    assert not result.success
+    message = failure_message(result)
+    assert message.startswith("pubmed26n1335")
+    assert not list((tmp_path / "lake" / "tables").rglob("pubmed26n1335*"))

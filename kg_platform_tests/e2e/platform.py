@@ -1,0 +1,215 @@
+"""A whole platform for end-to-end tests: a temporary Dagster instance, lake and KG home,
+dagster-webserver on 127.0.0.1 and the daemon (backfills, run queue), driven over GraphQL."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import requests
+
+from kg_platform_tests.conftest import REPO_ROOT
+
+BIN = Path(sys.executable).parent
+REPOSITORY = {"repositoryLocationName": "kg_platform", "repositoryName": "__repository__"}
+
+# The backfill daemon wakes every 30 s; a test cannot wait minutes per step, so the daemon
+# process used here wakes every 2 s. Nothing else about it changes.
+DAEMON = (
+    "import sys, dagster._daemon.controller as c; c.DEFAULT_DAEMON_INTERVAL_SECONDS = 2; "
+    "from dagster._daemon.cli import main; sys.argv = ['dagster-daemon', 'run', '-w', "
+    "'workspace.yaml']; main()"
+)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class Platform:
+    url: str
+    env: dict[str, str]
+    home: Path
+    lake: Path
+    logs: Path
+
+    def graphql(self, query: str, variables: dict[str, Any] | None = None) -> dict[str, Any]:
+        response = requests.post(
+            f"{self.url}/graphql", json={"query": query, "variables": variables or {}}, timeout=60
+        )
+        response.raise_for_status()
+        body = response.json()
+        assert "errors" not in body, json.dumps(body["errors"], indent=1)[:3000]
+        return body["data"]
+
+    def add_partitions(self, keys: list[str]) -> None:
+        for key in keys:
+            data = self.graphql(ADD_PARTITION, {"sel": REPOSITORY, "key": key})
+            assert data["addDynamicPartition"]["__typename"] == "AddDynamicPartitionSuccess", data
+
+    def set_nux_seen(self) -> None:
+        self.graphql("mutation { setNuxSeen }")
+
+    def wait_for_backfill(self, backfill_id: str, timeout_s: float = 300) -> str:
+        deadline = time.monotonic() + timeout_s
+        status = ""
+        while time.monotonic() < deadline:
+            data = self.graphql(BACKFILL_STATUS, {"id": backfill_id})["partitionBackfillOrError"]
+            status = data["status"]
+            if status in (
+                "COMPLETED",
+                "COMPLETED_SUCCESS",
+                "COMPLETED_FAILED",
+                "FAILED",
+                "CANCELED",
+            ):
+                return status
+            time.sleep(1)
+        raise AssertionError(
+            f"backfill {backfill_id} still {status} after {timeout_s} s\n{self.tail_logs()}"
+        )
+
+    def tail_logs(self) -> str:
+        return "\n".join(
+            f"== {p.name}\n{p.read_text(errors='replace')[-3000:]}"
+            for p in sorted(self.logs.glob("*.log"))
+        )
+
+
+ADD_PARTITION = """
+mutation Add($sel: RepositorySelector!, $key: String!) {
+  addDynamicPartition(repositorySelector: $sel, partitionsDefName: "pubmed_files",
+                      partitionKey: $key) {
+    __typename
+    ... on PythonError { message }
+  }
+}"""
+
+BACKFILL_STATUS = """
+query Status($id: String!) {
+  partitionBackfillOrError(backfillId: $id) {
+    __typename
+    ... on PartitionBackfill { status }
+    ... on PythonError { message }
+  }
+}"""
+
+
+def platform_env(root: Path, pubmed_source: str) -> dict[str, str]:
+    dagster_home = root / "dagster"
+    dagster_home.mkdir(parents=True)
+    shutil.copy(REPO_ROOT / "dagster.yaml", dagster_home / "dagster.yaml")
+    env = {
+        **os.environ,
+        "DAGSTER_HOME": str(dagster_home),
+        "KG_HOME": str(root / "kg"),
+        "KG_LAKE": str(root / "lake"),
+        "KG_CATALOG": str(root / "kg" / "catalog.duckdb"),
+        "KG_PUBMED_SOURCE": pubmed_source,
+        "PYTHONUNBUFFERED": "1",
+    }
+    return env
+
+
+@contextmanager
+def running_platform(root: Path, pubmed_source: str) -> Iterator[Platform]:
+    """dagster-webserver and the daemon over a fresh instance; both stopped on exit."""
+    env = platform_env(root, pubmed_source)
+    logs = root / "logs"
+    logs.mkdir()
+    port = free_port()
+    processes: list[subprocess.Popen] = []
+
+    def start(name: str, args: list[str]) -> None:
+        log = open(logs / f"{name}.log", "wb")  # noqa: SIM115 - closed with the process
+        processes.append(
+            subprocess.Popen(
+                args,
+                cwd=REPO_ROOT,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # its own process group: stopped as one below
+            )
+        )
+
+    start(
+        "webserver",
+        [
+            str(BIN / "dagster-webserver"),
+            "-h",
+            "127.0.0.1",
+            "-p",
+            str(port),
+            "-w",
+            "workspace.yaml",
+        ],
+    )
+    start("daemon", [sys.executable, "-c", DAEMON])
+    platform = Platform(f"http://127.0.0.1:{port}", env, root, Path(env["KG_LAKE"]), logs)
+    try:
+        wait_for_code_location(platform, processes)
+        yield platform
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGTERM)
+        for process in processes:
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait(timeout=10)
+
+
+def wait_for_code_location(platform: Platform, processes: list[subprocess.Popen]) -> None:
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        for process in processes:
+            assert process.poll() is None, f"a platform process exited\n{platform.tail_logs()}"
+        try:
+            data = platform.graphql(
+                "{ workspaceOrError { ... on Workspace { locationEntries { name "
+                "loadStatus locationOrLoadError { __typename ... on PythonError { message } } } } } }"
+            )
+            entries = data["workspaceOrError"]["locationEntries"]
+            if entries and entries[0]["loadStatus"] == "LOADED":
+                error = entries[0]["locationOrLoadError"]
+                assert error["__typename"] == "RepositoryLocation", error
+                return
+        except requests.ConnectionError:
+            pass
+        time.sleep(1)
+    raise AssertionError(f"the webserver did not load the code location\n{platform.tail_logs()}")
+
+
+def content_hashes(lake: Path) -> dict[str, str]:
+    """Lake key -> hash of its content: rows and schema for Parquet, bytes for raw files."""
+    hashes = {}
+    for path in sorted(lake.rglob("*")):
+        key = path.relative_to(lake).as_posix()
+        if not path.is_file() or key.startswith(".") or "/." in key:
+            continue
+        if path.suffix == ".parquet":
+            table = pq.read_table(path)
+            text = str(table.schema.remove_metadata()) + json.dumps(table.to_pylist(), default=str)
+            hashes[key] = hashlib.sha256(text.encode()).hexdigest()
+        else:
+            hashes[key] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return hashes

@@ -1,0 +1,198 @@
+"""Failed shards and backfill, end to end: a real HTTP mirror, dagster-webserver and the daemon.
+
+One file is served corrupt: its partition fails with the md5 error, the others succeed and
+`corpus` does not run on partial input. The file is fixed and only the failed partitions are
+backfilled through the webserver's GraphQL (`reexecutePartitionBackfill`, FROM_FAILURE). The
+final lake must equal, by content hash, a clean run; and every check must have passed (a
+backfill reports success even when a check failed, so the checks are asserted separately).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from kg_platform_tests.conftest import require_reference
+from kg_platform_tests.e2e.platform import content_hashes, running_platform
+from kg_platform_tests.sources.mirror_server import serve_mirror
+
+pytestmark = pytest.mark.slow
+
+FILES = ["pubmed26n1334", "pubmed26n1335", "pubmed26n1336"]
+CORRUPT = "pubmed26n1335"
+MD5_1335 = "88b74979343252faa848a06d7c6aa3ea"
+TABLE_CHECKS = ["schema", "recount_matches_xml", "unique_pmid_version", "pmids_in_articles"]
+CORPUS_CHECKS = [
+    "one_row_per_pmid",
+    "no_deleted_pmid",
+    "polars_recount",
+    "edge_sources_in_articles",
+]
+
+LAUNCH = """
+mutation Launch($params: LaunchBackfillParams!) {
+  launchPartitionBackfill(backfillParams: $params) {
+    __typename
+    ... on LaunchBackfillSuccess { backfillId }
+    ... on PythonError { message stack }
+    ... on InvalidSubsetError { message }
+    ... on PartitionKeysNotFoundError { message }
+  }
+}"""
+
+REEXECUTE = """
+mutation Reexecute($params: ReexecutionParams!) {
+  reexecutePartitionBackfill(reexecutionParams: $params) {
+    __typename
+    ... on LaunchBackfillSuccess { backfillId }
+    ... on PythonError { message stack }
+  }
+}"""
+
+
+def make_mirror(root: Path) -> None:
+    """The real 2026 pair plus a third file (the update's bytes under the next name)."""
+    mirror = require_reference("pubmed", "mirror")
+    shutil.copytree(mirror, root)
+    data = (root / "updatefiles" / "pubmed26n1335.xml.gz").read_bytes()
+    (root / "updatefiles" / "pubmed26n1336.xml.gz").write_bytes(data)
+    (root / "updatefiles" / "pubmed26n1336.xml.gz.md5").write_text(
+        f"MD5(pubmed26n1336.xml.gz)= {hashlib.md5(data).hexdigest()}\n"
+    )
+
+
+def runs_of_backfill(instance: dg.DagsterInstance, backfill_id: str) -> list[dg.DagsterRun]:
+    return list(instance.get_runs(filters=dg.RunsFilter(tags={"dagster/backfill": backfill_id})))
+
+
+def step_failure_messages(instance: dg.DagsterInstance, run_id: str) -> list[str]:
+    records = instance.all_logs(run_id, of_type=dg.DagsterEventType.STEP_FAILURE)
+    return [r.dagster_event.step_failure_data.error.message for r in records]
+
+
+def check_statuses(instance: dg.DagsterInstance, asset: str, names: list[str]) -> dict:
+    """(check, partition) -> status of its latest execution."""
+    statuses = {}
+    for name in names:
+        key = dg.AssetCheckKey(dg.AssetKey(asset), name)
+        for record in instance.event_log_storage.get_asset_check_execution_history(key, limit=50):
+            statuses.setdefault((name, record.partition), record.status.value)
+    return statuses
+
+
+def clean_run(root: Path, url: str) -> dict[str, str]:
+    """The same assets in process on a healthy mirror into a second lake."""
+    from kg_platform.assets.pubmed import corpus, pubmed_tables, pubmed_xml
+    from kg_platform.resources.catalog import CatalogResource
+    from kg_platform.resources.lake import LakeResource
+    from kg_platform.resources.pubmed_source import PubmedSourceResource
+
+    resources = {
+        "lake": LakeResource(root=str(root / "lake")),
+        "catalog": CatalogResource(database=str(root / "catalog.duckdb")),
+        "pubmed_source": PubmedSourceResource(base=url),
+    }
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions("pubmed_files", FILES)
+        for name in FILES:
+            result = dg.materialize(
+                [pubmed_xml, pubmed_tables],
+                partition_key=name,
+                resources=resources,
+                instance=instance,
+            )
+            assert result.success
+        assert dg.materialize([corpus], resources=resources, instance=instance).success
+    return content_hashes(root / "lake")
+
+
+def test_failed_shard_is_backfilled_from_failure(tmp_path: Path) -> None:
+    make_mirror(tmp_path / "mirror")
+    with serve_mirror(tmp_path / "mirror") as (url, mirror_state):
+        mirror_state.corrupt.add(f"/updatefiles/{CORRUPT}.xml.gz")
+        with running_platform(tmp_path / "platform", url) as platform:
+            platform.add_partitions(FILES)
+            first = platform.graphql(
+                LAUNCH,
+                {
+                    "params": {
+                        "partitionNames": FILES,
+                        "assetSelection": [
+                            {"path": ["pubmed_xml"]},
+                            {"path": ["pubmed_tables"]},
+                            {"path": ["corpus"]},
+                        ],
+                        "title": "first build",
+                    }
+                },
+            )["launchPartitionBackfill"]
+            assert first["__typename"] == "LaunchBackfillSuccess", first
+            first_status = platform.wait_for_backfill(first["backfillId"])
+            assert first_status in ("COMPLETED_FAILED", "FAILED"), first_status
+
+            instance = dg.DagsterInstance.from_config(platform.env["DAGSTER_HOME"])
+            try:
+                xml_done = instance.get_materialized_partitions(dg.AssetKey("pubmed_xml"))
+                tables_done = instance.get_materialized_partitions(dg.AssetKey("pubmed_tables"))
+                assert sorted(xml_done) == ["pubmed26n1334", "pubmed26n1336"]
+                assert sorted(tables_done) == ["pubmed26n1334", "pubmed26n1336"]
+                # corpus did not run on partial input
+                assert instance.get_latest_materialization_event(dg.AssetKey("corpus")) is None
+                assert not (platform.lake / "corpus").exists()
+                failed = [
+                    r
+                    for r in runs_of_backfill(instance, first["backfillId"])
+                    if r.status == dg.DagsterRunStatus.FAILURE
+                ]
+                assert [r.tags.get("dagster/partition") for r in failed] == [CORRUPT]
+                messages = step_failure_messages(instance, failed[0].run_id)
+                assert len(messages) == 1
+                assert messages[0].startswith(
+                    f"kg_platform.pubmed.errors.PubmedFileError: {CORRUPT}.xml.gz: md5 mismatch "
+                    f"(expected {MD5_1335}, got "
+                ), messages
+                assert not (
+                    platform.lake / "raw" / "pubmed" / "26" / "updatefiles" / f"{CORRUPT}.xml.gz"
+                ).exists()
+
+                # the file is fixed upstream; re-execute the backfill from failure
+                mirror_state.corrupt.clear()
+                second = platform.graphql(
+                    REEXECUTE,
+                    {"params": {"parentRunId": first["backfillId"], "strategy": "FROM_FAILURE"}},
+                )["reexecutePartitionBackfill"]
+                assert second["__typename"] == "LaunchBackfillSuccess", second
+                assert platform.wait_for_backfill(second["backfillId"]) in (
+                    "COMPLETED",
+                    "COMPLETED_SUCCESS",
+                )
+                # only the failed partition (and the corpus it unblocked) ran again
+                rerun = sorted(
+                    str(r.tags.get("dagster/partition"))
+                    for r in runs_of_backfill(instance, second["backfillId"])
+                )
+                assert rerun == ["None", CORRUPT], rerun
+                assert (
+                    sorted(instance.get_materialized_partitions(dg.AssetKey("pubmed_tables")))
+                    == FILES
+                )
+                assert instance.get_latest_materialization_event(dg.AssetKey("corpus")) is not None
+
+                table_checks = check_statuses(instance, "pubmed_tables", TABLE_CHECKS)
+                assert table_checks == {
+                    (check, name): "SUCCEEDED" for check in TABLE_CHECKS for name in FILES
+                }
+                assert check_statuses(instance, "corpus", CORPUS_CHECKS) == {
+                    (check, None): "SUCCEEDED" for check in CORPUS_CHECKS
+                }
+            finally:
+                instance.dispose()
+        backfilled = content_hashes(platform.lake)
+        clean = clean_run(tmp_path / "clean", url)
+    assert sorted(backfilled) == sorted(clean)
+    assert len([k for k in clean if k.startswith("corpus/")]) == 6
+    assert backfilled == clean

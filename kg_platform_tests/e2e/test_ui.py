@@ -1,0 +1,126 @@
+"""The Dagster UI in a real browser (Debian chromium driven by Playwright): open the asset
+graph, open pubmed_tables, launch one partition from the Materialize dialog, wait for the
+run to succeed, show its check results, and keep a screenshot under test-artifacts/."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from kg_platform_tests.conftest import REPO_ROOT, require_reference
+from kg_platform_tests.e2e.platform import running_platform
+from kg_platform_tests.sources.mirror_server import serve_mirror
+
+pytestmark = pytest.mark.slow
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+ARTIFACTS = REPO_ROOT / "test-artifacts"
+FILE = "pubmed26n1334"
+CHECKS = ["schema", "recount_matches_xml", "unique_pmid_version", "pmids_in_articles"]
+
+LAUNCH_XML = """
+mutation Launch($params: LaunchBackfillParams!) {
+  launchPartitionBackfill(backfillParams: $params) {
+    __typename
+    ... on LaunchBackfillSuccess { backfillId }
+    ... on PythonError { message }
+  }
+}"""
+
+CHECK_STATUS = """
+query Checks($key: AssetKeyInput!) {
+  assetNodeOrError(assetKey: $key) {
+    ... on AssetNode {
+      assetChecksOrError {
+        ... on AssetChecks {
+          checks { name executionForLatestMaterialization { status } }
+        }
+      }
+    }
+  }
+}"""
+
+
+def test_materialise_one_partition_from_the_ui(tmp_path: Path) -> None:
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"{CHROMIUM} is missing: apt-get install -y chromium (.ci/run does this)")
+    from playwright.sync_api import expect, sync_playwright
+
+    mirror = require_reference("pubmed", "mirror")
+    shutil.copytree(mirror, tmp_path / "mirror")
+    with (
+        serve_mirror(tmp_path / "mirror") as (url, _),
+        running_platform(tmp_path / "platform", url) as platform,
+    ):
+        platform.set_nux_seen()  # no community pop-up over the page
+        platform.add_partitions([FILE])
+        # the download is upstream of the asset under test: done first, over GraphQL
+        launched = platform.graphql(
+            LAUNCH_XML,
+            {"params": {"partitionNames": [FILE], "assetSelection": [{"path": ["pubmed_xml"]}]}},
+        )["launchPartitionBackfill"]
+        assert launched["__typename"] == "LaunchBackfillSuccess", launched
+        assert platform.wait_for_backfill(launched["backfillId"]) in (
+            "COMPLETED",
+            "COMPLETED_SUCCESS",
+        )
+
+        ARTIFACTS.mkdir(exist_ok=True)
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(
+                executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True
+            )
+            try:
+                page = browser.new_page(viewport={"width": 1400, "height": 900})
+                page.set_default_timeout(60_000)
+                # 1. the asset graph
+                page.goto(f"{platform.url}/asset-groups")
+                node = page.locator("text=pubmed_tables").last
+                node.wait_for()
+                expect(page.get_by_text("pubmed_xml", exact=True).first).to_be_visible()
+                # 2. open pubmed_tables (its side panel lists the checks)
+                node.dblclick()
+                expect(page.get_by_text("View in Asset Catalog")).to_be_visible()
+                # 3. the Materialize dialog, one partition
+                page.get_by_role("button", name="Materialize selected").click()
+                dialog = page.get_by_role("dialog")
+                expect(
+                    dialog.get_by_text("Launch runs to materialize pubmed_tables")
+                ).to_be_visible()
+                dialog.get_by_text("Select a partition or create one").click()
+                page.locator("span", has_text=FILE).first.click()
+                page.keyboard.press("Escape")
+                launch = page.get_by_role("button", name="Launch 1 run")
+                expect(launch).to_be_enabled()
+                launch.click()
+                # 4. wait for success on the run page the launch toast links to
+                page.get_by_role("link", name="View").first.click()
+                expect(page.get_by_text("Success", exact=True).first).to_be_visible(timeout=240_000)
+                page.screenshot(path=str(ARTIFACTS / "ui_pubmed_tables_run.png"), full_page=True)
+                # 5. its check results on the asset page
+                page.goto(f"{platform.url}/assets/pubmed_tables?view=checks")
+                for check in CHECKS:
+                    expect(page.get_by_text(check, exact=True).first).to_be_visible()
+                expect(page.get_by_text("Passed").first).to_be_visible()
+                # 6. the screenshot, kept as a test artefact
+                page.screenshot(path=str(ARTIFACTS / "ui_pubmed_tables_checks.png"), full_page=True)
+            finally:
+                browser.close()
+        # the UI's run really did run the checks, and they passed
+        data = platform.graphql(CHECK_STATUS, {"key": {"path": ["pubmed_tables"]}})
+        checks = data["assetNodeOrError"]["assetChecksOrError"]["checks"]
+        assert {c["name"]: c["executionForLatestMaterialization"]["status"] for c in checks} == {
+            name: "SUCCEEDED" for name in CHECKS
+        }
+    assert (ARTIFACTS / "ui_pubmed_tables_checks.png").stat().st_size > 10_000

@@ -1,0 +1,41 @@
+"""A small folded corpus in a temporary lake, made of real SciFact abstracts."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from kg_platform.embeddings.shards import CORPUS_ARTICLES
+from kg_platform.storage.lake import Lake
+from kg_platform_tests.embeddings.models import scifact_abstracts
+
+FILES = ("pubmed26n0001", "pubmed26n0002", "pubmed26n1335")
+
+
+def write_corpus(lake: Lake, n: int = 18, files: tuple[str, ...] = FILES) -> pl.DataFrame:
+    """``n`` SciFact documents as corpus articles (PMID = doc_id), dealt round-robin to
+    ``files``; every fourth one has no abstract, so it is not quotable."""
+    docs = scifact_abstracts(n)
+    rows = []
+    for i, (doc_id, title, abstract) in enumerate(docs):
+        quotable = i % 4 != 3
+        rows.append(
+            {
+                "pmid": doc_id,
+                "version": 1,
+                "file": files[i % len(files)],
+                "title": title,
+                "abstract": abstract if quotable else None,
+                "has_abstract": quotable,
+                "year": 2020,
+                "journal": "J Test",
+                "language": "eng",
+                "n_pubtypes": 1,
+            }
+        )
+    frame = pl.DataFrame(rows).with_columns(
+        pl.col("version").cast(pl.Int32),
+        pl.col("year").cast(pl.Int32),
+        pl.col("n_pubtypes").cast(pl.Int32),
+    ).sort("pmid")
+    lake.write_parquet(CORPUS_ARTICLES, frame.to_arrow())
+    return frame

@@ -1,0 +1,85 @@
+import numpy as np
+import polars as pl
+import pytest
+
+from kg_platform.embeddings.feeder import FeederSettings
+from kg_platform.embeddings.index import (
+    INDEX_PMIDS,
+    INDEX_VECTORS,
+    IndexBuildError,
+    build_index,
+    check_norms,
+    check_sample_against_shards,
+)
+from kg_platform.embeddings.shards import CORPUS_ARTICLES, embed_shards, pmids_key, vectors_key
+from kg_platform.storage.lake import Lake
+from kg_platform_tests.embeddings.corpus import FILES, write_corpus
+from kg_platform_tests.embeddings.models import tiny_encoder
+
+SETTINGS = FeederSettings(batch_size=4, super_batch=8, chunk=4, workers=0)
+
+
+def _lake_with_shards(tmp_path, files=FILES):
+    lake = Lake(str(tmp_path / "lake"))
+    corpus = write_corpus(lake, n=24)
+    embed_shards(lake, tiny_encoder(), list(files), SETTINGS)
+    return lake, corpus
+
+
+@pytest.mark.parametrize("block_rows,stride", [(4, 2), (1 << 20, 1024)])
+def test_the_index_is_every_shard_row_sorted_by_pmid(tmp_path, block_rows, stride):
+    lake, corpus = _lake_with_shards(tmp_path)
+    build = build_index(lake, tiny_encoder().fingerprint, block_rows=block_rows, stride=stride)
+    pmids = lake.read_npy(INDEX_PMIDS)
+    vectors = lake.read_npy(INDEX_VECTORS)
+    all_pmids = np.concatenate([lake.read_npy(pmids_key(f)) for f in FILES])
+    all_vectors = np.concatenate([lake.read_npy(vectors_key(f)) for f in FILES])
+    order = np.argsort(all_pmids)
+    assert pmids.tolist() == all_pmids[order].tolist()
+    assert np.array_equal(vectors, all_vectors[order])
+    assert pmids.tolist() == corpus.filter(pl.col("has_abstract"))["pmid"].sort().to_list()
+    assert (build.vectors, build.quotable, build.gap, build.shards) == (18, 18, 0, 3)
+
+
+def test_a_gap_is_explained_by_the_files_without_a_shard(tmp_path):
+    lake, corpus = _lake_with_shards(tmp_path, files=FILES[:2])
+    build = build_index(lake, tiny_encoder().fingerprint)
+    in_third = corpus.filter(pl.col("file") == FILES[2], pl.col("has_abstract")).height
+    assert build.missing_files == (FILES[2],)
+    assert build.missing_reasons == {FILES[2]: "missing"}
+    assert build.gap == build.missing_vectors == in_third == 6
+    assert build.gap_explained
+
+
+def test_duplicate_pmids_across_shards_stop_the_build(tmp_path):
+    lake, corpus = _lake_with_shards(tmp_path)
+    # a corpus that (wrongly) keeps one PMID current in two files
+    twin = corpus.filter(pl.col("file") == FILES[0], pl.col("has_abstract")).head(1)
+    broken = pl.concat([corpus, twin.with_columns(pl.lit(FILES[1]).alias("file"))]).sort("pmid")
+    lake.write_parquet(CORPUS_ARTICLES, broken.to_arrow())
+    embed_shards(lake, tiny_encoder(), list(FILES), SETTINGS)
+    with pytest.raises(IndexBuildError, match=rf"PMIDs in more than one shard, e.g. \[{twin['pmid'][0]}\]"):
+        build_index(lake, tiny_encoder().fingerprint, block_rows=4, stride=2)
+
+
+def test_no_shards_for_the_model_is_a_clear_error(tmp_path):
+    lake, _ = _lake_with_shards(tmp_path)
+    with pytest.raises(IndexBuildError, match="no verified shard for model other:0"):
+        build_index(lake, "other:0")
+
+
+def test_sample_and_norm_checks_pass_on_a_good_index_and_catch_a_changed_row(tmp_path):
+    lake, _ = _lake_with_shards(tmp_path)
+    build_index(lake, tiny_encoder().fingerprint)
+    sample = check_sample_against_shards(lake, sample=64)
+    assert (sample.checked, sample.mismatches) == (18, ())
+    norms = check_norms(lake)
+    assert norms.checked == 18 and norms.passed()
+    assert abs(norms.max_norm - 1) < 2e-3
+
+    vectors = lake.read_npy(INDEX_VECTORS, mmap=False)
+    pmids = lake.read_npy(INDEX_PMIDS)
+    vectors[5] *= 2
+    lake.write_npy(INDEX_VECTORS, vectors)
+    assert check_sample_against_shards(lake, sample=64).mismatches == (int(pmids[5]),)
+    assert not check_norms(lake).passed()

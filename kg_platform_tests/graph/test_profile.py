@@ -1,0 +1,44 @@
+from __future__ import annotations
+
+import json
+
+from kg_platform.graph.profile import (
+    DecadeRow,
+    profile_corpus,
+    render_json,
+    render_markdown,
+    render_png,
+)
+from kg_platform.storage.catalog import Catalog
+from kg_platform.storage.lake import Lake
+from kg_platform_tests.graph.corpus import tiny_corpus
+
+
+def test_profile_of_the_tiny_corpus(lake: Lake) -> None:
+    tiny_corpus(lake)
+    catalog = Catalog(lake)
+    con = catalog.connect()
+    catalog.refresh_views(con)
+    p = profile_corpus(con)
+    assert (p.articles, p.reference_rows, p.in_corpus_rows, p.retention) == (5, 10, 8, 0.8)
+    # recency: 50 (2021), 40 (2020), 30 (2001), 10 (1999), 20 (no year); ceil(5 * fraction)
+    assert [
+        (s.articles, s.earliest_year, s.reference_rows, s.in_corpus_rows) for s in p.slices
+    ] == [
+        (1, 2021, 3, 2),
+        (2, 2020, 5, 4),
+        (3, 2001, 9, 7),
+    ]
+    assert [s.retention for s in p.slices] == [0.666667, 0.8, 0.777778]
+    assert p.decades == (
+        DecadeRow("1990s", 1, 1.0, 0.0, 0.0),
+        DecadeRow("2000s", 1, 1.0, 1.0, 4.0),
+        DecadeRow("2020s", 2, 0.5, 0.5, 2.5),
+        DecadeRow("unknown", 1, 1.0, 1.0, 1.0),
+    )
+    markdown = render_markdown(p)
+    assert "**in-corpus retention 80.0%**" in markdown
+    assert "| most recent 1/8 | 1 | 2021 | 3 | 2 | 66.7% |" in markdown
+    assert "| 2020s | 2 | 50.0% | 50.0% | 2.50 |" in markdown
+    assert render_png(p)[:8] == b"\x89PNG\r\n\x1a\n"
+    assert json.loads(render_json(p))["slices"][2]["retention"] == 0.777778

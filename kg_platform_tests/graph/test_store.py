@@ -1,0 +1,72 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kg_platform.graph import layout
+from kg_platform.graph.store import CONCERN, QUOTABLE, RETRACTED, KGStore, intersect_sorted
+from kg_platform.storage.lake import Lake
+
+
+def test_open_reads_nothing_until_touched_and_maps_arrays(lake: Lake, tiny) -> None:
+    store = KGStore.open(lake, tiny.build_id)
+    assert store._arrays == {}
+    assert store.n_articles == 5 and store.n_descriptors == 5
+    assert store._arrays == {}
+    mapped = store.cite_indices
+    assert not mapped.flags.owndata and not mapped.flags.writeable  # a read-only file map
+    assert set(store._arrays) == {"cite_indices"}
+
+
+def test_open_without_id_follows_the_published_pointer(lake: Lake, tiny) -> None:
+    with pytest.raises(FileNotFoundError, match="no published graph build"):
+        KGStore.open(lake)
+    layout.publish(lake, tiny.build_id)
+    assert KGStore.open(lake).build_id == tiny.build_id
+
+
+def test_accessors(lake: Lake, tiny) -> None:
+    s = KGStore.open(lake, tiny.build_id)
+    assert s.idx(30) == 2 and s.pmid(2) == 30
+    with pytest.raises(KeyError, match="PMID 35 is not in graph build"):
+        s.idx(35)
+    assert s.idx_many(np.array([50, 1, 10, 99])).tolist() == [4, -1, 0, -1]
+    assert s.cites(s.idx(50)).tolist() == [2, 3]
+    assert s.cited_by(s.idx(10)).tolist() == [1, 2, 3]
+    assert s.cites(0).tolist() == [] and s.cited_by(4).tolist() == []
+    d1 = s.desc_idx("D000001")
+    assert (d1, s.mesh_ui(d1)) == (0, "D000001")
+    assert s.desc_idx("D999999") == 4
+    for missing in ("D000004", "D0000011111", "D00000"):
+        with pytest.raises(KeyError, match=f"MeSH descriptor {missing} is not in"):
+            s.desc_idx(missing)
+    assert s.articles_of(d1).tolist() == [0, 1]
+    assert s.articles_of(d1, major_only=True).tolist() == [0]
+    assert s.articles_of(s.desc_idx("D000002"), major_only=True).tolist() == [4]
+    assert s.mesh_of(2).tolist() == [2, 4]
+    assert s.mesh_of(2, major_only=True).tolist() == [2]
+    assert s.year(1) == 0 and s.year(4) == 2021
+    assert [s.is_quotable(i) for i in range(5)] == [False, True, True, True, False]
+    assert [s.is_retracted(i) for i in range(5)] == [False, False, True, True, False]
+    assert [s.has_concern(i) for i in range(5)] == [False, False, False, False, True]
+    assert (QUOTABLE, RETRACTED, CONCERN) == (1, 2, 4)
+
+
+def test_expand_many_nodes_at_once(lake: Lake, tiny) -> None:
+    s = KGStore.open(lake, tiny.build_id)
+    e = s.expand("cited_by", np.array([0, 4, 2, 0]))
+    assert e.indptr.tolist() == [0, 3, 3, 5, 8]
+    assert e.neighbours.tolist() == [1, 2, 3, 3, 4, 1, 2, 3]
+    assert e.of(2).tolist() == s.cited_by(2).tolist()
+    m = s.expand("mesh2art", np.array([1, 3, 4]))
+    assert m.neighbours.tolist() == [0, 4, 2]
+    assert s.expand("cite", np.array([], dtype=np.int64)).neighbours.size == 0
+
+
+def test_intersect_sorted() -> None:
+    a = np.array([1, 3, 5, 7, 9, 11], dtype=np.int32)
+    b = np.array([0, 3, 4, 9, 12], dtype=np.int32)
+    assert intersect_sorted(a, b).tolist() == [3, 9]
+    assert intersect_sorted(b, a).tolist() == [3, 9]
+    assert intersect_sorted(a, b[:0]).tolist() == []
+    assert intersect_sorted(a, np.array([100])).tolist() == []

@@ -1,0 +1,58 @@
+"""Pair scoring and candidate paths on the small real-shaped graph."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kg_platform.graph.store import KGStore
+from kg_platform.grounding.grounder import Grounding
+from kg_platform.retrieval.linking import concepts_in_graph, score_pairs
+from kg_platform.retrieval.paths import BRIDGE, CITED_BY, CITES, DIRECT, collect_candidates
+from kg_platform.storage.lake import Lake
+from kg_platform_tests.answer.graph_fixture import ASPIRIN, HEPARIN, MI, build_question_graph
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory) -> KGStore:
+    lake = Lake(str(tmp_path_factory.mktemp("linking") / "lake"))
+    build_question_graph(lake)
+    return KGStore.open(lake)
+
+
+def _g(ui: str, name: str, start: int) -> Grounding:
+    return Grounding(ui, name, name.lower(), name, "name", start, start + 1)
+
+
+def test_pairs_are_scored_by_major_co_annotation(store: KGStore) -> None:
+    concepts = concepts_in_graph(
+        store,
+        [_g(HEPARIN, "Heparin", 0), _g(ASPIRIN, "Aspirin", 1), _g(MI, "Myocardial Infarction", 2),
+         _g("D999999", "Unknown", 3)],
+    )  # fmt: skip
+    assert [c.grounding.ui for c in concepts] == [HEPARIN, ASPIRIN, MI]
+    pairs = score_pairs(store, concepts)
+    assert [(p.a_ui, p.b_ui, p.major_co_annotations) for p in pairs] == [
+        (ASPIRIN, MI, 1),
+        (HEPARIN, ASPIRIN, 0),
+        (HEPARIN, MI, 0),
+    ]
+
+
+def test_every_candidate_is_collected(store: KGStore) -> None:
+    pair = score_pairs(
+        store, concepts_in_graph(store, [_g(ASPIRIN, "Aspirin", 0), _g(MI, "MI", 1)])
+    )[0]
+    c = collect_candidates(store, pair)
+    pmids = store.array("pmids")
+    rows = sorted(
+        zip(
+            c.kind.tolist(),
+            pmids[c.source].tolist(),
+            pmids[c.terminal].tolist(),
+            c.relation.tolist(),
+            strict=True,
+        )
+    )
+    assert rows == [(DIRECT, 100, 100, 0), (BRIDGE, 100, 400, CITED_BY), (BRIDGE, 200, 300, CITES)]
+    assert np.all(c.kind[c.relation == 0] == DIRECT)

@@ -1,0 +1,50 @@
+"""One `pubmed_xml` partition as its own run through the multiprocess executor, the way the
+run launcher starts each run of a backfill or of the update sensor. Used by test_pool.py:
+``python -m kg_platform_tests.sources.pool_run PARTITION`` with DAGSTER_HOME, KG_LAKE and
+KG_PUBMED_SOURCE set."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import dagster as dg
+
+
+def pubmed_xml_job() -> dg.JobDefinition:
+    from kg_platform.assets.partitions import pubmed_files
+    from kg_platform.assets.pubmed import pubmed_xml
+    from kg_platform.resources.lake import LakeResource
+    from kg_platform.resources.pubmed_source import PubmedSourceResource
+
+    defs = dg.Definitions(
+        assets=[pubmed_xml],
+        jobs=[
+            dg.define_asset_job(
+                "pubmed_xml_job", selection=[pubmed_xml], partitions_def=pubmed_files
+            )
+        ],
+        resources={
+            "lake": LakeResource(root=os.environ["KG_LAKE"]),
+            # a generous client limit: only the Dagster pool can hold these runs to 4
+            "pubmed_source": PubmedSourceResource(
+                base=os.environ["KG_PUBMED_SOURCE"], max_connections=64
+            ),
+        },
+        executor=dg.multiprocess_executor,
+    )
+    return defs.resolve_job_def("pubmed_xml_job")
+
+
+def main(partition: str) -> int:
+    with dg.DagsterInstance.get() as instance:
+        result = dg.execute_job(
+            dg.reconstructable(pubmed_xml_job),
+            instance=instance,
+            tags={"dagster/partition": partition},
+        )
+        return 0 if result.success else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))

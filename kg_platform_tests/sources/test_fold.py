@@ -1,0 +1,258 @@
+"""The release fold on real NLM files. The expected current state is worked out here from
+the XML with xml.etree, a route that shares nothing with the project's parser or fold."""
+
+from __future__ import annotations
+
+import gzip
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from kg_platform.pubmed.fold import (
+    check_edge_sources_in_articles,
+    check_no_deleted_pmid,
+    check_one_row_per_pmid,
+    check_recount,
+    corpus_key,
+    fold_checks,
+    fold_release,
+    recount_fold_polars,
+    table_key,
+)
+from kg_platform.pubmed.parse import parse_file
+from kg_platform.schemas import CORPUS_TABLES
+from kg_platform.storage.lake import Lake
+from kg_platform_tests.conftest import require_reference
+
+MIRROR_DELETIONS = {41456105, 41557076, 41616784, 41618748, 41618749, 41618779}
+
+
+# -- the independent expectation -----------------------------------------------------------
+def file_name(path: Path) -> str:
+    return path.name.removesuffix(".xml.gz")
+
+
+def read_xml(path: Path) -> ET.Element:
+    with gzip.open(path) as fh:
+        return ET.parse(fh).getroot()
+
+
+def expected_state(paths: list[Path]) -> dict[int, tuple[int, str, ET.Element]]:
+    """pmid -> (version, file, record) after applying the files in order."""
+    best: dict[int, tuple[int, int, str, ET.Element]] = {}
+    deleted_in: dict[int, int] = {}
+    for order, path in enumerate(paths):
+        root = read_xml(path)
+        for record in root.iter("PubmedArticle"):
+            pmid_el = record.find("MedlineCitation/PMID")
+            assert pmid_el is not None and pmid_el.text
+            pmid, version = int(pmid_el.text), int(pmid_el.get("Version", "1"))
+            if pmid not in best or (order, version) >= best[pmid][:2]:
+                best[pmid] = (order, version, file_name(path), record)
+        for deletion in root.iter("DeleteCitation"):
+            for pmid_el in deletion.findall("PMID"):
+                deleted_in[int(pmid_el.text or "0")] = order
+    return {
+        pmid: (version, file, record)
+        for pmid, (order, version, file, record) in best.items()
+        if deleted_in.get(pmid, -1) <= order
+    }
+
+
+def heading_rows(record: ET.Element) -> int:
+    """mesh_edges rows of a record: one per qualifier, or one for a bare heading."""
+    return sum(
+        max(1, len(h.findall("QualifierName")))
+        for h in record.iterfind("MedlineCitation/MeshHeadingList/MeshHeading")
+    )
+
+
+def reference_pmids(record: ET.Element) -> list[int]:
+    seen: list[int] = []
+    for ref in record.iterfind("PubmedData/ReferenceList//ArticleId[@IdType='pubmed']"):
+        text = (ref.text or "").strip()
+        if text.isdigit() and int(text) > 0 and int(text) not in seen:
+            seen.append(int(text))
+    return seen
+
+
+# -- helpers -------------------------------------------------------------------------------
+def load_tables(lake: Lake, paths: list[Path]) -> list[str]:
+    """Per-file tables made by the project's parser, as pubmed_tables writes them."""
+    names = []
+    for path in paths:
+        name = file_name(path)
+        for table, rows in parse_file(path).items():
+            lake.write_parquet(table_key(table, name), rows)
+        names.append(name)
+    return names
+
+
+def corpus_frame(lake: Lake, table: str) -> pl.DataFrame:
+    return pl.from_arrow(lake.read_parquet(corpus_key(table)))
+
+
+def assert_folded_as_expected(lake: Lake, paths: list[Path]) -> dict[int, tuple]:
+    names = load_tables(lake, paths)
+    expected = expected_state(paths)
+    result = fold_release(lake, names)
+    articles = corpus_frame(lake, "articles")
+    # exact surviving (pmid, version, file), sorted by pmid
+    assert list(articles.select("pmid", "version", "file").iter_rows()) == sorted(
+        (pmid, version, file) for pmid, (version, file, _) in expected.items()
+    )
+    # child rows belong to the winning record only
+    mesh = corpus_frame(lake, "mesh_edges")
+    assert mesh.height == sum(heading_rows(r) for _, _, r in expected.values())
+    citations = corpus_frame(lake, "citations")
+    expected_citations = [
+        (pmid, cited) for pmid in sorted(expected) for cited in reference_pmids(expected[pmid][2])
+    ]
+    assert list(citations.select("citing_pmid", "cited_pmid").iter_rows()) == expected_citations
+    assert result.dangling_citations == sum(c not in expected for _, c in expected_citations)
+    assert result.rows["articles"] == len(expected)
+    assert result.rows["mesh_edges"] == mesh.height
+    assert result.files == names
+    for table, model in CORPUS_TABLES.items():
+        model.validate(corpus_frame(lake, table))
+        pmid_col = "citing_pmid" if table == "citations" else "pmid"
+        assert corpus_frame(lake, table)[pmid_col].is_sorted(), table
+    checks = fold_checks(lake, names, result)
+    assert [(c.name, c.passed) for c in checks] == [
+        ("one_row_per_pmid", True),
+        ("no_deleted_pmid", True),
+        ("polars_recount", True),
+        ("edge_sources_in_articles", True),
+    ], checks
+    return expected
+
+
+# -- real release pairs --------------------------------------------------------------------
+def test_fold_of_the_2026_mirror(tmp_path: Path) -> None:
+    mirror = require_reference("pubmed", "mirror")
+    paths = [
+        mirror / "baseline" / "pubmed26n1334.xml.gz",
+        mirror / "updatefiles" / "pubmed26n1335.xml.gz",
+    ]
+    lake = Lake(str(tmp_path / "lake"))
+    expected = assert_folded_as_expected(lake, paths)
+    assert len(expected) == 60
+    result = recount_fold_polars(lake, ["pubmed26n1334", "pubmed26n1335"])
+    # the six deleted PMIDs of n1335 have no record in this sample: listed, none removed
+    assert (result["deletions_listed"], result["deleted"]) == (6, 0)
+    assert MIRROR_DELETIONS.isdisjoint(set(corpus_frame(lake, "articles")["pmid"]))
+    # 1,349 references (286 + 1,063); all but one cite PMIDs outside this 60-record corpus
+    assert result["rows"]["citations"] == 1349
+    assert result["dangling_citations"] == 1348
+
+
+@pytest.mark.parametrize("release", ["23", "24", "25"])
+def test_fold_of_sample_releases(tmp_path: Path, release: str) -> None:
+    root = require_reference("pubmed", "samples", f"pubmed{release}")
+    paths = sorted((root / "baseline").glob("*.xml.gz")) + sorted(
+        (root / "updatefiles").glob("*.xml.gz")
+    )
+    assert len(paths) == 2
+    expected = assert_folded_as_expected(Lake(str(tmp_path / "lake")), paths)
+    versions = {pmid: v for pmid, (v, _, _) in expected.items() if v > 1}
+    if release == "23":
+        # both records of these PMIDs are in the baseline file: the higher Version wins
+        assert versions == {36447600: 2, 36447759: 2}
+
+
+def write_update(path: Path, records: list[ET.Element], deleted: list[int]) -> Path:
+    root = ET.Element("PubmedArticleSet")
+    root.extend(records)
+    if deleted:
+        deletion = ET.SubElement(root, "DeleteCitation")
+        for pmid in deleted:
+            ET.SubElement(deletion, "PMID", Version="1").text = str(pmid)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with gzip.open(path, "wb") as fh:
+        fh.write(b'<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root))
+    return path
+
+
+def test_later_files_win_delete_and_restore(tmp_path: Path) -> None:
+    """Two generated update files after the real 2026 pair: a record revised with fewer
+    headings, deletions of a baseline and an update PMID, and a deleted PMID re-issued."""
+    mirror = require_reference("pubmed", "mirror")
+    base = mirror / "baseline" / "pubmed26n1334.xml.gz"
+    update = mirror / "updatefiles" / "pubmed26n1335.xml.gz"
+    base_records = list(read_xml(base).iter("PubmedArticle"))
+    update_records = list(read_xml(update).iter("PubmedArticle"))
+
+    def pmid_of(record: ET.Element) -> int:
+        return int(record.findtext("MedlineCitation/PMID") or 0)
+
+    revised = next(r for r in base_records if heading_rows(r) >= 2)
+    heading_list = revised.find("MedlineCitation/MeshHeadingList")
+    assert heading_list is not None
+    for heading in list(heading_list)[1:]:
+        heading_list.remove(heading)
+    gone_base, gone_update, back = (
+        pmid_of(base_records[1]),
+        pmid_of(update_records[0]),
+        pmid_of(base_records[2]),
+    )
+    assert len({pmid_of(revised), gone_base, gone_update, back}) == 4
+    n1336 = write_update(
+        tmp_path / "src" / "pubmed26n1336.xml.gz", [revised], [gone_base, gone_update, back]
+    )
+    n1337 = write_update(tmp_path / "src" / "pubmed26n1337.xml.gz", [base_records[2]], [])
+    lake = Lake(str(tmp_path / "lake"))
+    expected = assert_folded_as_expected(lake, [base, update, n1336, n1337])
+    assert len(expected) == 60 - 2
+    assert expected[pmid_of(revised)][1] == "pubmed26n1336"
+    assert expected[back][1] == "pubmed26n1337"
+    assert gone_base not in expected and gone_update not in expected
+    mesh = corpus_frame(lake, "mesh_edges").filter(pl.col("pmid") == pmid_of(revised))
+    assert mesh.height == heading_rows(revised)
+    recount = recount_fold_polars(
+        lake, ["pubmed26n1334", "pubmed26n1335", "pubmed26n1336", "pubmed26n1337"]
+    )
+    assert (recount["deleted"], recount["deletions_listed"]) == (2, 9)
+
+
+def test_checks_fail_on_a_tampered_corpus(tmp_path: Path) -> None:
+    mirror = require_reference("pubmed", "mirror")
+    lake = Lake(str(tmp_path / "lake"))
+    names = load_tables(
+        lake,
+        [
+            mirror / "baseline" / "pubmed26n1334.xml.gz",
+            mirror / "updatefiles" / "pubmed26n1335.xml.gz",
+        ],
+    )
+    result = fold_release(lake, names)
+    articles = corpus_frame(lake, "articles")
+    # a deleted PMID slipped in, as if from the baseline file, plus a duplicate row
+    intruder = articles.head(1).with_columns(
+        pl.lit(41456105, pl.Int64).alias("pmid"), pl.lit("pubmed26n1334").alias("file")
+    )
+    lake.write_parquet(
+        corpus_key("articles"), pl.concat([articles, articles.head(1), intruder]).to_arrow()
+    )
+    assert check_one_row_per_pmid(lake) == (False, "62 rows, 1 duplicated PMIDs")
+    assert check_no_deleted_pmid(lake, names) == (False, "1 deleted PMIDs present: [41456105]")
+    passed, details = check_recount(lake, names, result)
+    assert not passed and details.startswith("survivors_digest: duckdb ")
+    # drop the first article: its child rows now have no source
+    lake.write_parquet(corpus_key("articles"), articles.slice(1).to_arrow())
+    passed, details = check_edge_sources_in_articles(lake)
+    assert not passed and details.startswith("rows without a corpus article: {")
+
+
+def test_missing_tables_fail_before_anything_is_written(tmp_path: Path) -> None:
+    mirror = require_reference("pubmed", "mirror")
+    lake = Lake(str(tmp_path / "lake"))
+    names = load_tables(lake, [mirror / "baseline" / "pubmed26n1334.xml.gz"])
+    fold_release(lake, names)
+    before = lake.read_bytes(corpus_key("articles"))
+    with pytest.raises(FileNotFoundError, match=r"^pubmed26n1335: per-file table "):
+        fold_release(lake, [*names, "pubmed26n1335"])
+    assert lake.read_bytes(corpus_key("articles")) == before
+    with pytest.raises(ValueError, match="files listed twice: pubmed26n1334"):
+        fold_release(lake, names * 2)
