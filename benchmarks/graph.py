@@ -274,6 +274,10 @@ def main() -> int:
             result["scipy_citation_edges_per_s"] = round(
                 ref["scipy_citation_edges"] / ref["scipy_seconds"]
             )
+            # same-run ratio: both build both directions of every edge they keep
+            result["speedup_vs_scipy"] = round(
+                result["build_edges_per_s"] / result["scipy_citation_edges_per_s"], 2
+            )
         print(json.dumps(result))
     finally:
         if not args.keep:

@@ -59,7 +59,7 @@ class GroundingReportConfig(dg.Config):
 
 @dg.asset(
     deps=["grounding_index"],
-    group_name="question_path",
+    group_name="evaluation",
     kinds={"markdown"},
     check_specs=[
         dg.AssetCheckSpec(

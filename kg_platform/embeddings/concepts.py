@@ -38,7 +38,11 @@ def concept_surfaces(terms: pl.DataFrame) -> pl.DataFrame:
         raise ConceptIndexError(f"{MESH_TERMS}: missing columns {missing}")
     return (
         terms.filter(pl.col("kind").is_in(CONCEPT_KINDS), pl.col("normalised").str.len_chars() > 0)
-        .with_columns(pl.col("kind").replace_strict({"name": 0, "entry": 1}, return_dtype=pl.Int8).alias("rank"))
+        .with_columns(
+            pl.col("kind")
+            .replace_strict({"name": 0, "entry": 1}, return_dtype=pl.Int8)
+            .alias("rank")
+        )
         .sort("ui", "rank", "normalised")
         .unique(["ui", "normalised"], keep="first", maintain_order=True)
         .select("ui", "term", "normalised", "kind")
@@ -60,7 +64,9 @@ def build_concept_index(
 ) -> ConceptIndexBuild:
     started = time.perf_counter()
     if not lake.exists(MESH_TERMS):
-        raise ConceptIndexError(f"{MESH_TERMS}: not in the lake at {lake.root}; materialise mesh_tables first")
+        raise ConceptIndexError(
+            f"{MESH_TERMS}: not in the lake at {lake.root}; materialise mesh_tables first"
+        )
     frame = pl.from_arrow(lake.read_parquet(MESH_TERMS))
     assert isinstance(frame, pl.DataFrame)
     surfaces = concept_surfaces(frame)
@@ -95,14 +101,23 @@ class ConceptIndex:
     def open(cls, lake: Lake) -> ConceptIndex:
         for key in (CONCEPT_VECTORS, CONCEPT_SURFACES, CONCEPT_MANIFEST):
             if not lake.exists(key):
-                raise ConceptIndexError(f"{key}: not in the lake at {lake.root}; materialise concept_index first")
+                raise ConceptIndexError(
+                    f"{key}: not in the lake at {lake.root}; materialise concept_index first"
+                )
         surfaces = pl.from_arrow(lake.read_parquet(CONCEPT_SURFACES))
         assert isinstance(surfaces, pl.DataFrame)
         vectors = lake.read_npy(CONCEPT_VECTORS, mmap=False)
         if len(vectors) != surfaces.height:
-            raise ConceptIndexError(f"{CONCEPT_VECTORS}: {len(vectors)} rows for {surfaces.height} surfaces")
+            raise ConceptIndexError(
+                f"{CONCEPT_VECTORS}: {len(vectors)} rows for {surfaces.height} surfaces"
+            )
         manifest = json.loads(lake.read_bytes(CONCEPT_MANIFEST))
-        return cls(surfaces["ui"].to_list(), surfaces["term"].to_list(), vectors, manifest.get("fingerprint", ""))
+        return cls(
+            surfaces["ui"].to_list(),
+            surfaces["term"].to_list(),
+            vectors,
+            manifest.get("fingerprint", ""),
+        )
 
     def best(self, queries: np.ndarray, block_rows: int = 32768) -> tuple[np.ndarray, np.ndarray]:
         """For each query vector: the row of its most similar surface and that cosine."""

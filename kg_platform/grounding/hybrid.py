@@ -10,7 +10,7 @@ are never replaced or moved, and a descriptor already grounded lexically is not 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -25,19 +25,145 @@ DEFAULT_THRESHOLD = 0.90
 # question words and quantifiers. A span may hold them inside ("quality of life"), never at
 # an edge.
 FUNCTION_WORDS = frozenset(
-    """
-    a an the this that these those there here
-    i me my we our you your he him his she her it its they them their what which who whom
-    whose why how when where whether if then than so as
-    of in on at by for with without within into onto from to up down out over under about
-    above below between among through during before after against along across around
-    toward towards upon via per versus vs
-    and or nor but yet both either neither not no
-    is are was were be been being am do does did doing done have has had having
-    can could may might must shall should will would
-    any all each every some such more most less least many much few other another same own
-    very also only just too
-    """.split()
+    [
+        "a",
+        "an",
+        "the",
+        "this",
+        "that",
+        "these",
+        "those",
+        "there",
+        "here",
+        "i",
+        "me",
+        "my",
+        "we",
+        "our",
+        "you",
+        "your",
+        "he",
+        "him",
+        "his",
+        "she",
+        "her",
+        "it",
+        "its",
+        "they",
+        "them",
+        "their",
+        "what",
+        "which",
+        "who",
+        "whom",
+        "whose",
+        "why",
+        "how",
+        "when",
+        "where",
+        "whether",
+        "if",
+        "then",
+        "than",
+        "so",
+        "as",
+        "of",
+        "in",
+        "on",
+        "at",
+        "by",
+        "for",
+        "with",
+        "without",
+        "within",
+        "into",
+        "onto",
+        "from",
+        "to",
+        "up",
+        "down",
+        "out",
+        "over",
+        "under",
+        "about",
+        "above",
+        "below",
+        "between",
+        "among",
+        "through",
+        "during",
+        "before",
+        "after",
+        "against",
+        "along",
+        "across",
+        "around",
+        "toward",
+        "towards",
+        "upon",
+        "via",
+        "per",
+        "versus",
+        "vs",
+        "and",
+        "or",
+        "nor",
+        "but",
+        "yet",
+        "both",
+        "either",
+        "neither",
+        "not",
+        "no",
+        "is",
+        "are",
+        "was",
+        "were",
+        "be",
+        "been",
+        "being",
+        "am",
+        "do",
+        "does",
+        "did",
+        "doing",
+        "done",
+        "have",
+        "has",
+        "had",
+        "having",
+        "can",
+        "could",
+        "may",
+        "might",
+        "must",
+        "shall",
+        "should",
+        "will",
+        "would",
+        "any",
+        "all",
+        "each",
+        "every",
+        "some",
+        "such",
+        "more",
+        "most",
+        "less",
+        "least",
+        "many",
+        "much",
+        "few",
+        "other",
+        "another",
+        "same",
+        "own",
+        "very",
+        "also",
+        "only",
+        "just",
+        "too",
+    ]
 )
 
 
@@ -97,7 +223,9 @@ class HybridGrounder:
         self.max_span_words = max_span_words
 
     def with_threshold(self, threshold: float) -> HybridGrounder:
-        return HybridGrounder(self.lexical, self.encoder, self.concepts, threshold, self.max_span_words)
+        return HybridGrounder(
+            self.lexical, self.encoder, self.concepts, threshold, self.max_span_words
+        )
 
     def span_links(self, question: str, lexical: list[Grounding] | None = None) -> list[SpanLink]:
         """Every candidate span's best concept, whatever its score (best first)."""
@@ -122,7 +250,9 @@ class HybridGrounder:
         links = self.span_links(question, lexical)
         return lexical + self.select(links, lexical, len(question_words(question)))
 
-    def select(self, links: list[SpanLink], lexical: list[Grounding], n_words: int) -> list[Grounding]:
+    def select(
+        self, links: list[SpanLink], lexical: list[Grounding], n_words: int
+    ) -> list[Grounding]:
         """Dense groundings from ranked span links: above threshold, no overlap with each
         other or with the lexical ones, one per descriptor."""
         taken = np.zeros(n_words, dtype=bool)
@@ -150,7 +280,3 @@ class HybridGrounder:
                 )
             )
         return sorted(out, key=lambda g: g.start)
-
-
-def mark_dense(grounding: Grounding, score: float) -> Grounding:
-    return replace(grounding, kind=DENSE_KIND, variant=f"cosine={score:.3f}")

@@ -223,6 +223,17 @@ def write_synthetic_release(
     return paths
 
 
+def _by_popularity(vocabulary: list[tuple[str, str]], rng: random.Random) -> list[tuple[str, str]]:
+    """Order a vocabulary for Zipf sampling: the check tags and common topics of the default
+    vocabulary first (Humans, Female, ...), then the rest in a seeded random order, so a full
+    MeSH table does not make Calcimycin (D000001) the most used heading."""
+    rank = {ui: i for i, (ui, _) in enumerate(DEFAULT_MESH_VOCABULARY)}
+    known = sorted((pair for pair in vocabulary if pair[0] in rank), key=lambda p: rank[p[0]])
+    rest = [pair for pair in vocabulary if pair[0] not in rank]
+    rng.shuffle(rest)
+    return known + rest
+
+
 def _split(n: int, parts: int) -> list[tuple[int, int]]:
     return [(n * i // parts, n * (i + 1) // parts) for i in range(parts)]
 
@@ -258,6 +269,7 @@ class _ReleaseWriter:
         self.out_dir = out_dir
         self.release = release
         self.rng = random.Random(seed)
+        vocabulary = _by_popularity(vocabulary, self.rng)
         self.ui = [ui for ui, _ in vocabulary]
         self.name = [_escape(name) for _, name in vocabulary]
         self.plain_name = [name for _, name in vocabulary]

@@ -69,9 +69,15 @@ def runs_of_backfill(instance: dg.DagsterInstance, backfill_id: str) -> list[dg.
     return list(instance.get_runs(filters=dg.RunsFilter(tags={"dagster/backfill": backfill_id})))
 
 
-def step_failure_messages(instance: dg.DagsterInstance, run_id: str) -> list[str]:
-    records = instance.all_logs(run_id, of_type=dg.DagsterEventType.STEP_FAILURE)
-    return [r.dagster_event.step_failure_data.error.message for r in records]
+def step_failure_causes(instance: dg.DagsterInstance, run_id: str) -> list[str]:
+    """The user-code error under each step failure (Dagster wraps it in its own)."""
+    causes = []
+    for record in instance.all_logs(run_id, of_type=dg.DagsterEventType.STEP_FAILURE):
+        error = record.dagster_event.step_failure_data.error
+        while error.cause is not None:
+            error = error.cause
+        causes.append(error.message.strip())
+    return causes
 
 
 def check_statuses(instance: dg.DagsterInstance, asset: str, names: list[str]) -> dict:
@@ -149,7 +155,7 @@ def test_failed_shard_is_backfilled_from_failure(tmp_path: Path) -> None:
                     if r.status == dg.DagsterRunStatus.FAILURE
                 ]
                 assert [r.tags.get("dagster/partition") for r in failed] == [CORRUPT]
-                messages = step_failure_messages(instance, failed[0].run_id)
+                messages = step_failure_causes(instance, failed[0].run_id)
                 assert len(messages) == 1
                 assert messages[0].startswith(
                     f"kg_platform.pubmed.errors.PubmedFileError: {CORRUPT}.xml.gz: md5 mismatch "

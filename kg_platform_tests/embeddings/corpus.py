@@ -32,10 +32,14 @@ def write_corpus(lake: Lake, n: int = 18, files: tuple[str, ...] = FILES) -> pl.
                 "n_pubtypes": 1,
             }
         )
-    frame = pl.DataFrame(rows).with_columns(
-        pl.col("version").cast(pl.Int32),
-        pl.col("year").cast(pl.Int32),
-        pl.col("n_pubtypes").cast(pl.Int32),
-    ).sort("pmid")
+    frame = (
+        pl.DataFrame(rows)
+        .with_columns(
+            pl.col("version").cast(pl.Int32),
+            pl.col("year").cast(pl.Int32),
+            pl.col("n_pubtypes").cast(pl.Int32),
+        )
+        .sort("pmid")
+    )
     lake.write_parquet(CORPUS_ARTICLES, frame.to_arrow())
     return frame

@@ -41,7 +41,12 @@ def test_padding_follows_length_sorted_batches_within_each_super_batch():
     encoder = tiny_encoder()
     texts = _texts(16)
     lengths = np.array(
-        [len(ids) for ids in encoder.tokenizer(texts, truncation=True, max_length=encoder.max_length)["input_ids"]]
+        [
+            len(ids)
+            for ids in encoder.tokenizer(texts, truncation=True, max_length=encoder.max_length)[
+                "input_ids"
+            ]
+        ]
     )
     stats = FeederStats()
     settings = FeederSettings(batch_size=3, super_batch=8, chunk=8, workers=0)
@@ -77,10 +82,14 @@ def test_a_stream_of_unknown_length_comes_back_as_consecutive_blocks():
     encoder = tiny_encoder()
     texts = [t for _, t, _ in scifact_abstracts(7)]
     blocks = list(
-        embed_stream(encoder, iter(texts), FeederSettings(batch_size=2, super_batch=3, chunk=2, workers=0))
+        embed_stream(
+            encoder, iter(texts), FeederSettings(batch_size=2, super_batch=3, chunk=2, workers=0)
+        )
     )
     assert [len(b) for b in blocks] == [4, 3]
-    np.testing.assert_allclose(np.concatenate(blocks).astype(np.float32), encoder.encode(texts), atol=2e-3)
+    np.testing.assert_allclose(
+        np.concatenate(blocks).astype(np.float32), encoder.encode(texts), atol=2e-3
+    )
     assert list(embed_stream(encoder, iter([]), FeederSettings(workers=0))) == []
 
 

@@ -58,7 +58,9 @@ def test_duplicate_pmids_across_shards_stop_the_build(tmp_path):
     broken = pl.concat([corpus, twin.with_columns(pl.lit(FILES[1]).alias("file"))]).sort("pmid")
     lake.write_parquet(CORPUS_ARTICLES, broken.to_arrow())
     embed_shards(lake, tiny_encoder(), list(FILES), SETTINGS)
-    with pytest.raises(IndexBuildError, match=rf"PMIDs in more than one shard, e.g. \[{twin['pmid'][0]}\]"):
+    with pytest.raises(
+        IndexBuildError, match=rf"PMIDs in more than one shard, e.g. \[{twin['pmid'][0]}\]"
+    ):
         build_index(lake, tiny_encoder().fingerprint, block_rows=4, stride=2)
 
 

@@ -58,7 +58,10 @@ def test_a_verified_shard_is_kept_and_a_half_written_or_damaged_one_is_redone(tm
     damaged = lake.read_npy(vectors_key(FILES[1]), mmap=False)
     damaged[0, 0] += 1
     lake.write_npy(vectors_key(FILES[1]), damaged)
-    assert verify_shard(lake, FILES[0], lake.read_npy(pmids_key(FILES[0])), encoder.fingerprint).reason == "unsealed (partial write)"
+    assert (
+        verify_shard(lake, FILES[0], lake.read_npy(pmids_key(FILES[0])), encoder.fingerprint).reason
+        == "unsealed (partial write)"
+    )
     resumed = embed_shards(lake, encoder, list(FILES), SETTINGS)
     assert [r.embedded for r in resumed.shards] == [True, True, False]
     assert lake.read_bytes(meta_key(FILES[2])) == sealed[FILES[2]]
@@ -75,7 +78,10 @@ def test_a_shard_is_redone_when_the_corpus_or_the_model_changes(tmp_path):
     lake.write_parquet(
         CORPUS_ARTICLES,
         corpus.with_columns(
-            pl.when(pl.col("pmid") == moved).then(pl.lit("pubmed26n0002")).otherwise(pl.col("file")).alias("file")
+            pl.when(pl.col("pmid") == moved)
+            .then(pl.lit("pubmed26n0002"))
+            .otherwise(pl.col("file"))
+            .alias("file")
         ).to_arrow(),
     )
     run = embed_shards(lake, tiny, ["pubmed26n0001", "pubmed26n0002"], SETTINGS)

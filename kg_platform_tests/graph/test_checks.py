@@ -39,8 +39,9 @@ def test_a_good_build_passes_both(lake: Lake, tiny, con: duckdb.DuckDBPyConnecti
     store = KGStore.open(lake, tiny.build_id)
     inv = check_invariants(store)
     assert inv.passed, inv.description
-    rc = recount(store, con, named_pmids=(40,), named_uis=("D000002",))
+    rc = recount(store, con, named_pmids=(40,), named_uis=("D000002", "D006801"))
     assert rc.passed, rc.description
+    assert rc.metadata["named_descriptors_absent"] == 1
     assert rc.metadata["duckdb_citation_edges"] == 7
     assert rc.metadata["duckdb_dangling_citations"] == 2
     assert rc.metadata["duckdb_major_pairs"] == 3

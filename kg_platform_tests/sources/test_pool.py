@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import dagster as dg
+import pytest
 
 from kg_platform_tests.conftest import REPO_ROOT, require_reference
 from kg_platform_tests.sources.mirror_server import serve_mirror
@@ -28,6 +29,7 @@ def test_repository_dagster_yaml_sets_the_ncbi_pool(tmp_path: Path) -> None:
         assert (info.limit, info.using_default_limit) == (4, True)
 
 
+@pytest.mark.slow  # twelve Python processes (a run and its step each): ~100 s on 2 cores
 def test_at_most_four_downloads_across_runs(tmp_path: Path) -> None:
     mirror = require_reference("pubmed", "mirror")
     files = many_files_mirror(mirror, tmp_path / "src", RUNS)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import multiprocessing
 import os
 import shutil
 import threading
@@ -307,3 +308,29 @@ def test_never_more_than_four_connections_at_once(mirror: Path, tmp_path: Path) 
     with serve_mirror(tmp_path / "src", delay_s=0.05) as (url, state):
         fetch_all_in_threads(url, files, lake2, limit=16)
         assert state.max_active > 4
+
+
+def _fetch_in_child(url: str, files: list[SourceFile], lake_root: str) -> None:
+    lake = Lake(lake_root)
+    for f in files:
+        PubmedSource(url, max_connections=4).fetch(f, lake, raw_key(f))
+
+
+def test_the_limit_holds_across_processes(mirror: Path, tmp_path: Path) -> None:
+    """Separate processes share nothing in memory: the slots must still hold them to 4."""
+    files = many_files_mirror(mirror, tmp_path / "src", 16)
+    lake_root = str(tmp_path / "lake")
+    fork = multiprocessing.get_context("fork")
+    with serve_mirror(tmp_path / "src", delay_s=0.1) as (url, state):
+        children = [
+            fork.Process(target=_fetch_in_child, args=(url, files[i::8], lake_root))
+            for i in range(8)
+        ]
+        for child in children:
+            child.start()
+        for child in children:
+            child.join(timeout=120)
+        assert [child.exitcode for child in children] == [0] * 8
+        assert len(state.requests) == 32
+        assert 2 <= state.max_active <= 4, state.max_active
+    assert len(Lake(lake_root).list("raw/pubmed/26/baseline", ".xml.gz")) == 16

@@ -1,0 +1,160 @@
+"""The dense layer: per-file embedding shards, the consolidated index, the concept index."""
+
+import dagster as dg
+
+from kg_platform.assets.partitions import pubmed_files
+from kg_platform.embeddings.concepts import CONCEPT_VECTORS, build_concept_index
+from kg_platform.embeddings.index import (
+    INDEX_VECTORS,
+    build_index,
+    check_norms,
+    check_sample_against_shards,
+)
+from kg_platform.embeddings.shards import embed_shards
+from kg_platform.resources.encoder import EncoderResource
+from kg_platform.resources.lake import LakeResource
+
+
+@dg.asset(
+    partitions_def=pubmed_files,
+    deps=["corpus"],
+    pool="gpu",
+    group_name="embeddings",
+    kinds={"numpy", "torch"},
+    # a backfill hands several files to one run, so super-batches span files
+    backfill_policy=dg.BackfillPolicy.multi_run(max_partitions_per_run=16),
+    check_specs=[
+        dg.AssetCheckSpec(
+            "one_vector_per_quotable_record",
+            asset="embedding_shards",
+            description="each shard holds exactly the file's quotable PMIDs, sealed and verified",
+        )
+    ],
+)
+def embedding_shards(
+    context: dg.AssetExecutionContext, lake: LakeResource, encoder: EncoderResource
+) -> dg.MaterializeResult:
+    """Unit vectors (fp16) of title + abstract for the quotable records whose current version
+    lives in each file; a shard already verified is kept, so a killed run resumes."""
+    files = list(context.partition_keys)
+    run = embed_shards(lake.get(), encoder.get(), files)
+    return dg.MaterializeResult(
+        metadata={
+            "files": len(files),
+            "vectors": sum(s.vectors for s in run.shards),
+            "embedded_now": run.embedded,
+            "kept_verified": sum(1 for s in run.shards if not s.embedded),
+            "texts_per_s": round(run.texts_per_s, 1),
+            "padding_overhead": round(run.padding_overhead, 4),
+            "seconds": round(run.seconds, 2),
+        },
+        check_results=[
+            dg.AssetCheckResult(
+                check_name="one_vector_per_quotable_record",
+                passed=True,  # embed_shards verified or wrote every shard; it raises otherwise
+                metadata={"shards": {s.file: s.reason for s in run.shards}},
+            )
+        ],
+    )
+
+
+INDEX_CHECKS = {
+    "vector_count_equals_quotable": "vectors == quotable records, any gap explained by files without a verified shard",
+    "sample_rows_match_shards": "a random sample of index rows equals its shard rows bit for bit",
+    "norms_about_one": "sampled vectors have norm 1 up to fp16 rounding",
+}
+
+
+@dg.asset(
+    deps=["embedding_shards", "corpus"],
+    pool="gpu",
+    group_name="embeddings",
+    kinds={"numpy"},
+    check_specs=[
+        dg.AssetCheckSpec(name, asset="embedding_index", description=description)
+        for name, description in INDEX_CHECKS.items()
+    ],
+)
+def embedding_index(lake: LakeResource, encoder: EncoderResource) -> dg.MaterializeResult:
+    """Every embedded quotable record in one PMID-sorted, memory-mapped fp16 matrix
+    (embeddings/index/vectors.f16.npy with pmids.npy), consolidated in two passes."""
+    the_lake = lake.get()
+    fingerprint = encoder.get().fingerprint
+    build = build_index(the_lake, fingerprint)
+    sample = check_sample_against_shards(the_lake)
+    norms = check_norms(the_lake)
+    return dg.MaterializeResult(
+        metadata={
+            "path": the_lake.path(INDEX_VECTORS),
+            "vectors": build.vectors,
+            "dim": build.dim,
+            "quotable": build.quotable,
+            "gap": build.gap,
+            "shards": build.shards,
+            "missing_files": len(build.missing_files),
+            "seconds": round(build.seconds, 2),
+        },
+        check_results=[
+            dg.AssetCheckResult(
+                check_name="vector_count_equals_quotable",
+                passed=build.gap == 0 or build.gap_explained,
+                metadata={
+                    "vectors": build.vectors,
+                    "quotable": build.quotable,
+                    "gap": build.gap,
+                    "explained_by_missing_shards": build.missing_vectors,
+                    "missing_files": dict(list(build.missing_reasons.items())[:50]),
+                },
+            ),
+            dg.AssetCheckResult(
+                check_name="sample_rows_match_shards",
+                passed=not sample.mismatches,
+                metadata={
+                    "checked": sample.checked,
+                    "mismatched_pmids": list(sample.mismatches[:20]),
+                },
+            ),
+            dg.AssetCheckResult(
+                check_name="norms_about_one",
+                passed=norms.passed(),
+                metadata={"checked": norms.checked, "min": norms.min_norm, "max": norms.max_norm},
+            ),
+        ],
+    )
+
+
+@dg.asset(
+    deps=["mesh_tables"],
+    group_name="embeddings",
+    kinds={"numpy"},
+    check_specs=[
+        dg.AssetCheckSpec(
+            "norms_about_one",
+            asset="concept_index",
+            description="every concept surface vector has norm 1 up to fp16 rounding",
+        )
+    ],
+)
+def concept_index(lake: LakeResource, encoder: EncoderResource) -> dg.MaterializeResult:
+    """Every MeSH descriptor name and entry term embedded once, for the hybrid grounder."""
+    the_lake = lake.get()
+    build = build_concept_index(the_lake, encoder.get())
+    return dg.MaterializeResult(
+        metadata={
+            "path": the_lake.path(CONCEPT_VECTORS),
+            "surfaces": build.surfaces,
+            "descriptors": build.descriptors,
+            "dim": build.dim,
+            "seconds": round(build.seconds, 2),
+        },
+        check_results=[
+            dg.AssetCheckResult(
+                check_name="norms_about_one",
+                passed=abs(build.min_norm - 1) < 1e-2 and abs(build.max_norm - 1) < 1e-2,
+                metadata={"min": build.min_norm, "max": build.max_norm},
+            )
+        ],
+    )
+
+
+defs = dg.Definitions(assets=[embedding_shards, embedding_index, concept_index])
