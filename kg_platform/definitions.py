@@ -3,14 +3,22 @@ resources bound from kg_platform.settings (environment, then `.kg/sources.json`)
 
 import dagster as dg
 
-from kg_platform.assets import allocation, graph, grounding, mesh, pubmed
+from kg_platform.assets import allocation, embeddings, graph, grounding, mesh, pubmed
 from kg_platform.resources.catalog import CatalogResource
+from kg_platform.resources.encoder import EncoderResource
 from kg_platform.resources.lake import LakeResource
 from kg_platform.resources.mesh import MeshSourceResource
 from kg_platform.resources.pubmed_source import PubmedSourceResource
 from kg_platform.settings import Settings
 
-STAGES = [pubmed.defs, mesh.defs, graph.defs, grounding.defs, allocation.defs]
+STAGES = [
+    pubmed.defs,
+    mesh.defs,
+    graph.defs,
+    grounding.defs,
+    embeddings.defs,
+    allocation.defs,
+]
 
 
 def build_resources(settings: Settings) -> dict[str, dg.ConfigurableResource]:
@@ -19,6 +27,7 @@ def build_resources(settings: Settings) -> dict[str, dg.ConfigurableResource]:
         "catalog": CatalogResource(database=settings.catalog),
         "pubmed_source": PubmedSourceResource(base=settings.pubmed_source),
         "mesh_source": MeshSourceResource(location=settings.mesh_source),
+        "encoder": EncoderResource(),
     }
 
 

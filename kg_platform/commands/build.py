@@ -58,6 +58,14 @@ def choose_sources(args: argparse.Namespace, settings: Settings) -> Settings:
     return replace(settings, lake=lake, pubmed_source=pubmed, mesh_source=mesh)
 
 
+def cuda_available() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return bool(torch.cuda.is_available())
+
+
 def ensure_synthetic(settings: Settings) -> None:
     folder = Path(settings.pubmed_source)
     if folder != settings.home / "synthetic" or (folder / "baseline").exists():
@@ -118,37 +126,51 @@ def plan_stages(asset_graph, selected: set) -> list[Stage]:
 
 def run_build(args: argparse.Namespace) -> int:
     started = time.perf_counter()
-    settings = choose_sources(args, Settings.load())
     if args.files is not None and args.files < 1:
         raise ValueError(f"--files {args.files}: must be at least 1")
-    settings.record()
+    settings = choose_sources(args, Settings.load())
     ensure_synthetic(settings)
-    instance = prepare_instance(settings)
 
     import dagster as dg
 
     from kg_platform.definitions import build_definitions
+    from kg_platform.mesh.source import resolve_mesh_source
     from kg_platform.pubmed.source import PubmedSource, current_release
 
-    defs = build_definitions(settings)
-    source = PubmedSource(settings.pubmed_source)
-    files = current_release(source.list_files())
+    # validate every input before anything is recorded or run
+    files = current_release(PubmedSource(settings.pubmed_source).list_files())
     if not files:
         raise ValueError(f"{settings.pubmed_source}: no complete PubMed release in the listing")
     if args.files:
         files = files[: args.files]
     names = [f.name for f in files]
+    defs = build_definitions(settings)
+    asset_graph = defs.resolve_asset_graph()
+    if args.select:
+        selection = dg.AssetSelection.from_string(args.select)
+    else:
+        selection = dg.AssetSelection.all()
+        if not reference_data_dir().exists():
+            # evaluation reports read the reference question sets, not the sources
+            print(f"no reference data at {reference_data_dir()}: skipping evaluation reports")
+            selection = selection - dg.AssetSelection.groups("evaluation")
+        if not cuda_available():
+            print(
+                "no GPU: skipping the dense layer (embeddings); "
+                "add it with --select 'group:embeddings'"
+            )
+            selection = selection - dg.AssetSelection.groups("embeddings")
+    selected = set(selection.resolve(asset_graph))
+    if dg.AssetKey("mesh_tables") in selected:
+        print(f"mesh {resolve_mesh_source(settings.mesh_source).describe()}")
+
+    settings.record()
+    instance = prepare_instance(settings)
     instance.add_dynamic_partitions("pubmed_files", names)
     print(
         f"source {settings.pubmed_source}: {len(names)} files ({names[0]} .. {names[-1]}); "
         f"lake {settings.lake}"
     )
-
-    asset_graph = defs.resolve_asset_graph()
-    selection = (
-        dg.AssetSelection.from_string(args.select) if args.select else dg.AssetSelection.all()
-    )
-    selected = set(selection.resolve(asset_graph))
     stages = plan_stages(asset_graph, selected)
     runs = [(s, p) for s in stages for p in (names if s.partitioned else [None])]
     resources = defs.resources
