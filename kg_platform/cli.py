@@ -10,6 +10,7 @@ import argparse
 import importlib
 import pkgutil
 import sys
+import warnings
 
 import kg_platform.commands as commands
 
@@ -29,6 +30,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # Dagster flags preview parameters (backfill_policy) on every import; not the user's concern
+    warnings.filterwarnings("ignore", message=r".*is currently in (beta|preview)")
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)

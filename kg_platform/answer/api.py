@@ -1,26 +1,35 @@
 """The question path from Python: ``KnowledgeGraph.open(lake).ask(question)``.
 
 ground -> roles -> link (graph picks the pair) -> evidence paths -> refusal ladder -> rank
--> cut. No model runs here; the ladder decides before any generator could.
+-> cut. The ladder decides before any generator could. The only model that may run is the
+sentence encoder: it embeds the question for the dense ranker when the lake has an
+embedding index (``embeddings/index``), and the question's spans for the hybrid grounder
+when asked for (``AskConfig.hybrid_threshold``, needs ``concept_index``). Without an index
+the evidence is ordered by the structural score, and the answer says which ranker ran.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import time
 import unicodedata
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import polars as pl
 import pyarrow.parquet as pq
 
 from kg_platform.answer.ladder import LadderConfig, LadderInput, Verdict, run_ladder
+from kg_platform.embeddings.encoder import Encoder
+from kg_platform.embeddings.index import INDEX_MANIFEST
 from kg_platform.graph import layout
 from kg_platform.graph.store import KGStore
 from kg_platform.grounding.grounder import Grounder, Grounding, build_surface_table
+from kg_platform.grounding.hybrid import HybridGrounder
 from kg_platform.grounding.index import SURFACES_KEY
 from kg_platform.grounding.roles import Role, RoleConfig, assign_roles
+from kg_platform.retrieval.dense import DenseIndex, SemanticRanker, SemanticScores
 from kg_platform.retrieval.linking import ConceptPair, concepts_in_graph, score_pairs
 from kg_platform.retrieval.paths import (
     Candidates,
@@ -32,7 +41,10 @@ from kg_platform.retrieval.paths import (
 )
 from kg_platform.storage.lake import Lake
 
-SCHEMA_VERSION = 1
+# 2: adds `ranker`, `signals` (top level and in `verdict`), `grounder` and evidence
+# `similarity` to version 1; nothing of version 1 was removed, renamed or reordered
+SCHEMA_VERSION = 2
+RANKERS = ("auto", "dense", "structural")
 MAX_QUESTION_CHARS = 1000
 
 MESH_KEYS = {t: f"mesh/{t}.parquet" for t in ("descriptors", "tree", "terms")}
@@ -64,6 +76,16 @@ class AskConfig:
     # when the best-supported pair has no path at all, try the next ones, at most this many
     max_pairs_tried: int = 3
     top_pairs_shown: int = 5
+    # auto: dense when the lake has an embedding index, else structural
+    ranker: str = "auto"
+    # None: lexical grounding only; a cosine in (0, 1]: add dense span links (concept_index)
+    hybrid_threshold: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.ranker not in RANKERS:
+            raise ValueError(f"ranker {self.ranker!r}: expected one of {RANKERS}")
+        if self.hybrid_threshold is not None and not 0.0 < self.hybrid_threshold <= 1.0:
+            raise ValueError(f"hybrid threshold {self.hybrid_threshold}: must be in (0, 1]")
 
 
 @dataclass(frozen=True)
@@ -103,6 +125,7 @@ class Evidence:
             "concern": p.concern,
             "hops": [{"pmid": h.pmid, "year": h.year, "relation": h.relation} for h in p.hops],
             "rendered": p.render(),
+            "similarity": p.similarity,
         }
 
 
@@ -117,6 +140,8 @@ class Answer:
     evidence: tuple[Evidence, ...]
     timings_ms: dict[str, float]
     graph_build: str
+    ranker: str = "structural"
+    grounder: dict[str, object] = field(default_factory=lambda: {"kind": "lexical"})
 
     def to_json(self) -> dict:
         def pair(p: ConceptPair) -> dict:
@@ -138,6 +163,9 @@ class Answer:
             "verdict": self.verdict.to_json(),
             "evidence": [e.to_json() for e in self.evidence],
             "timings_ms": dict(self.timings_ms),
+            "ranker": self.ranker,
+            "signals": self.verdict.to_json()["signals"],
+            "grounder": dict(self.grounder),
         }
 
 
@@ -171,15 +199,17 @@ class KnowledgeGraph:
     def __init__(
         self,
         lake: Lake,
-        grounder: Grounder,
+        grounder: Grounder | HybridGrounder,
         roles: pl.DataFrame,
         store: KGStore,
         config: AskConfig = AskConfig(),
+        semantic: SemanticRanker | None = None,
     ) -> None:
         self.lake = lake
         self.grounder = grounder
         self.store = store
         self.config = config
+        self.semantic = semantic
         self.roles = dict(
             zip(
                 roles["ui"].to_list(),
@@ -189,14 +219,53 @@ class KnowledgeGraph:
         )
 
     @classmethod
-    def open(cls, lake: Lake | str, config: AskConfig = AskConfig()) -> KnowledgeGraph:
+    def open(
+        cls,
+        lake: Lake | str,
+        config: AskConfig = AskConfig(),
+        encoder: Encoder | None = None,
+    ) -> KnowledgeGraph:
+        """Open the published graph, MeSH tables and (when there and wanted) the embedding
+        index and concept index. ``encoder`` defaults to the packaged all-MiniLM-L6-v2,
+        loaded only when the dense ranker or the hybrid grounder needs it."""
         lake = Lake(lake) if isinstance(lake, str) else lake
         store = KGStore.open(lake)
-        grounder, descriptors, tree = load_grounder(lake)
+        lexical, descriptors, tree = load_grounder(lake)
         roles = assign_roles(
             descriptors, tree, config.roles, graph_article_counts(store), store.n_articles
         )
-        return cls(lake, grounder, roles, store, config)
+        has_index = lake.exists(INDEX_MANIFEST)
+        if config.ranker == "dense" and not has_index:
+            raise FileNotFoundError(
+                f"{lake.path(INDEX_MANIFEST)}: no embedding index for the dense ranker; "
+                "materialise `embedding_index` or use the structural ranker"
+            )
+        dense = has_index and config.ranker != "structural"
+        if encoder is None and (dense or config.hybrid_threshold is not None):
+            encoder = Encoder()
+        semantic = None
+        if dense:
+            assert encoder is not None
+            semantic = SemanticRanker(encoder, DenseIndex.open(lake))
+        grounder: Grounder | HybridGrounder = lexical
+        if config.hybrid_threshold is not None:
+            from kg_platform.embeddings.concepts import ConceptIndex
+
+            assert encoder is not None
+            grounder = HybridGrounder(
+                lexical, encoder, ConceptIndex.open(lake), config.hybrid_threshold
+            )
+        return cls(lake, grounder, roles, store, config, semantic)
+
+    @property
+    def ranker(self) -> str:
+        return "dense" if self.semantic is not None else "structural"
+
+    @property
+    def grounder_description(self) -> dict[str, object]:
+        if isinstance(self.grounder, HybridGrounder):
+            return {"kind": "hybrid", "threshold": self.grounder.threshold}
+        return {"kind": "lexical"}
 
     def ground(self, question: str) -> list[RoledGrounding]:
         text = validate_question(question)
@@ -247,6 +316,7 @@ class KnowledgeGraph:
         )
         clock.lap("ladder")
         evidence: tuple[Evidence, ...] = ()
+        verdict = replace(verdict, ranker=self.ranker)
         if verdict.answerable and candidates is not None:
             filters = []
             for r in roled:
@@ -254,7 +324,20 @@ class KnowledgeGraph:
                     with contextlib.suppress(KeyError):  # a FILTER the graph never saw
                         filters.append(self.store.desc_idx(r.grounding.ui))
             scores = structural_scores(self.store, candidates, filters, flags["concern"])
-            paths = top_paths(self.store, candidates, alive, scores, flags, top_k)
+            similarity = None
+            if self.semantic is not None:
+                # every surviving candidate is scored against this question, then cut
+                similarity, semantic = self._similarity(text, candidates, alive)
+                verdict = replace(
+                    verdict,
+                    signals=_signals(semantic),
+                    explanation=f"{verdict.explanation} {_dense_note(semantic)}",
+                )
+            else:
+                verdict = replace(
+                    verdict, explanation=f"{verdict.explanation} Ranked by structural score."
+                )
+            paths = top_paths(self.store, candidates, alive, scores, flags, top_k, similarity)
             titles = self._titles([p.terminal.pmid for p in paths])
             evidence = tuple(Evidence(p, titles.get(p.terminal.pmid)) for p in paths)
         clock.lap("rank")
@@ -268,7 +351,22 @@ class KnowledgeGraph:
             evidence=evidence,
             timings_ms=clock.laps,
             graph_build=self.store.build_id,
+            ranker=self.ranker,
+            grounder=self.grounder_description,
         )
+
+    def _similarity(
+        self, question: str, candidates: Candidates, alive: np.ndarray
+    ) -> tuple[np.ndarray, SemanticScores]:
+        """Question-terminal cosine aligned with every candidate (NaN where not alive or
+        without a vector), and the ranker's signals over the alive ones."""
+        assert self.semantic is not None
+        rows = np.flatnonzero(alive)
+        pmids = np.asarray(self.store.array("pmids"))[candidates.terminal[rows]]
+        semantic = self.semantic.score(question, pmids)
+        similarity = np.full(len(candidates), np.nan, dtype=np.float64)
+        similarity[rows] = semantic.scores
+        return similarity, semantic
 
     def _titles(self, pmids: list[int]) -> dict[int, str | None]:
         key = layout.CORPUS_INPUTS["articles"]
@@ -284,6 +382,27 @@ class KnowledgeGraph:
             filesystem=filesystem,
         )
         return dict(zip(table["pmid"].to_pylist(), table["title"].to_pylist(), strict=True))
+
+
+def _finite(value: float) -> float | None:
+    return None if math.isnan(value) else round(value, 6)
+
+
+def _signals(semantic: SemanticScores) -> dict[str, float | int | None]:
+    # NaN (no candidate with a vector) is not JSON: it becomes null
+    return {k: _finite(v) if isinstance(v, float) else v for k, v in semantic.signals().items()}
+
+
+def _dense_note(semantic: SemanticScores) -> str:
+    if semantic.embedded == 0:
+        return (
+            "Ranked by dense similarity, but no candidate has a vector in the embedding "
+            "index, so the structural score orders them."
+        )
+    return (
+        f"Ranked by dense similarity ({semantic.embedded} of {semantic.candidates} with a "
+        f"vector; top-1 {semantic.top1:.3f}, mean top-8 {semantic.mean_top8:.3f})."
+    )
 
 
 class _Clock:

@@ -57,6 +57,11 @@ class Verdict:
     gate: int | None
     explanation: str
     counts: dict[str, int]
+    # which ranker orders the evidence ("dense" or "structural"); set by the question path
+    ranker: str | None = None
+    # dense ranking signals of the surviving candidates (top-1 and mean top-8 similarity);
+    # None when structural or refused before ranking
+    signals: dict[str, float | int | None] | None = None
 
     def to_json(self) -> dict:
         return {
@@ -65,6 +70,8 @@ class Verdict:
             "gate": self.gate,
             "explanation": self.explanation,
             "counts": dict(self.counts),
+            "ranker": self.ranker,
+            "signals": dict(self.signals) if self.signals is not None else None,
         }
 
 

@@ -1,4 +1,5 @@
-"""`kg ask "question" [--as-of YEAR] [--json] [--top-k N] [--lake DIR]`."""
+"""`kg ask "question" [--as-of YEAR] [--json] [--top-k N] [--lake DIR] [--hybrid THRESHOLD]
+[--ranker auto|dense|structural]`."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import argparse
 import json
 import sys
 
-from kg_platform.answer.api import Answer, KnowledgeGraph, QuestionError
+from kg_platform.answer.api import RANKERS, Answer, AskConfig, KnowledgeGraph, QuestionError
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -16,11 +17,29 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--json", action="store_true", help="the documented JSON schema")
     parser.add_argument("--top-k", type=int, default=10, help="evidence paths shown")
     parser.add_argument("--lake", default=".kg/lake")
+    parser.add_argument(
+        "--hybrid",
+        type=float,
+        default=None,
+        metavar="THRESHOLD",
+        help="also link question spans to MeSH by embedding cosine >= THRESHOLD "
+        "(needs concept_index; default off)",
+    )
+    parser.add_argument(
+        "--ranker",
+        choices=RANKERS,
+        default="auto",
+        help="auto: dense when the lake has an embedding index, else structural",
+    )
     parser.set_defaults(func=run_ask)
 
 
 def render_text(answer: Answer) -> str:
-    lines = ["Groundings:"]
+    grounder = answer.grounder
+    kind = grounder.get("kind")
+    lines = [
+        f"Groundings ({kind}{', threshold ' + str(grounder['threshold']) if kind == 'hybrid' else ''}):"
+    ]
     for r in answer.groundings:
         g = r.grounding
         lines.append(f"  {r.role:<6} {g.name} ({g.ui})  <- '{g.surface}' [{r.reason}]")
@@ -33,10 +52,16 @@ def render_text(answer: Answer) -> str:
     v = answer.verdict
     verdict = "ANSWERABLE" if v.answerable else f"REFUSED at gate {v.gate}: {v.reason}"
     lines += [f"Verdict: {verdict}", f"  {v.explanation}", f"  counts: {v.counts}"]
+    lines.append(f"  ranker: {answer.ranker}")
+    if v.signals:
+        lines.append(f"  signals: {v.signals}")
     if answer.evidence:
         lines.append("Evidence:")
         for e in answer.evidence:
-            lines.append(f"  PMID {e.path.terminal.pmid} ({e.path.terminal.year}) {e.title or ''}")
+            sim = "" if e.path.similarity is None else f" [similarity {e.path.similarity:.3f}]"
+            lines.append(
+                f"  PMID {e.path.terminal.pmid} ({e.path.terminal.year}) {e.title or ''}{sim}"
+            )
             lines.append(f"    {e.path.render()}")
     timings = ", ".join(f"{k} {v:.1f}" for k, v in answer.timings_ms.items())
     lines.append(f"Timings (ms): {timings}")
@@ -45,7 +70,8 @@ def render_text(answer: Answer) -> str:
 
 def run_ask(args: argparse.Namespace) -> int:
     try:
-        answer = KnowledgeGraph.open(args.lake).ask(
+        config = AskConfig(ranker=args.ranker, hybrid_threshold=args.hybrid)
+        answer = KnowledgeGraph.open(args.lake, config).ask(
             args.question, as_of=args.as_of, top_k=args.top_k
         )
     except (QuestionError, FileNotFoundError, ValueError) as error:

@@ -2,8 +2,11 @@
 
 The question is normalised, americanised (orthography rules), split into words, and matched
 longest-match-first over non-overlapping word spans against every MeSH surface: descriptor
-names, entry terms, de-inverted forms and supplementary-concept aliases. A single-word match
-on an ordinary English word (the common-word guard) is dropped.
+names, entry terms, de-inverted forms and supplementary-concept aliases, plus the few
+surfaces the index derives from them (``DERIVED_SURFACE_RULES``). A span that names nothing
+as written gets its variants tried in turn: a neoplasm head, the singular, "of" inversion,
+then one word in a derived form (``morphology``). A single-word match on an ordinary English
+word (the common-word guard) is dropped.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import numpy as np
 import polars as pl
 
 from kg_platform.grounding.common_words import COMMON_WORD_GUARD
+from kg_platform.grounding.morphology import derived_forms
 from kg_platform.grounding.normalise import normalise
 from kg_platform.grounding.orthography import ORTHOGRAPHY_TRIGGERS, americanise, spell_greek
 
@@ -22,6 +26,28 @@ from kg_platform.grounding.orthography import ORTHOGRAPHY_TRIGGERS, americanise,
 # lowest UI (deterministic).
 KIND_PRIORITY: dict[str, int] = {"name": 0, "entry": 1, "deinverted": 2, "scr_alias": 3}
 TERM_COLUMNS = ("ui", "term", "normalised", "kind")
+
+# Surfaces the index derives from descriptor names and entry terms (see DERIVED_SURFACE_RULES);
+# they rank below every MeSH surface and only fill keys nothing else claims.
+DERIVED_KIND = "derived"
+_DERIVED_RANK = len(KIND_PRIORITY)
+# (name, regex over a key, replacement, which keys it applies to). Measured on the 400
+# development questions (BRIDGE groundings made, correct/all):
+# - "x_ray": usage drops MeSH's "X-Ray" qualifier: "computed tomography" is Tomography,
+#   X-Ray Computed, "micro computed tomography" X-Ray Microtomography (2/3, and the 3
+#   questions had grounded the bare "tomography" wrongly before);
+# - "symbol_head": a gene or protein symbol (a key with a digit) names its descriptor
+#   without the generic head: "ki 67" is Ki-67 Antigen, "ca 19 9" CA-19-9 Antigen (3/3).
+#   Keys without a digit keep their head ("dietary" must not become Dietary Proteins).
+DERIVED_SURFACE_RULES: tuple[tuple[str, str, str, str], ...] = (
+    ("x_ray", r"\s*\bx ray\b\s*", " ", r"\bx ray\b"),
+    (
+        "symbol_head",
+        r" (antigen|antigens|protein|proteins|gene|genes)$",
+        "",
+        r"\d.* (antigen|antigens|protein|proteins|gene|genes)$",
+    ),
+)
 
 
 @dataclass(frozen=True)
@@ -85,6 +111,7 @@ def build_surface_table(terms: pl.DataFrame) -> pl.DataFrame:
         rank,
     )
     keyed = pl.concat([plain, ruled]).filter(pl.col("key").str.len_chars() > 0)
+    keyed = pl.concat([keyed, derived_surfaces(keyed)])
     return (
         keyed.sort(["key", "rank", "ui"])
         .unique("key", keep="first", maintain_order=True)
@@ -92,13 +119,53 @@ def build_surface_table(terms: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+def derived_surfaces(keyed: pl.DataFrame) -> pl.DataFrame:
+    """Extra (key, ui, term, kind, rank) rows from DERIVED_SURFACE_RULES over descriptor
+    names, entry terms and de-inverted forms (never supplementary aliases). A derived key
+    is kept only when no MeSH surface claims it and it names a single descriptor."""
+    source = keyed.filter(pl.col("kind") != "scr_alias")
+    parts = [
+        source.filter(pl.col("key").str.contains(applies)).with_columns(
+            pl.col("key")
+            .str.replace_all(pattern, replacement)
+            .str.replace_all(r"\s+", " ")
+            .str.strip_chars()
+        )
+        for _, pattern, replacement, applies in DERIVED_SURFACE_RULES
+    ]
+    derived = (
+        pl.concat(parts)
+        .filter(pl.col("key").str.len_chars() > 2)
+        .join(keyed.select("key").unique(), on="key", how="anti")
+    )
+    unambiguous = (
+        derived.group_by("key").agg(pl.col("ui").n_unique().alias("n")).filter(pl.col("n") == 1)
+    )
+    return (
+        derived.join(unambiguous.select("key"), on="key", how="semi")
+        .sort(["key", "rank", "ui"])
+        .unique("key", keep="first", maintain_order=True)
+        .with_columns(
+            pl.lit(DERIVED_KIND).alias("kind"), pl.lit(_DERIVED_RANK, dtype=pl.Int8).alias("rank")
+        )
+        .select(keyed.columns)
+    )
+
+
 # A question names a tumour by its site and "cancer"; MeSH calls it "<site> Neoplasms".
-NEOPLASM_HEADS = frozenset({"cancer", "cancers", "tumor", "tumors", "neoplasm", "carcinomas"})
+# "carcinoma" joined the list on the development questions: "gallbladder carcinoma",
+# "oropharyngeal carcinoma" and "colorectal carcinoma" became the site's Neoplasms, all
+# three the article's own headings (a carcinoma MeSH names itself, "hepatocellular
+# carcinoma", still matches as written first).
+NEOPLASM_HEADS = frozenset(
+    {"cancer", "cancers", "tumor", "tumors", "neoplasm", "carcinoma", "carcinomas"}
+)
 
 
 def span_variants(words: list[str]) -> list[tuple[str, str]]:
-    """Other spellings of a span's last word to try when the span itself names nothing:
-    neoplasm heads and plural-to-singular. Returns (key, variant name) pairs."""
+    """Other spellings of a span to try when the span itself names nothing: neoplasm heads
+    and plural-to-singular of its last word, and "of" inversion. Returns (key, variant
+    name) pairs."""
     *head, last = words
     prefix = " ".join(head) + " " if head else ""
     variants: list[tuple[str, str]] = []
@@ -110,6 +177,42 @@ def span_variants(words: list[str]) -> list[tuple[str, str]]:
         variants.append((prefix + last[:-1], "singular"))
     # No singular-to-plural variant: on the development questions it found 27 descriptors
     # of which 3 were the article's own headings.
+    inverted = of_inversion(words)
+    if inverted is not None:
+        variants.append((inverted, "of_inversion"))
+    return variants
+
+
+# articles dropped after "of" when a phrase is turned round ("resection of the prostate")
+_ARTICLES = frozenset({"the", "a", "an"})
+
+
+def of_inversion(words: list[str]) -> str | None:
+    """ "<head> of [the] <modifier>" read as "<modifier> <head>", the order MeSH terms use:
+    "ossification of the posterior longitudinal ligament" -> "posterior longitudinal
+    ligament ossification". Only a span with exactly one inner "of". On the development
+    questions it found 4 BRIDGE descriptors, 3 of them the article's own headings. (The
+    plain two-word swap, "a b" -> "b a", found 1, wrong: "factor a" became Vitamin B 12.)"""
+    if words.count("of") != 1:
+        return None
+    at = words.index("of")
+    head, modifier = words[:at], words[at + 1 :]
+    if modifier and modifier[0] in _ARTICLES:
+        modifier = modifier[1:]
+    if not head or not modifier:
+        return None
+    return " ".join([*modifier, *head])
+
+
+def derived_variants(words: list[str]) -> list[tuple[str, str]]:
+    """The span with one word in a derived form (``morphology.SUFFIX_RULES``), for a span
+    that named nothing as written: "laparoscopic" -> "laparoscopy". Returns (key, variant
+    name) pairs, leftmost word first."""
+    variants: list[tuple[str, str]] = []
+    for i, word in enumerate(words):
+        for form, rule in derived_forms(word):
+            key = " ".join([*words[:i], form, *words[i + 1 :]])
+            variants.append((key, "suffix_" + rule))
     return variants
 
 
@@ -163,7 +266,7 @@ class Grounder:
         if entry is not None:
             return entry, key, None
         if self.variants:
-            for variant_key, variant in span_variants(span):
+            for variant_key, variant in (*span_variants(span), *derived_variants(span)):
                 entry = self._index.get(variant_key)
                 if entry is not None:
                     return entry, variant_key, variant

@@ -1,5 +1,6 @@
-"""The grounding index: the surface lookup table (orthography applied, clashes resolved),
-precomputed from mesh/terms so ``KnowledgeGraph.open`` does not redo it."""
+"""The grounding index: the surface lookup table (orthography applied, derived surfaces
+added, clashes resolved), precomputed from mesh/terms so ``KnowledgeGraph.open`` does not
+redo it."""
 
 from __future__ import annotations
 

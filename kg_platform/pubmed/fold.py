@@ -125,11 +125,11 @@ def fold_release(
             f"filename=true, file_row_number=true) t JOIN fold_order o ON t.filename = o.path"
         )
 
-    _run(con, f"CREATE OR REPLACE TEMP TABLE fold_articles AS {per_file('articles')}")
+    # the winner per PMID from keys only: titles and abstracts are read once, at the output
     _run(
         con,
         "CREATE OR REPLACE TEMP TABLE fold_winners AS "
-        "SELECT pmid, version, file_ord FROM fold_articles "
+        f"SELECT pmid, version, file_ord FROM ({per_file('articles')}) "
         "QUALIFY row_number() OVER (PARTITION BY pmid ORDER BY file_ord DESC, version DESC) = 1",
     )
     _run(
@@ -147,11 +147,8 @@ def fold_release(
     try:
         rows: dict[str, int] = {}
         for table, pmid_col in CORPUS_TABLES.items():
-            source = (
-                "fold_articles" if table == "articles" else f"({per_file(table)})"
-            )  # articles are already materialised above
             query = (
-                f"SELECT t.* EXCLUDE (file_ord, file_row_number) FROM {source} t "
+                f"SELECT t.* EXCLUDE (file_ord, file_row_number) FROM ({per_file(table)}) t "
                 f"JOIN fold_survivors s ON t.{pmid_col} = s.pmid AND t.version = s.version "
                 f"AND t.file_ord = s.file_ord ORDER BY t.{pmid_col}, t.file_row_number"
             )

@@ -10,7 +10,12 @@ billion-laughs or external-entity file is refused rather than expanded.
 
 Row definitions (the recount in :mod:`kg_platform.pubmed.recount` counts the same things):
 
-- ``articles``: one row per ``PubmedArticle`` (or legacy ``MedlineCitation``) in file order.
+Every table is sorted by pmid, then version (a stable sort: rows of one record keep NLM's order).
+
+- ``articles``: one row per ``PubmedArticle`` (or legacy ``MedlineCitation``). Title and
+  abstract are the element text with inline markup flattened; abstract sections are joined
+  with newlines as ``LABEL: text``; ``year`` is the issue's ``PubDate`` year (first year of a
+  ``MedlineDate``); ``language`` is the first ``Language``.
 - ``mesh_edges``: one row per heading without qualifiers (qualifier columns null) and one
   row per heading/qualifier pair otherwise, as NLM gives them.
 - ``citations``: the ``ArticleId IdType="pubmed"`` values under the record's
@@ -209,18 +214,90 @@ def _open_xml(path: Path) -> Iterator[_HeadThenRest]:
         raw.close()
 
 
+# subtrees the tables never read, cut from the byte stream before libxml2 builds them: they
+# are a third of a record's bytes (authors and affiliations above all). A cut keeps the
+# newlines, so error line numbers stay true; a marker split across blocks is simply parsed.
+_UNREAD_SUBTREES = (
+    (b"<AuthorList", b"</AuthorList>"),
+    (b"<InvestigatorList", b"</InvestigatorList>"),
+    (b"<History>", b"</History>"),
+    (b"<GrantList", b"</GrantList>"),
+    (b"<KeywordList", b"</KeywordList>"),
+)
+_READ_BLOCK = 1 << 20
+
+
 class _HeadThenRest:
-    """A read()-able stream that first hands back the bytes already read for the prolog check."""
+    """A read()-able stream over the decompressed file: first the bytes already read for the
+    prolog check, then the rest, with the unread subtrees cut out."""
 
     def __init__(self, head: bytes, rest: BinaryIO) -> None:
-        self._head = head
+        self._pending = head
         self._rest = rest
+        self._eof = False
 
     def read(self, size: int = -1) -> bytes:
-        if self._head:
-            head, self._head = self._head, b""
-            return head
-        return self._rest.read(size)
+        starved = False
+        while True:
+            # a held-back subtree longer than a block needs more data before anything is ready
+            if not self._eof and (starved or len(self._pending) < _READ_BLOCK):
+                block = self._rest.read(_READ_BLOCK)
+                if block:
+                    self._pending += block
+                else:
+                    self._eof = True
+            out, self._pending = _cut_unread(self._pending, final=self._eof)
+            if out or self._eof:
+                return out
+            starved = True
+
+
+def _cut_unread(data: bytes, final: bool) -> tuple[bytes, bytes]:
+    """(bytes ready for the parser, bytes to hold until more data arrives)."""
+    pieces = []
+    pos = 0
+    # next start of each marker, found once and refreshed only when passed, so an absent
+    # marker costs one scan per block
+    starts = [data.find(start) for start, _ in _UNREAD_SUBTREES]
+    while True:
+        best = -1
+        for k, at in enumerate(starts):
+            if at >= 0 and (best < 0 or at < starts[best]):
+                best = k
+        if best < 0:
+            break
+        start_marker, end_marker = _UNREAD_SUBTREES[best]
+        begin = starts[best]
+        after = data[begin + len(start_marker) : begin + len(start_marker) + 1]
+        if start_marker[-1:] != b">" and after not in (b" ", b">"):
+            if not after and not final:
+                pieces.append(data[pos:begin])
+                return b"".join(pieces), data[begin:]
+            starts[best] = data.find(start_marker, begin + 1)
+            continue
+        end = data.find(end_marker, begin)
+        if end < 0:
+            if final:
+                break
+            pieces.append(data[pos:begin])
+            return b"".join(pieces), data[begin:]
+        end += len(end_marker)
+        pieces.append(data[pos:begin])
+        pieces.append(b"\n" * data.count(b"\n", begin, end))
+        pos = end
+        for k, at in enumerate(starts):
+            if 0 <= at < pos:
+                starts[k] = data.find(_UNREAD_SUBTREES[k][0], pos)
+    if final:
+        pieces.append(data[pos:])
+        return b"".join(pieces), b""
+    # hold back a tail that could be the beginning of a marker cut by the block boundary
+    keep = max(len(start) for start, _ in _UNREAD_SUBTREES)
+    split = max(pos, len(data) - keep)
+    lt = data.rfind(b"<", split)
+    cut = lt if lt >= 0 else len(data)
+    pieces.append(data[pos:cut])
+    return b"".join(pieces), data[cut:]
 
 
 def _stream_records(stream: _HeadThenRest | BinaryIO, name: str, columns: _Columns) -> str:

@@ -252,9 +252,9 @@ class PubmedSource:
     """NLM's distribution (``https://ftp.ncbi.nlm.nih.gov/pubmed/``) or a local folder
     with ``baseline/`` and ``updatefiles/``.
 
-    ``max_connections`` bounds concurrent connections to the source host across the whole
-    process (NLM throttles with 503 beyond a few); the Dagster pool ``ncbi`` bounds it across
-    processes.
+    ``max_connections`` bounds concurrent connections to the source host across threads and
+    processes on this machine (NLM throttles with 503 beyond a few; see ConnectionSlots),
+    in addition to the Dagster pool ``ncbi`` on the download asset.
     """
 
     def __init__(

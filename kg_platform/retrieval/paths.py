@@ -6,8 +6,9 @@
 
 Every candidate is scored; the cut to ``top_k`` happens only after ranking all of them (the
 reference lost the gold document on 40.8% of questions to a cap applied before its ranker).
-Until the dense ranker arrives the score is structural and transparent (see
-``structural_scores``).
+Every path gets a transparent structural score (``structural_scores``); when the lake has an
+embedding index the question path also passes each terminal's question-evidence similarity,
+which then leads the order (``rank_rows``).
 """
 
 from __future__ import annotations
@@ -47,6 +48,9 @@ class EvidencePath:
     quotable: bool
     retracted: bool
     concern: bool
+    # cosine of the question with the terminal's abstract; None: structural ranking, or the
+    # terminal has no vector in the embedding index
+    similarity: float | None = None
 
     @property
     def terminal(self) -> Hop:
@@ -152,6 +156,26 @@ def structural_scores(
     return score
 
 
+def rank_rows(
+    c: Candidates,
+    keep: np.ndarray,
+    scores: np.ndarray,
+    similarity: np.ndarray | None = None,
+) -> np.ndarray:
+    """Every kept candidate row, best first, before any cut.
+
+    Structural: score, then terminal PMID order. Dense (``similarity`` aligned with the
+    candidates, NaN where the terminal has no vector): candidates with a vector first, by
+    similarity; the structural score breaks ties and orders those without a vector."""
+    rows = np.flatnonzero(keep)
+    keys = [c.terminal[rows], -scores[rows]]
+    if similarity is not None:
+        sim = np.asarray(similarity, dtype=np.float64)[rows]
+        missing = np.isnan(sim)
+        keys += [-np.where(missing, 0.0, sim), missing]
+    return rows[np.lexsort(keys)]  # the last key is the primary one
+
+
 def top_paths(
     store: KGStore,
     c: Candidates,
@@ -159,10 +183,10 @@ def top_paths(
     scores: np.ndarray,
     flags: dict[str, np.ndarray],
     top_k: int,
+    similarity: np.ndarray | None = None,
 ) -> list[EvidencePath]:
     """Rank every kept candidate, then cut to ``top_k`` and materialise those paths."""
-    rows = np.flatnonzero(keep)
-    order = rows[np.lexsort((c.terminal[rows], -scores[rows]))][:top_k]
+    order = rank_rows(c, keep, scores, similarity)[:top_k]
     years = store.array("year")
     pmids = store.array("pmids")
     concepts = (c.pair.a_name, c.pair.b_name)
@@ -175,6 +199,7 @@ def top_paths(
             hops += (
                 Hop(int(pmids[dst]), int(years[dst]) or None, RELATION_NAMES[int(c.relation[r])]),
             )
+        sim = None if similarity is None or np.isnan(similarity[r]) else float(similarity[r])
         paths.append(
             EvidencePath(
                 kind=KIND_NAMES[int(c.kind[r])],
@@ -184,6 +209,7 @@ def top_paths(
                 quotable=bool(flags["quotable"][r]),
                 retracted=bool(flags["retracted"][r]),
                 concern=bool(flags["concern"][r]),
+                similarity=None if sim is None else round(sim, 6),
             )
         )
     return paths

@@ -69,9 +69,14 @@ def write_real_mesh(lake: Lake, uis: tuple[str, ...] = UIS) -> None:
     )
 
 
-def _article(pmid: int, year: int, abstract: bool) -> tuple:
-    text = f"Abstract of {pmid}." if abstract else None
-    return (pmid, "pubmed26n0001", f"Title {pmid}", text, abstract, year, "J", "eng", 1)
+FILE = "pubmed26n0001"
+
+
+def _article(
+    pmid: int, year: int, abstract: bool, text: tuple[str, str] | None, file: str
+) -> tuple:
+    title, body = text or (f"Title {pmid}", f"Abstract of {pmid}.")
+    return (pmid, file, title, body if abstract else None, abstract, year, "J", "eng", 1)
 
 
 ARTICLES = {100: 2001, 200: 2010, 300: 2005, 400: 2026, 500: 2000, 600: 2003, 700: 2004, 800: 2006}
@@ -87,14 +92,24 @@ MAJOR = {
 }
 
 
-def build_question_graph(lake: Lake) -> None:
+def build_question_graph(
+    lake: Lake,
+    texts: dict[int, tuple[str, str]] | None = None,
+    files: dict[int, str] | None = None,
+) -> None:
+    """The graph above; ``texts`` gives some articles a real (title, abstract) and
+    ``files`` puts some in another release file (default: all in pubmed26n0001)."""
+    texts, files = texts or {}, files or {}
     write_real_mesh(lake)
     mesh_edges = [(p, ui, True, None, None) for p, uis in MAJOR.items() for ui in uis]
     mesh_edges += [(p, HUMANS, False, None, None) for p in ARTICLES]
+    articles = [
+        _article(p, y, p != 500, texts.get(p), files.get(p, FILE)) for p, y in ARTICLES.items()
+    ]
     write_corpus(
         lake,
         {
-            "articles": [_article(p, y, p != 500) for p, y in ARTICLES.items()],
+            "articles": articles,
             "citations": [(200, 300), (400, 100)],
             "mesh_edges": mesh_edges,
             "pubtypes": [(600, None, "Retracted Publication")],

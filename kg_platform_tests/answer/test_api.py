@@ -37,19 +37,27 @@ def test_top_k_cuts_after_ranking(kg: KnowledgeGraph) -> None:
 
 def test_json_schema_is_stable(kg: KnowledgeGraph) -> None:
     doc = json.loads(json.dumps(kg.ask(QUESTION).to_json()))
-    assert doc["schema_version"] == SCHEMA_VERSION == 1
+    assert doc["schema_version"] == SCHEMA_VERSION == 2
+    # version 2 only appends keys to version 1: every v1 key keeps its name and place
     assert list(doc) == [
         "schema_version", "question", "as_of", "graph_build", "groundings", "pairs",
-        "chosen_pair", "verdict", "evidence", "timings_ms",
+        "chosen_pair", "verdict", "evidence", "timings_ms", "ranker", "signals", "grounder",
     ]  # fmt: skip
     assert list(doc["groundings"][0]) == [
         "ui", "name", "surface", "term", "kind", "variant", "span", "role", "role_reason",
     ]  # fmt: skip
     assert list(doc["pairs"][0]) == ["a", "b", "major_co_annotations", "co_annotations"]
-    assert list(doc["verdict"]) == ["answerable", "reason", "gate", "explanation", "counts"]
-    assert list(doc["evidence"][0]) == [
-        "pmid", "year", "title", "kind", "score", "concern", "hops", "rendered",
+    assert list(doc["verdict"]) == [
+        "answerable", "reason", "gate", "explanation", "counts", "ranker", "signals",
     ]  # fmt: skip
+    assert list(doc["evidence"][0]) == [
+        "pmid", "year", "title", "kind", "score", "concern", "hops", "rendered", "similarity",
+    ]  # fmt: skip
+    assert (doc["ranker"], doc["signals"], doc["grounder"]) == (
+        "structural",
+        None,
+        {"kind": "lexical"},
+    )
     assert doc["evidence"][2]["hops"] == [
         {"pmid": 100, "year": 2001, "relation": "about"},
         {"pmid": 400, "year": 2026, "relation": "cited_by"},

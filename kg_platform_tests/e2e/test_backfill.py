@@ -81,12 +81,17 @@ def step_failure_causes(instance: dg.DagsterInstance, run_id: str) -> list[str]:
 
 
 def check_statuses(instance: dg.DagsterInstance, asset: str, names: list[str]) -> dict:
-    """(check, partition) -> status of its latest execution."""
+    """(check, partition) -> status of its latest execution; the partition comes from the
+    record or, where the record has none, from the run that executed the check."""
     statuses = {}
     for name in names:
         key = dg.AssetCheckKey(dg.AssetKey(asset), name)
         for record in instance.event_log_storage.get_asset_check_execution_history(key, limit=50):
-            statuses.setdefault((name, record.partition), record.status.value)
+            partition = record.partition
+            if partition is None:
+                run = instance.get_run_by_id(record.run_id)
+                partition = run.tags.get("dagster/partition") if run else None
+            statuses.setdefault((name, partition), record.status.value)
     return statuses
 
 

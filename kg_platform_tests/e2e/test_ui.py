@@ -4,6 +4,7 @@ run to succeed, show its check results, and keep a screenshot under test-artifac
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
@@ -81,12 +82,12 @@ def test_materialise_one_partition_from_the_ui(tmp_path: Path) -> None:
             browser = playwright.chromium.launch(
                 executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True
             )
+            page = browser.new_page(viewport={"width": 1400, "height": 900})
             try:
-                page = browser.new_page(viewport={"width": 1400, "height": 900})
                 page.set_default_timeout(60_000)
-                # 1. the asset graph
-                page.goto(f"{platform.url}/asset-groups")
-                node = page.locator("text=pubmed_tables").last
+                # 1. the asset graph of the pubmed group
+                page.goto(f"{platform.url}/locations/kg_platform/asset-groups/pubmed")
+                node = page.locator("text=pubmed_tables").first
                 node.wait_for()
                 expect(page.get_by_text("pubmed_xml", exact=True).first).to_be_visible()
                 # 2. open pubmed_tables (its side panel lists the checks)
@@ -105,7 +106,10 @@ def test_materialise_one_partition_from_the_ui(tmp_path: Path) -> None:
                 expect(launch).to_be_enabled()
                 launch.click()
                 # 4. wait for success on the run page the launch toast links to
-                page.get_by_role("link", name="View").first.click()
+                toast = page.get_by_role("region", name=re.compile("Notifications"))
+                run_link = toast.locator('a[href*="/runs/"]').first
+                run_link.wait_for()
+                page.goto(platform.url + str(run_link.get_attribute("href")))
                 expect(page.get_by_text("Success", exact=True).first).to_be_visible(timeout=240_000)
                 page.screenshot(path=str(ARTIFACTS / "ui_pubmed_tables_run.png"), full_page=True)
                 # 5. its check results on the asset page
@@ -115,6 +119,10 @@ def test_materialise_one_partition_from_the_ui(tmp_path: Path) -> None:
                 expect(page.get_by_text("Passed").first).to_be_visible()
                 # 6. the screenshot, kept as a test artefact
                 page.screenshot(path=str(ARTIFACTS / "ui_pubmed_tables_checks.png"), full_page=True)
+            except BaseException:
+                # what the page showed when it failed, for whoever reads the CI artefacts
+                page.screenshot(path=str(ARTIFACTS / "ui_failure.png"), full_page=True)
+                raise
             finally:
                 browser.close()
         # the UI's run really did run the checks, and they passed

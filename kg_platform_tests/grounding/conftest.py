@@ -32,3 +32,36 @@ def dev_questions():
 
     questions = load_pubmedqa(require_reference("pubmedqa", "pqal_dev400.json"))
     return {q.pmid: q for q in questions}
+
+
+@pytest.fixture(scope="session")
+def roles(mesh_frames) -> dict[str, str]:
+    """Descriptor UI -> role from MeSH structure alone (no graph), default RoleConfig."""
+    from kg_platform.grounding.roles import assign_roles
+
+    frame = assign_roles(mesh_frames["descriptors"], mesh_frames["tree"])
+    return dict(zip(frame["ui"].to_list(), frame["role"].to_list(), strict=True))
+
+
+@pytest.fixture(scope="session")
+def headings(mesh_frames) -> dict[str, str]:
+    from kg_platform.evaluation.grounding_eval import heading_index
+
+    return heading_index(mesh_frames["terms"])
+
+
+@pytest.fixture(scope="session")
+def gold_of(dev_questions, headings) -> dict[str, set[str]]:
+    """Question PMID -> descriptor UIs of the article's own MeSH headings."""
+    from kg_platform.grounding.normalise import normalise
+
+    return {
+        pmid: {headings[normalise(h)] for h in q.headings if normalise(h) in headings}
+        for pmid, q in dev_questions.items()
+    }
+
+
+@pytest.fixture(scope="session")
+def dev_groundings(grounder, dev_questions) -> dict[str, list]:
+    """Question PMID -> the grounder's groundings of that question, computed once."""
+    return {pmid: grounder.ground(q.question) for pmid, q in dev_questions.items()}

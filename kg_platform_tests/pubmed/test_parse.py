@@ -348,3 +348,34 @@ def test_file_name_override_and_default() -> None:
     assert set(tables["articles"].column("file").to_pylist()) == {"custom-name"}
     assert file_key(Path("x/pubmed26n0001.xml.gz")) == "pubmed26n0001"
     assert file_key("pubmed26n0001.xml") == "pubmed26n0001"
+
+
+@pytest.mark.parametrize("block", [13, 64, 4096])
+def test_cutting_unread_subtrees_does_not_depend_on_block_boundaries(
+    block: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the reader cuts AuthorList, History, ... from the byte stream before libxml2 sees it;
+    # with tiny blocks every marker and end tag is split somewhere, and the tables must not move
+    from kg_platform.pubmed import parse as parse_module
+
+    relative = "mirror/updatefiles/pubmed26n1335.xml.gz"
+    monkeypatch.setattr(parse_module, "_READ_BLOCK", block)
+    monkeypatch.setattr(parse_module, "_PROLOG_BYTES", 200)
+    small_blocks = parse_file(require_reference("pubmed", relative))
+    for name in TABLE_NAMES:
+        assert small_blocks[name].equals(tables_of(relative)[name]), name
+
+
+def test_cut_keeps_line_numbers_and_unrelated_tags() -> None:
+    from kg_platform.pubmed.parse import _cut_unread
+
+    data = (
+        b"<A><AuthorList CompleteYN='Y'>\n<Author>x</Author>\n</AuthorList>"
+        b"<AuthorListing>kept</AuthorListing><History>\n</History><B/></A>"
+    )
+    out, held = _cut_unread(data, final=True)
+    assert held == b""
+    assert out == b"<A>\n\n<AuthorListing>kept</AuthorListing>\n<B/></A>"
+    # an unfinished subtree is held back until its end tag arrives
+    out, held = _cut_unread(b"<A><AuthorList>\n<Author>", final=False)
+    assert (out, held) == (b"<A>", b"<AuthorList>\n<Author>")
