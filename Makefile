@@ -21,8 +21,9 @@ demo: $(STAMP)  ## set up and run the main job end to end on the embedded defaul
 
 ui: $(STAMP)  ## the Dagster UI on 127.0.0.1:3000 over the same instance and lake
 	mkdir -p $(DAGSTER_HOME)
-	test -f $(DAGSTER_HOME)/dagster.yaml || cp dagster.yaml $(DAGSTER_HOME)/dagster.yaml
-	$(BIN)/dagster-webserver -h 127.0.0.1 -p 3000 -w workspace.yaml
+	cp dagster.yaml $(DAGSTER_HOME)/dagster.yaml
+	# dagster dev = webserver + daemon, so backfills, the update sensor and the schedule run
+	$(BIN)/dagster dev -h 127.0.0.1 -p 3000 -w workspace.yaml
 
 test: $(STAMP)  ## the whole test suite (CI runs this with CI=true)
 	$(BIN)/python -m pytest -q

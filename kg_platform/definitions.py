@@ -3,7 +3,7 @@ resources bound from kg_platform.settings (environment, then `.kg/sources.json`)
 
 import dagster as dg
 
-from kg_platform.assets import allocation, embeddings, graph, grounding, mesh, pubmed
+from kg_platform.assets import allocation, embeddings, graph, grounding, mesh, pubmed, updates
 from kg_platform.resources.catalog import CatalogResource
 from kg_platform.resources.encoder import EncoderResource
 from kg_platform.resources.lake import LakeResource
@@ -13,6 +13,7 @@ from kg_platform.settings import Settings
 
 STAGES = [
     pubmed.defs,
+    updates.defs,
     mesh.defs,
     graph.defs,
     grounding.defs,

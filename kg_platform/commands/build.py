@@ -86,10 +86,12 @@ def prepare_instance(settings: Settings):
     settings.dagster_home.mkdir(parents=True, exist_ok=True)
     os.environ["DAGSTER_HOME"] = str(settings.dagster_home)
     template = REPO_ROOT / "dagster.yaml"
-    target = settings.dagster_home / "dagster.yaml"
-    if template.exists() and not target.exists():
-        shutil.copyfile(template, target)
-    return dg.DagsterInstance.get()
+    if template.exists():
+        shutil.copyfile(template, settings.dagster_home / "dagster.yaml")
+    instance = dg.DagsterInstance.get()
+    # dagster.yaml sets only the default pool limit (ncbi: 4); the GPU pool holds one step
+    instance.event_log_storage.set_concurrency_slots("gpu", 1)
+    return instance
 
 
 @dataclass(frozen=True)
