@@ -42,7 +42,8 @@ def render_text(answer: Answer) -> str:
     ]
     for r in answer.groundings:
         g = r.grounding
-        lines.append(f"  {r.role:<6} {g.name} ({g.ui})  <- '{g.surface}' [{r.reason}]")
+        dense = f" (dense, {g.variant})" if g.kind == "dense" else ""
+        lines.append(f"  {r.role:<6} {g.name} ({g.ui})  <- '{g.surface}' [{r.reason}]{dense}")
     if not answer.groundings:
         lines.append("  (none)")
     lines.append("Concept pairs (major co-annotations / any):")

@@ -47,9 +47,9 @@ from kg_platform.retrieval.linking import concepts_in_graph, score_pairs
 from kg_platform.storage.lake import Lake
 
 DEFAULT_THRESHOLDS = (0.80, 0.85, 0.90, 0.95)
-# the threshold rule: the most coverage among thresholds whose dense links are gold
-# headings at least this often (a dense link must be as likely right as wrong)
-MIN_DENSE_PRECISION = 0.5
+# the threshold rule: the most coverage among thresholds that keep BRIDGE precision at the
+# grounding target of the question-path issue (precision at least 0.70)
+MIN_PRECISION = 0.70
 
 
 @dataclass(frozen=True)
@@ -152,7 +152,7 @@ def evaluate_hybrid(
     thresholds: Sequence[float] = DEFAULT_THRESHOLDS,
     store: KGStore | None = None,
     worst: int = 10,
-    min_dense_precision: float = MIN_DENSE_PRECISION,
+    min_precision: float = MIN_PRECISION,
 ) -> HybridEvaluation:
     """Lexical, then hybrid at each threshold, over the same questions and gold."""
     if not questions:
@@ -200,7 +200,7 @@ def evaluate_hybrid(
                 threshold, grounding, prepared, chosen, roles, lexical_covered, store, worst
             )
         )
-    pick, rule = pick_threshold(rows, min_dense_precision)
+    pick, rule = pick_threshold(rows, min_precision)
     return HybridEvaluation(
         n=len(questions),
         rows=tuple(rows),
@@ -316,22 +316,21 @@ def pair_selection(
 
 
 def pick_threshold(
-    rows: Sequence[ThresholdReport], min_dense_precision: float = MIN_DENSE_PRECISION
+    rows: Sequence[ThresholdReport], min_precision: float = MIN_PRECISION
 ) -> tuple[float | None, str]:
-    """The threshold with the most coverage among those whose dense links are gold
-    headings at least ``min_dense_precision`` of the time (ties: the higher threshold,
+    """The threshold with the most coverage among those whose BRIDGE precision (lexical and
+    dense links together) stays at least ``min_precision`` (ties: the higher threshold,
     fewer links); None when no threshold qualifies or none adds coverage."""
     rule = (
-        f"most coverage among thresholds whose dense BRIDGE links are gold headings at least "
-        f"{min_dense_precision:.0%} of the time; ties go to the higher threshold"
+        f"most coverage among thresholds whose BRIDGE precision stays at least "
+        f"{min_precision:.2f}; ties go to the higher threshold"
     )
     lexical = next(r for r in rows if r.threshold is None)
     fit = [
         r
         for r in rows
         if r.threshold is not None
-        and r.dense_bridge > 0
-        and r.dense_precision >= min_dense_precision
+        and r.grounding.precision >= min_precision
         and r.grounding.coverage > lexical.grounding.coverage
     ]
     if not fit:

@@ -1,11 +1,21 @@
 """Build the graph's arrays from the folded corpus and the MeSH tables.
 
 Node index = row of ``corpus/articles`` ordered by PMID. Each edge kind is packed into one
-int64 key per row (row index in the high bits, column index and flag below), sorted once,
-de-duplicated, and every aligned array (indptr, indices, major) is cut from that one sorted
-array; the counting pass (``np.bincount``) gives the indptr. The reverse direction is the
-same keys re-packed the other way round and sorted again. Parquet is read in record batches
-and mapped to node indices through a dense PMID lookup table, so no Python loop touches a row.
+int64 key per row: the row index in the high 32 bits, the column index (shifted left by one
+for the major flag) in the low 32 bits. The keys are sorted once, de-duplicated in place, and
+every aligned array (indptr, indices, major) is cut from that one sorted array in a single
+pass whose counting (``np.bincount`` over each slice's row range) gives the indptr. The
+reverse direction re-packs the same buffer in place (column high, row low) and sorts it again.
+
+Where the time goes, and what keeps it down:
+- Parquet is read in record batches; the next batch is decoded on a worker thread while this
+  one is mapped to node indices through a dense PMID lookup table (one gather per column).
+- The two 32-bit halves of the keys are written and read through int32 views, so packing
+  and cutting move 4 bytes per field and no int64 temporaries are made.
+- One buffer per edge kind serves packing, sorting, de-duplication and the reverse, so peak
+  memory is that buffer plus the output arrays.
+- Each finished array is written and hashed in the same pass on a writer thread while the
+  build goes on.
 """
 
 from __future__ import annotations
@@ -13,10 +23,12 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import sys
 import time
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 import polars as pl
@@ -30,6 +42,8 @@ from kg_platform.storage.lake import Lake
 BATCH_ROWS = 4_000_000
 _MAX_PMID = 2**31 - 2  # pmids are stored as int32
 _DESCRIPTOR_UI = re.compile(r"^D\d{6,9}$")
+# which uint32 of an int64 key holds its low / high half
+_LOW, _HIGH = (0, 1) if sys.byteorder == "little" else (1, 0)
 
 
 class GraphInputError(ValueError):
@@ -75,10 +89,28 @@ class GraphBuild:
     inputs: dict[str, dict[str, str | int]]
     arrays: dict[str, ArrayInfo]
     stats: GraphStats
+    # wall seconds per phase of this build (not part of the manifest: it varies run to run)
+    phase_seconds: dict[str, float] = field(default_factory=dict)
 
     @property
     def prefix(self) -> str:
         return layout.build_prefix(self.build_id)
+
+
+class _Clock:
+    """Wall seconds per named phase, summed over laps."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self._last = time.perf_counter()
+
+    def lap(self, phase: str) -> None:
+        now = time.perf_counter()
+        self.seconds[phase] = self.seconds.get(phase, 0.0) + now - self._last
+        self._last = now
+
+    def rounded(self) -> dict[str, float]:
+        return {phase: round(s, 3) for phase, s in self.seconds.items()}
 
 
 # -- build id -----------------------------------------------------------------------------
@@ -126,26 +158,51 @@ def _parquet(
 def _batches(
     lake: Lake, key: str, columns: list[str], batch_rows: int, dictionary: tuple[str, ...] = ()
 ) -> Iterator[pa.RecordBatch]:
-    with _parquet(lake, key, columns, dictionary) as pf:
-        yield from pf.iter_batches(batch_size=batch_rows, columns=columns)
+    """Record batches of ``columns``. The next batch is decoded on a worker thread while the
+    caller maps this one: Arrow's decompression releases the GIL, so the two overlap."""
+    with _parquet(lake, key, columns, dictionary) as pf, ThreadPoolExecutor(1) as reader:
+        batches = pf.iter_batches(batch_size=batch_rows, columns=columns)
+        pending = reader.submit(next, batches, None)
+        while (batch := pending.result()) is not None:
+            pending = reader.submit(next, batches, None)
+            yield batch
+
+
+def _column(batch: pa.RecordBatch | pa.Table, name: str) -> pa.Array:
+    col = batch.column(name)
+    return col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
 
 
 def _ints(batch: pa.RecordBatch | pa.Table, name: str, where: str) -> np.ndarray:
-    col = batch.column(name)
-    if isinstance(col, pa.ChunkedArray):
-        col = col.combine_chunks()
+    col = _column(batch, name)
     if col.null_count:
         raise GraphInputError(f"{where}: column {name} has {col.null_count} null(s)")
-    return col.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+    if not pa.types.is_integer(col.type):
+        raise GraphInputError(f"{where}: column {name} is {col.type}, expected integers")
+    return _values(col).astype(np.int64, copy=False)
 
 
-def _bools(batch: pa.RecordBatch | pa.Table, name: str, null_as: bool = False) -> np.ndarray:
-    col = batch.column(name)
-    if isinstance(col, pa.ChunkedArray):
-        col = col.combine_chunks()
-    if col.null_count:
-        col = pc.fill_null(col, null_as)
-    return col.to_numpy(zero_copy_only=False).astype(bool, copy=False)
+def _values(col: pa.Array) -> np.ndarray:
+    """The values of an integer Arrow array, zero copy, ignoring its validity bitmap
+    (Arrow's own ``to_numpy`` imports pandas the first time: a second of start-up)."""
+    if len(col) == 0:
+        return np.empty(0, dtype=np.dtype(str(col.type)))
+    end = col.offset + len(col)
+    return np.frombuffer(col.buffers()[1], dtype=np.dtype(str(col.type)), count=end)[col.offset :]
+
+
+def _true(batch: pa.RecordBatch | pa.Table, name: str, where: str) -> np.ndarray:
+    """Where a boolean column is true (null counts as false), unpacked from Arrow's bitmaps:
+    ``fill_null`` on booleans costs ~50x more than this."""
+    col = _column(batch, name)
+    if not pa.types.is_boolean(col.type):
+        raise GraphInputError(f"{where}: column {name} is {col.type}, expected booleans")
+    end = col.offset + len(col)
+    validity, values = col.buffers()
+    bits = np.frombuffer(values, dtype=np.uint8, count=(end + 7) // 8)
+    if validity is not None and col.null_count:
+        bits = bits & np.frombuffer(validity, dtype=np.uint8, count=bits.size)
+    return np.unpackbits(bits, count=end, bitorder="little")[col.offset :].view(bool)
 
 
 def _to_index(lut: np.ndarray, pmids: np.ndarray) -> np.ndarray:
@@ -156,13 +213,14 @@ def _to_index(lut: np.ndarray, pmids: np.ndarray) -> np.ndarray:
 
 
 def _require_in_corpus(idx: np.ndarray, pmids: np.ndarray, where: str, column: str) -> None:
+    if idx.size == 0 or idx.min() >= 0:  # one pass, no temporary, in the common case
+        return
     outside = idx < 0
-    if outside.any():
-        examples = np.unique(pmids[outside])[:5].tolist()
-        raise GraphInputError(
-            f"{where}: {int(outside.sum())} row(s) whose {column} is not in corpus/articles "
-            f"(e.g. {examples}); child tables must only hold rows of surviving articles"
-        )
+    examples = np.unique(pmids[outside])[:5].tolist()
+    raise GraphInputError(
+        f"{where}: {int(outside.sum())} row(s) whose {column} is not in corpus/articles "
+        f"(e.g. {examples}); child tables must only hold rows of surviving articles"
+    )
 
 
 # -- per article --------------------------------------------------------------------------
@@ -184,8 +242,11 @@ def _read_articles(lake: Lake) -> _Articles:
     if table.num_rows == 0:
         raise GraphInputError(f"{where}: no articles")
     pmids = _ints(table, "pmid", where)
-    year = pc.fill_null(table.column("year"), 0).combine_chunks().to_numpy(zero_copy_only=False)
-    quotable = _bools(table, "has_abstract")
+    year = pl.from_arrow(_column(table, "year"))
+    if not year.dtype.is_integer():
+        raise GraphInputError(f"{where}: column year is {year.dtype}, expected integers")
+    year = year.fill_null(0).to_numpy()
+    quotable = _true(table, "has_abstract", where)
     if pmids.min() <= 0 or pmids.max() > _MAX_PMID:
         raise GraphInputError(f"{where}: pmid outside 1..{_MAX_PMID} (int32 node ids)")
     if not np.all(pmids[1:] > pmids[:-1]):
@@ -212,8 +273,9 @@ def _article_flags(lake: Lake, articles: _Articles, batch_rows: int) -> np.ndarr
     for table, column, value, bit in marks:
         key = layout.CORPUS_INPUTS[table]
         for batch in _batches(lake, key, ["pmid", column], batch_rows):
-            hit = pc.fill_null(pc.equal(batch.column(column), value), False)
-            pmids = _ints(batch.filter(hit), "pmid", lake.path(key))
+            # compared in Polars: pyarrow's compare with a Python scalar imports pandas (~1 s)
+            marked = pl.from_arrow(batch).filter(pl.col(column) == value)
+            pmids = _ints(marked.to_arrow(), "pmid", lake.path(key))
             idx = _to_index(articles.lut, pmids)
             _require_in_corpus(idx, pmids, lake.path(key), "pmid")
             flags[idx] |= bit  # repeated indices all set the same bit: order does not matter
@@ -222,16 +284,9 @@ def _article_flags(lake: Lake, articles: _Articles, batch_rows: int) -> np.ndarr
 
 # -- CSR from one sorted key array ----------------------------------------------------------
 
-
-@dataclass(frozen=True)
-class _Csr:
-    indptr: np.ndarray
-    indices: np.ndarray
-    flag: np.ndarray | None
-    rows: np.ndarray  # row of each entry (int64), for re-packing the reverse direction
-
-
-_CHUNK = 1 << 23  # elements per slice of the vectorised passes below: bounds temporaries
+# elements per slice of the passes below: 4 MiB of keys, so each slice is still in cache
+# for the next operation on it; also bounds the temporaries
+_CHUNK = 1 << 19
 
 
 def _chunked(n: int) -> Iterator[slice]:
@@ -239,62 +294,131 @@ def _chunked(n: int) -> Iterator[slice]:
         yield slice(start, min(start + _CHUNK, n))
 
 
-def _csr(keys: np.ndarray, n_rows: int, row_shift: int, col_shift: int, flagged: bool) -> _Csr:
-    """Cut indptr / indices / flag out of strictly ascending packed keys."""
+def _halves(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Views of contiguous int64 keys as their low half (uint32: column << flag bit | flag)
+    and their high half (int32: row)."""
+    pairs = keys.view(np.uint32).reshape(-1, 2)
+    return pairs[:, _LOW], pairs[:, _HIGH].view(np.int32)
+
+
+def _sort_and_dedup(keys: np.ndarray, flag_bits: int) -> np.ndarray:
+    """Sort the keys in place and keep the last of each run of keys equal above the flag
+    bits (the one with the flag set, if any), compacted in place; returns that prefix."""
+    keys.sort()
+    below = (1 << flag_bits) - 1
+    kept = 0
+    ascending = True
+    for part in _chunked(keys.size):
+        chunk = keys[part]
+        nxt = keys[part.start + 1 : part.stop + 1]  # one short for the last slice
+        last = np.ones(chunk.size, dtype=bool)
+        # with a <= b, b differs from a above the flag bits iff b > (a | below)
+        np.greater(nxt, chunk[: nxt.size] | below, out=last[: nxt.size])
+        ascending &= not np.less(nxt, chunk[: nxt.size]).any()
+        survivors = chunk[last]  # a copy, taken before the write below can reach this slice
+        keys[kept : kept + survivors.size] = survivors
+        kept += survivors.size
+    assert ascending, "sorted keys must be ascending"
+    return keys[:kept]
+
+
+@dataclass(frozen=True)
+class _Csr:
+    indptr: np.ndarray
+    indices: np.ndarray
+    flag: np.ndarray | None
+    flag_counts: np.ndarray | None  # per row, entries with the flag set
+
+
+def _cut(keys: np.ndarray, n_rows: int, flagged: bool) -> _Csr:
+    """indptr, indices and flag out of strictly ascending keys, in one pass."""
+    low, high = _halves(keys)
     n = keys.size
-    mask = (1 << (row_shift - col_shift)) - 1
     indices = np.empty(n, dtype=np.int32)
     flag = np.empty(n, dtype=bool) if flagged else None
-    ascending = True
+    counts = np.zeros(n_rows, dtype=np.int64)
+    flag_counts = np.zeros(n_rows, dtype=np.int64) if flagged else None
+    assert n == 0 or (high[0] >= 0 and high[-1] < n_rows), "a row index is out of range"
     for part in _chunked(n):
-        chunk = keys[part]
-        ascending &= bool(np.all(chunk[1:] > chunk[:-1]))
-        if part.start:
-            ascending &= bool(keys[part.start] > keys[part.start - 1])
-        indices[part] = (chunk >> col_shift) & mask
-        if flag is not None:
-            np.bitwise_and(chunk, 1, out=flag[part], casting="unsafe")
-    assert ascending, "keys must be strictly ascending"
-    # the keys are spent once indices and flag are cut: reuse their buffer for the rows
-    rows = np.right_shift(keys, row_shift, out=keys)
-    counts = np.bincount(rows, minlength=n_rows)
-    assert counts.size == n_rows, "a row index is out of range"
+        column = low[part]
+        np.right_shift(column, int(flagged), out=indices[part], casting="unsafe")
+        # rows ascend, so a slice covers one contiguous range of rows: count just that range
+        rows = high[part]
+        first = int(rows[0])
+        span = int(rows[-1]) - first + 1
+        offsets = rows - first
+        counts[first : first + span] += np.bincount(offsets, minlength=span)
+        if flag is not None and flag_counts is not None:
+            set_here = np.bitwise_and(column, 1, out=flag[part], casting="unsafe")
+            flag_counts[first : first + span] += np.bincount(offsets[set_here], minlength=span)
     indptr = np.zeros(n_rows + 1, dtype=np.int64)
     np.cumsum(counts, out=indptr[1:])
     assert indptr[-1] == indices.size and (flag is None or flag.size == indices.size)
-    return _Csr(indptr, indices, flag, rows)
+    return _Csr(indptr, indices, flag, flag_counts)
 
 
-def _keep_last_of_runs(keys: np.ndarray, ignore_low_bits: int) -> np.ndarray:
-    """Drop all but the last of each run of keys equal above ``ignore_low_bits`` (sorted)."""
-    if keys.size == 0:
-        return keys
-    last = np.empty(keys.size, dtype=bool)
-    last[-1] = True
-    # two keys differ above the low bits iff their XOR is at least 1 << ignore_low_bits
-    for part in _chunked(keys.size - 1):
-        nxt = keys[part.start + 1 : part.stop + 1]
-        np.greater_equal(nxt ^ keys[part], 1 << ignore_low_bits, out=last[part])
-    return keys if last.all() else keys[last]
+def _reverse_in_place(keys: np.ndarray, fwd: _Csr) -> np.ndarray:
+    """Re-pack the forward keys as the reverse direction (column high; row, flag low) in the
+    same buffer and sort them: each reverse list comes out ascending."""
+    low, high = _halves(keys)
+    for part in _chunked(keys.size):
+        rows = high[part]  # read before the high half is overwritten below
+        if fwd.flag is None:
+            low[part] = rows
+        else:
+            low[part] = (rows << 1) | fwd.flag[part]
+        high[part] = fwd.indices[part]
+    keys.sort()
+    return keys
 
 
 # -- writing ------------------------------------------------------------------------------
 
+_WRITE_BLOCK = 1 << 22  # bytes hashed and written per step: still in cache for the write
+
 
 class _ArrayWriter:
-    """Writes each array as soon as it is final, so it can be freed, and records its info."""
+    """Writes each array as soon as it is final, on one worker thread that hashes it in the
+    same pass, while the build goes on; an array must not change once it is put."""
 
     def __init__(self, lake: Lake, build_id: str) -> None:
         self.lake, self.build_id = lake, build_id
-        self.arrays: dict[str, ArrayInfo] = {}
+        self.arrays: dict[str, ArrayInfo] = {}  # in the order put (one worker keeps it)
+        self._pool = ThreadPoolExecutor(1)
+        self._pending: list[Future[None]] = []
+
+    def __enter__(self) -> _ArrayWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
 
     def put(self, name: str, array: np.ndarray) -> None:
-        array = np.ascontiguousarray(array)
-        self.lake.write_npy(layout.array_key(self.build_id, name), array)
+        self._pending.append(self._pool.submit(self._write, name, np.ascontiguousarray(array)))
+
+    def finish(self) -> dict[str, ArrayInfo]:
+        """Wait for every write (raises the first write error); the arrays in layout order,
+        whichever thread put them first."""
+        for pending in self._pending:
+            pending.result()
+        rank = {name: k for k, name in enumerate(layout.ALL_ARRAYS)}
+        return dict(sorted(self.arrays.items(), key=lambda item: rank.get(item[0], len(rank))))
+
+    def _write(self, name: str, array: np.ndarray) -> None:
+        digest = hashlib.sha256()
+        data = array.reshape(-1).view(np.uint8)
+        with self.lake.writer(layout.array_key(self.build_id, name)) as f:
+            # the same bytes np.save writes: a version 1.0 header, then the data
+            header = np.lib.format.header_data_from_array_1_0(array)
+            np.lib.format.write_array_header_1_0(f, header)
+            for start in range(0, data.size, _WRITE_BLOCK):
+                block = data[start : start + _WRITE_BLOCK]
+                digest.update(block)
+                f.write(block)
         self.arrays[name] = ArrayInfo(
             dtype=array.dtype.str,
             length=int(array.shape[0]),
-            sha256=array_sha256(array),
+            sha256=digest.hexdigest(),
             nbytes=int(array.nbytes),
         )
 
@@ -313,14 +437,15 @@ def array_sha256(array: np.ndarray) -> str:
 
 
 def _build_citations(
-    lake: Lake, articles: _Articles, out: _ArrayWriter, batch_rows: int
+    lake: Lake, articles: _Articles, out: _ArrayWriter, batch_rows: int, clock: _Clock
 ) -> dict[str, int]:
     key = layout.CORPUS_INPUTS["citations"]
     where = lake.path(key)
     n = articles.pmids.size
     with _parquet(lake, key, ["citing_pmid", "cited_pmid"]) as pf:
         rows = pf.metadata.num_rows
-    keys = np.empty(rows, dtype=np.int64)
+    keys = np.empty(rows, dtype=np.int64)  # pages past the kept rows are never touched
+    column, row = _halves(keys)
     filled = dangling = 0
     for batch in _batches(lake, key, ["citing_pmid", "cited_pmid"], batch_rows):
         citing = _ints(batch, "citing_pmid", where)
@@ -328,30 +453,30 @@ def _build_citations(
         _require_in_corpus(src, citing, where, "citing_pmid")
         dst = _to_index(articles.lut, _ints(batch, "cited_pmid", where))
         inside = dst >= 0
-        kept = int(inside.sum())
+        kept = int(np.count_nonzero(inside))
         dangling += dst.size - kept
-        packed = keys[filled : filled + kept]
-        np.left_shift(src[inside], 32, out=packed, dtype=np.int64)
-        packed |= dst[inside]
+        if kept < dst.size:
+            src, dst = src[inside], dst[inside]
+        row[filled : filled + kept] = src
+        column[filled : filled + kept] = dst
         filled += kept
-    keys = keys[:filled]
-    keys.sort()
-    keys = _keep_last_of_runs(keys, 0)
+    clock.lap("citations: read, map, pack")
+    keys = _sort_and_dedup(keys[:filled], flag_bits=0)
     edges = int(keys.size)
+    clock.lap("citations: sort, dedup")
 
-    fwd = _csr(keys, n, row_shift=32, col_shift=0, flagged=False)
-    del keys
+    fwd = _cut(keys, n, flagged=False)
     out.put("cite_indptr", fwd.indptr)
     out.put("cite_indices", fwd.indices)
-    # reverse: cited in the high half, citing below; sorting makes each cited_by list ascending
-    rkey = np.left_shift(fwd.indices, 32, dtype=np.int64)
-    rkey |= fwd.rows
+    clock.lap("citations: cut")
+    _reverse_in_place(keys, fwd)
     del fwd
-    rkey.sort()
-    rev = _csr(rkey, n, row_shift=32, col_shift=0, flagged=False)
-    del rkey
+    clock.lap("citations: reverse sort")
+    rev = _cut(keys, n, flagged=False)
+    del keys
     out.put("cited_by_indptr", rev.indptr)
     out.put("cited_by_indices", rev.indices)
+    clock.lap("citations: cut")
     return {
         "citation_rows": rows,
         "citation_edges": edges,
@@ -376,7 +501,16 @@ def _read_descriptor_uis(lake: Lake) -> np.ndarray:
     return unique
 
 
-def _build_mesh(lake: Lake, articles: _Articles, out: _ArrayWriter, batch_rows: int) -> dict:
+def _descriptor_ids(values: pl.Series, lookup_uis: list[str]) -> np.ndarray:
+    """Provisional id of each UI in ``values`` (int32), -1 where it is not in the lookup."""
+    return values.replace_strict(
+        lookup_uis, np.arange(len(lookup_uis)), default=-1, return_dtype=pl.Int32
+    ).to_numpy()
+
+
+def _build_mesh(
+    lake: Lake, articles: _Articles, out: _ArrayWriter, batch_rows: int, clock: _Clock
+) -> dict[str, int]:
     key = layout.CORPUS_INPUTS["mesh_edges"]
     where = lake.path(key)
     n = articles.pmids.size
@@ -387,37 +521,37 @@ def _build_mesh(lake: Lake, articles: _Articles, out: _ArrayWriter, batch_rows: 
     with _parquet(lake, key, columns) as pf:
         rows = pf.metadata.num_rows
     keys = np.empty(rows, dtype=np.int64)
+    article_major, descriptor = _halves(keys)
     filled = 0
     for batch in _batches(lake, key, columns, batch_rows, dictionary=("descriptor_ui",)):
         pmids = _ints(batch, "pmid", where)
         art = _to_index(articles.lut, pmids)
         _require_in_corpus(art, pmids, where, "pmid")
-        uis = batch.column("descriptor_ui")
+        uis = _column(batch, "descriptor_ui")
         if uis.null_count:
             raise GraphInputError(f"{where}: column descriptor_ui has {uis.null_count} null(s)")
         if not pa.types.is_dictionary(uis.type):
             uis = pc.dictionary_encode(uis)
-        codes = uis.indices.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+        codes = _values(uis.indices)
         values = pl.Series("ui", uis.dictionary.cast(pa.string()))
-        mapped = values.replace_strict(
-            lookup_uis, np.arange(len(lookup_uis)), default=-1, return_dtype=pl.Int64
-        ).to_numpy()
-        used = np.bincount(codes, minlength=values.len()) > 0
-        new = (mapped < 0) & used
-        if new.any():
-            fresh = sorted(set(values.filter(pl.Series(new)).to_list()))
-            bad = [ui for ui in fresh if not _DESCRIPTOR_UI.match(ui)]
-            if bad:
-                raise GraphInputError(f"{where}: descriptor_ui not a MeSH UI: {bad[:5]}")
-            lookup_uis.extend(fresh)
-            mapped = values.replace_strict(
-                lookup_uis, np.arange(len(lookup_uis)), default=-1, return_dtype=pl.Int64
-            ).to_numpy()
-        major = _bools(batch, "descriptor_major") | _bools(batch, "qualifier_major")
-        packed = keys[filled : filled + batch.num_rows]
-        np.left_shift(mapped[codes], 33, out=packed)
-        packed |= art.astype(np.int64) << 1
-        packed |= major
+        mapped = _descriptor_ids(values, lookup_uis)
+        if mapped.min(initial=0) < 0:
+            used = np.bincount(codes, minlength=values.len()) > 0
+            new = (mapped < 0) & used
+            if new.any():
+                fresh = sorted(set(values.filter(pl.Series(new)).to_list()))
+                bad = [ui for ui in fresh if not _DESCRIPTOR_UI.match(ui)]
+                if bad:
+                    raise GraphInputError(f"{where}: descriptor_ui not a MeSH UI: {bad[:5]}")
+                lookup_uis.extend(fresh)
+                mapped = _descriptor_ids(values, lookup_uis)
+        major = _true(batch, "descriptor_major", where) | _true(batch, "qualifier_major", where)
+        # article << 1 | major fills the low 32 bits (as uint32: articles stay below 2**31)
+        np.left_shift(art, 1, out=art)
+        art |= major
+        part = slice(filled, filled + batch.num_rows)
+        article_major[part] = art
+        descriptor[part] = mapped[codes]
         filled += batch.num_rows
 
     n_unknown = len(lookup_uis) - known.size
@@ -425,34 +559,36 @@ def _build_mesh(lake: Lake, articles: _Articles, out: _ArrayWriter, batch_rows: 
     if n_unknown:
         # re-number so descriptor ids follow the sorted UIs, known and unknown together
         order = np.argsort(all_uis, kind="stable")
-        renumber = np.empty(order.size, dtype=np.int64)
-        renumber[order] = np.arange(order.size)
-        keys = (renumber[keys >> 33] << 33) | (keys & ((1 << 33) - 1))
+        renumber = np.empty(order.size, dtype=np.int32)
+        renumber[order] = np.arange(order.size, dtype=np.int32)
+        for part in _chunked(filled):
+            descriptor[part] = renumber[descriptor[part]]
         all_uis = all_uis[order]
     n_desc = all_uis.size
+    clock.lap("mesh: read, map, pack")
 
-    keys.sort()
     # (descriptor, article) runs end with their major row if there is one: keep the last
-    keys = _keep_last_of_runs(keys, 1)
-    fwd = _csr(keys, n_desc, row_shift=33, col_shift=1, flagged=True)
-    del keys
+    keys = _sort_and_dedup(keys[:filled], flag_bits=1)
+    clock.lap("mesh: sort, dedup")
+    fwd = _cut(keys, n_desc, flagged=True)
+    assert fwd.flag is not None and fwd.flag_counts is not None
     out.put("mesh2art_indptr", fwd.indptr)
     out.put("mesh2art_indices", fwd.indices)
     out.put("mesh2art_major", fwd.flag)
     article_count = np.diff(fwd.indptr).astype(np.int32)
-    major_count = np.bincount(fwd.rows[fwd.flag], minlength=n_desc).astype(np.int32)
-    rkey = np.left_shift(fwd.indices, 32, dtype=np.int64)
-    rkey |= np.left_shift(fwd.rows, 1, out=fwd.rows)
-    rkey |= fwd.flag
-    pairs, majors = int(fwd.indices.size), int(fwd.flag.sum())
+    major_count = fwd.flag_counts.astype(np.int32)
+    pairs, majors = int(fwd.indices.size), int(fwd.flag_counts.sum())
+    clock.lap("mesh: cut")
+    _reverse_in_place(keys, fwd)
     del fwd
-    rkey.sort()
-    rev = _csr(rkey, n, row_shift=32, col_shift=1, flagged=True)
-    del rkey
+    clock.lap("mesh: reverse sort")
+    rev = _cut(keys, n, flagged=True)
+    del keys
     out.put("art2mesh_indptr", rev.indptr)
     out.put("art2mesh_indices", rev.indices)
     out.put("art2mesh_major", rev.flag)
     del rev
+    clock.lap("mesh: cut")
 
     width = max((len(u) for u in all_uis), default=1)
     out.put("mesh_uis", all_uis.astype(f"S{width}"))
@@ -461,6 +597,7 @@ def _build_mesh(lake: Lake, articles: _Articles, out: _ArrayWriter, batch_rows: 
     categories, min_depth = _descriptor_attributes(lake, all_uis)
     out.put("mesh_categories", categories)
     out.put("mesh_min_depth", min_depth)
+    clock.lap("mesh: descriptors")
     return {
         "n_descriptors": int(n_desc),
         "n_unknown_descriptors": int(n_unknown),
@@ -499,25 +636,44 @@ def _descriptor_attributes(lake: Lake, uis: np.ndarray) -> tuple[np.ndarray, np.
 
 
 def build_graph(
-    lake: Lake, build_id: str | None = None, batch_rows: int = BATCH_ROWS
+    lake: Lake, build_id: str | None = None, batch_rows: int = BATCH_ROWS, parallel: bool = True
 ) -> GraphBuild:
     """Build every array under graph/<build-id>/ and write manifest.json last.
+
+    With ``parallel`` the MeSH arrays are built on a second thread while the citation arrays
+    are built on this one: they share only the PMID lookup, and Arrow, Polars and numpy's
+    sorts and passes release the GIL, so two cores do twice the work; peak memory is then
+    both kinds' key buffers at once instead of the larger one. The arrays are the same.
 
     Does not publish: the caller checks the build and then calls ``layout.publish``, so a
     build that fails its checks never replaces the graph readers open.
     """
     started = time.perf_counter()
+    clock = _Clock()
     inputs = input_fingerprints(lake)
     build_id = build_id or compute_build_id(inputs)
-    out = _ArrayWriter(lake, build_id)
-
-    articles = _read_articles(lake)
-    flags = _article_flags(lake, articles, batch_rows)
-    out.put("pmids", articles.pmids.astype(np.int32))
-    out.put("year", articles.year)
-    out.put("flags", flags)
-    citation = _build_citations(lake, articles, out, batch_rows)
-    mesh = _build_mesh(lake, articles, out, batch_rows)
+    with _ArrayWriter(lake, build_id) as out, ThreadPoolExecutor(1) as mesh_worker:
+        articles = _read_articles(lake)
+        flags = _article_flags(lake, articles, batch_rows)
+        out.put("pmids", articles.pmids.astype(np.int32))
+        out.put("year", articles.year)
+        out.put("flags", flags)
+        clock.lap("articles")
+        mesh_clock = _Clock()
+        mesh_job = (
+            mesh_worker.submit(_build_mesh, lake, articles, out, batch_rows, mesh_clock)
+            if parallel
+            else None
+        )
+        citation = _build_citations(lake, articles, out, batch_rows, clock)
+        if mesh_job is None:
+            mesh_clock = _Clock()
+            mesh = _build_mesh(lake, articles, out, batch_rows, mesh_clock)
+        else:
+            mesh = mesh_job.result()
+            clock.lap("waiting for mesh")
+        arrays = out.finish()
+        clock.lap("waiting for the writer")
 
     rows = citation["citation_rows"]
     stats = GraphStats(
@@ -526,12 +682,13 @@ def build_graph(
         quotable=int(np.count_nonzero(flags & layout.QUOTABLE)),
         retracted=int(np.count_nonzero(flags & layout.RETRACTED)),
         concern=int(np.count_nonzero(flags & layout.CONCERN)),
-        array_bytes=sum(a.nbytes for a in out.arrays.values()),
+        array_bytes=sum(a.nbytes for a in arrays.values()),
         seconds=round(time.perf_counter() - started, 3),
         **citation,
         **mesh,
     )
-    build = GraphBuild(build_id, inputs, dict(out.arrays), stats)
+    phases = {**clock.rounded(), **mesh_clock.rounded()}
+    build = GraphBuild(build_id, inputs, arrays, stats, phases)
     manifest = {
         "build_id": build_id,
         "format": layout.GRAPH_FORMAT,

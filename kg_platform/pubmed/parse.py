@@ -30,7 +30,7 @@ import gzip
 import re
 import time
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +40,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from lxml import etree
 
+from kg_platform.pubmed import _fast
 from kg_platform.pubmed.errors import PubmedFileError
 
 TABLE_NAMES = (
@@ -174,9 +175,21 @@ def parse_file_stats(
     path = Path(path)
     name = path.name
     started = time.perf_counter()
-    columns = _Columns(file if file is not None else file_key(path))
-    with _open_xml(path) as stream:
-        set_format = _stream_records(stream, name, columns)
+    file = file if file is not None else file_key(path)
+    columns = _Columns(file)
+    try:
+        with _open_xml(path) as stream:
+            # the fast path reads every byte: scanning is cheaper than the cut
+            stream.cut = False
+            set_format = _fast.stream_records(
+                stream, name, columns, _slow_record(columns, name), _FLUSH_EVERY
+            )
+    except (_fast.NotSimple, PubmedFileError, EOFError, zlib.error, OSError, UnicodeDecodeError):
+        # anything the fast path cannot read exactly, bad input included, is read again by
+        # lxml from the start: same tables, same error messages as ever
+        columns = _Columns(file)
+        with _open_xml(path) as stream:
+            set_format = _stream_records(stream, name, columns)
     tables = columns.to_tables()
     stats = ParseStats(
         file=columns.file,
@@ -235,8 +248,12 @@ class _HeadThenRest:
         self._pending = head
         self._rest = rest
         self._eof = False
+        self.cut = True
 
     def read(self, size: int = -1) -> bytes:
+        if not self.cut:
+            out, self._pending = self._pending, b""
+            return out or self._rest.read(_READ_BLOCK)
         starved = False
         while True:
             # a held-back subtree longer than a block needs more data before anything is ready
@@ -298,6 +315,33 @@ def _cut_unread(data: bytes, final: bool) -> tuple[bytes, bytes]:
     cut = lt if lt >= 0 else len(data)
     pieces.append(data[pos:cut])
     return b"".join(pieces), data[cut:]
+
+
+_RECORD_PARSER = etree.XMLParser(
+    load_dtd=False,
+    no_network=True,
+    resolve_entities=False,
+    huge_tree=False,
+    remove_comments=True,
+    remove_pis=True,
+)
+
+
+def _slow_record(columns: _Columns, name: str) -> Callable[[bytes], None]:
+    """lxml for one record the fast path finds unusual (inline markup with attributes, a
+    self-closed element, ...); a record that fails here sends the whole file to lxml."""
+
+    def read(record: bytes) -> None:
+        try:
+            article = etree.fromstring(record, _RECORD_PARSER)
+        except etree.XMLSyntaxError as exc:
+            raise _fast.NotSimple(str(exc)) from exc
+        first = article[0] if len(article) else None
+        if first is None or first.tag != "MedlineCitation":
+            first = article.find("MedlineCitation")
+        columns.add_record(article, first, name)
+
+    return read
 
 
 def _stream_records(stream: _HeadThenRest | BinaryIO, name: str, columns: _Columns) -> str:

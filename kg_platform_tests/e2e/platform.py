@@ -115,6 +115,11 @@ def platform_env(root: Path, pubmed_source: str) -> dict[str, str]:
     dagster_home = root / "dagster"
     dagster_home.mkdir(parents=True)
     shutil.copy(REPO_ROOT / "dagster.yaml", dagster_home / "dagster.yaml")
+    # create and migrate the SQLite storages once, here: the webserver, the daemon and the
+    # code server starting together would otherwise race to stamp the same alembic table
+    import dagster as dg
+
+    dg.DagsterInstance.from_config(str(dagster_home)).dispose()
     env = {
         **os.environ,
         "DAGSTER_HOME": str(dagster_home),
