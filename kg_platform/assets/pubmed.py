@@ -1,6 +1,5 @@
 """PubMed per-file assets (download, parse) and the release fold into the current corpus."""
 
-
 import time
 
 import dagster as dg

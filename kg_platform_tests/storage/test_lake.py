@@ -86,7 +86,5 @@ def test_catalog_views_over_the_lake(lake: Lake, tmp_path) -> None:
     con = catalog.connect()
     assert catalog.refresh_views(con) == ["file_articles", "articles"]
     assert con.execute("SELECT sum(pmid) FROM articles").fetchone() == (6,)
-    assert con.execute("SELECT list(pmid ORDER BY pmid) FROM file_articles").fetchone() == (
-        [1, 2],
-    )
+    assert con.execute("SELECT list(pmid ORDER BY pmid) FROM file_articles").fetchone() == ([1, 2],)
     con.close()
