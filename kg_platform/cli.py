@@ -33,6 +33,11 @@ def main(argv: list[str] | None = None) -> int:
     # Dagster flags preview parameters (backfill_policy) on every import; not the user's concern
     warnings.filterwarnings("ignore", message=r".*is currently in (beta|preview)")
     args = build_parser().parse_args(argv)
+    if getattr(args, "lake", "") is None:
+        # the lake the last `kg build` recorded (or KG_LAKE, or .kg/lake)
+        from kg_platform.settings import Settings
+
+        args.lake = Settings.load().lake
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:

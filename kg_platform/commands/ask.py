@@ -16,7 +16,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--as-of", type=int, default=None, help="only evidence up to this year")
     parser.add_argument("--json", action="store_true", help="the documented JSON schema")
     parser.add_argument("--top-k", type=int, default=10, help="evidence paths shown")
-    parser.add_argument("--lake", default=".kg/lake")
+    parser.add_argument("--lake", default=None)
     parser.add_argument(
         "--hybrid",
         type=float,

@@ -21,7 +21,7 @@ def add_eval_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--pubmedqa", required=True, help="PubMedQA JSON (pqal_*.json)")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     source = parser.add_mutually_exclusive_group()
-    source.add_argument("--lake", default=".kg/lake", help="lake holding mesh/ (and graph/)")
+    source.add_argument("--lake", default=None, help="lake holding mesh/ (and graph/)")
     source.add_argument("--mesh-source", help="MeSH folder/URL to build the tables from")
     parser.set_defaults(func=run_eval_grounding)
 

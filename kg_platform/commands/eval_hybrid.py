@@ -38,7 +38,7 @@ def add_eval_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     source = parser.add_mutually_exclusive_group()
-    source.add_argument("--lake", default=".kg/lake", help="lake holding mesh/ (and graph/)")
+    source.add_argument("--lake", default=None, help="lake holding mesh/ (and graph/)")
     source.add_argument("--mesh-source", help="MeSH folder/URL to build the tables from")
     parser.add_argument(
         "--cache",

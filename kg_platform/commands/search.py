@@ -15,7 +15,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("question")
     parser.add_argument("--k", type=int, default=10, help="how many PMIDs (default 10)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
-    parser.add_argument("--lake", default=".kg/lake")
+    parser.add_argument("--lake", default=None)
     parser.add_argument("--model", default="", help="local model folder (default: packaged)")
     parser.add_argument("--device", default="auto")
     parser.set_defaults(func=run_search)

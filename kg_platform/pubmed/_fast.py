@@ -53,39 +53,39 @@ _RECORD_ENDS = {
 _A = re.ASCII
 _S = re.ASCII | re.DOTALL
 _HEAD = re.compile(
-    r'\s*<MedlineCitation(?: [\w]+="[^"<>&]*")*>\s*<PMID(?: Version="([^"<>&]*)")?>([^<]*)</PMID>',
+    rb'\s*<MedlineCitation(?: [\w]+="[^"<>&]*")*>\s*<PMID(?: Version="([^"<>&]*)")?>([^<]*)</PMID>',
     _A,
 )
 _SELF_CLOSED = re.compile(
-    r"<(?:PMID|ArticleTitle|AbstractText|OtherAbstract|Title|Language|PubDate|Year|MedlineDate|"
-    r"PublicationType|MeshHeading|DescriptorName|QualifierName|Chemical|RegistryNumber|"
-    r"NameOfSubstance|CommentsCorrections|ReferenceList|ArticleId|MedlineCitation)\b[^>]*/>",
+    rb"<(?:PMID|ArticleTitle|AbstractText|OtherAbstract|Title|Language|PubDate|Year|MedlineDate|"
+    rb"PublicationType|MeshHeading|DescriptorName|QualifierName|Chemical|RegistryNumber|"
+    rb"NameOfSubstance|CommentsCorrections|ReferenceList|ArticleId|MedlineCitation)\b[^>]*/>",
     _A,
 )
-_ARTICLE_TITLE = re.compile(r"<ArticleTitle\b([^>]*)>(.*?)</ArticleTitle>", _S)
-_ABSTRACT_TEXT = re.compile(r"<AbstractText\b([^>]*)>(.*?)</AbstractText>", _S)
-_LABEL = re.compile(r'\sLabel="([^"]*)"', _A)
-_JOURNAL_TITLE = re.compile(r"<Title>(.*?)</Title>", _S)
-_LANGUAGE = re.compile(r"<Language>([^<]*)</Language>", _A)
-_PUB_DATE = re.compile(r"<PubDate>(.*?)</PubDate>", _S)
-_DATE_PART = re.compile(r"<(Year|MedlineDate)>([^<]*)</(?:Year|MedlineDate)>", _A)
+_ARTICLE_TITLE = re.compile(rb"<ArticleTitle\b([^>]*)>(.*?)</ArticleTitle>", _S)
+_ABSTRACT_TEXT = re.compile(rb"<AbstractText\b([^>]*)>(.*?)</AbstractText>", _S)
+_LABEL = re.compile(rb'\sLabel="([^"]*)"', _A)
+_JOURNAL_TITLE = re.compile(rb"<Title>(.*?)</Title>", _S)
+_LANGUAGE = re.compile(rb"<Language>([^<]*)</Language>", _A)
+_PUB_DATE = re.compile(rb"<PubDate>(.*?)</PubDate>", _S)
+_DATE_PART = re.compile(rb"<(Year|MedlineDate)>([^<]*)</(?:Year|MedlineDate)>", _A)
 _YEAR_IN_MEDLINE_DATE = re.compile(r"\d{4}")
-_PUBTYPE = re.compile(r'<PublicationType UI="([^"<>&\t\n]*)">([^<]*)</PublicationType>', _A)
+_PUBTYPE = re.compile(rb'<PublicationType UI="([^"<>&\t\n]*)">([^<]*)</PublicationType>', _A)
 _MESH_NAME = re.compile(
-    r'<(Descriptor|Qualifier)Name UI="([^"<>&\t\n]*)" MajorTopicYN="([YN])"'
-    r'(?: \w+="[^"<>&]*")*>',
+    rb'<(Descriptor|Qualifier)Name UI="([^"<>&\t\n]*)" MajorTopicYN="([YN])"'
+    rb'(?: \w+="[^"<>&]*")*>',
     _A,
 )
 _CHEMICAL = re.compile(
-    r"<Chemical>\s*<RegistryNumber>([^<]*)</RegistryNumber>\s*"
-    r'<NameOfSubstance UI="([^"<>&\t\n]*)">([^<]*)</NameOfSubstance>\s*</Chemical>',
+    rb"<Chemical>\s*<RegistryNumber>([^<]*)</RegistryNumber>\s*"
+    rb'<NameOfSubstance UI="([^"<>&\t\n]*)">([^<]*)</NameOfSubstance>\s*</Chemical>',
     _A,
 )
 _CORRECTION = re.compile(
-    r'<CommentsCorrections RefType="([^"<>&\t\n]*)">(.*?)</CommentsCorrections>', _S
+    rb'<CommentsCorrections RefType="([^"<>&\t\n]*)">(.*?)</CommentsCorrections>', _S
 )
-_ANY_PMID = re.compile(r"<PMID(?: Version=\"[^\"<>&]*\")?>([^<]*)</PMID>", _A)
-_REFERENCE_ID = re.compile(r'<ArticleId IdType="pubmed">\s*(\d+)\s*</ArticleId>', _A)
+_ANY_PMID = re.compile(rb"<PMID(?: Version=\"[^\"<>&]*\")?>([^<]*)</PMID>", _A)
+_REFERENCE_ID = re.compile(rb'<ArticleId IdType="pubmed">\s*(\d+)\s*</ArticleId>', _A)
 _INLINE_TAG = re.compile(r"<[^>]*>")
 _REFERENCE = re.compile(r"&(#x[0-9a-fA-F]+|#[0-9]+|lt|gt|amp|quot|apos);", _A)
 _PREDEFINED = {"lt": "<", "gt": ">", "amp": "&", "quot": '"', "apos": "'"}
@@ -120,16 +120,16 @@ def _flat(inner: str) -> str | None:
     return inner or None
 
 
+def _text(raw: bytes) -> str | None:
+    return _flat(raw.decode())
+
+
 def _positive_int(text: str) -> int | None:
     text = text.strip()
     if not text.isdigit():
         return None
     value = int(text)
     return value if value > 0 else None
-
-
-def _count_start(section: str, tag: str) -> int:
-    return section.count(f"<{tag}>") + section.count(f"<{tag} ")
 
 
 class _NoTree:
@@ -193,6 +193,8 @@ def stream_records(
                 raise NotSimple("CDATA, or a comment or processing instruction holding markup")
         if b"&" in buffer and _OTHER_REFERENCE.search(buffer):
             raise NotSimple("entity reference other than the predefined ones")
+        odd = _odd_positions(buffer)
+        n_articles = 0
         pos = 0
         while True:
             start = _RECORD_START.match(buffer, pos)
@@ -204,11 +206,14 @@ def stream_records(
             if end < 0:
                 break
             if kind == b"PubmedArticle":
-                body = buffer[body_start:end]
-                if b"<PubmedArticle" in body:
-                    raise NotSimple("nested record")
+                n_articles += 1
                 try:
-                    _add_article(body.decode("utf-8"), columns)
+                    if odd and odd[0] < end:
+                        while odd and odd[0] < body_start:
+                            odd.pop(0)
+                        if odd and odd[0] < end:
+                            raise UnusualRecord("self-closed element, comment or PI")
+                    _add_article(buffer, body_start, end, columns)
                 except UnusualRecord:
                     slow_record(buffer[start.start() : end + len(_RECORD_ENDS[kind])].strip())
                 if columns.pending >= flush_every:
@@ -216,8 +221,11 @@ def stream_records(
             elif kind == b"PubmedBookArticle":
                 columns.book_articles += 1
             else:
-                _add_deletions(buffer[body_start:end].decode("utf-8"), columns)
+                _add_deletions(buffer[body_start:end], columns)
             pos = end + len(_RECORD_ENDS[kind])
+        if buffer.count(b"<MedlineCitation", 0, pos) != n_articles:
+            # a MedlineCitation outside its PubmedArticle or a nested record: lxml reads those
+            raise NotSimple("MedlineCitation outside one per PubmedArticle")
         buffer = buffer[pos:]
         if final:
             if _SET_END.fullmatch(buffer) is None:
@@ -228,105 +236,149 @@ def stream_records(
             raise NotSimple("text or an oversized element between records")
 
 
-def _add_deletions(body: str, columns: Any) -> None:
+def _odd_positions(buffer: bytes) -> list[int]:
+    """Where a record must go to lxml: a self-closed element the fast path reads, a comment,
+    a processing instruction; in increasing order."""
+    odd = []
+    for marker in (b"<?", b"<!"):
+        at = buffer.find(marker)
+        while at >= 0:
+            odd.append(at)
+            at = buffer.find(marker, at + 2)
+    at = buffer.find(b"/>")
+    while at >= 0:
+        opened = buffer.rfind(b"<", 0, at)
+        if opened >= 0 and _SELF_CLOSED.match(buffer, opened):
+            odd.append(opened)
+        at = buffer.find(b"/>", at + 2)
+    odd.sort()
+    return odd
+
+
+def _add_deletions(body: bytes, columns: Any) -> None:
     values = _ANY_PMID.findall(body)
-    if body.count("<PMID") != len(values) or _ANY_PMID.sub("", body).strip():
+    if body.count(b"<PMID") != len(values) or _ANY_PMID.sub(b"", body).strip():
         raise NotSimple("unusual DeleteCitation")
-    for text in values:
-        pmid = _positive_int(_unescape(text) if "&" in text else text)
+    for raw in values:
+        pmid = _positive_int(_text(raw) or "")
         if pmid is None:
             raise NotSimple("non-numeric deleted PMID")
         columns.deleted[pmid] = None
 
 
-def _add_article(record: str, columns: Any) -> None:
-    head = _HEAD.match(record)
+def _add_article(buf: bytes, start: int, end: int, columns: Any) -> None:
+    """One ``PubmedArticle`` whose content is ``buf[start:end]``, read by landmarks.
+
+    Each field is found by a byte search for its tag and read by an anchored pattern; the
+    element order and the one-of-each elements follow NLM's DTD, and every field checks that
+    no second copy of its element sits where the lxml code would also have read it."""
+    head = _HEAD.match(buf, start, end)
     if head is None:
         raise NotSimple("record does not open with MedlineCitation and its PMID")
-    cut = record.find("</MedlineCitation>")
-    if cut < 0 or record.count("<MedlineCitation") != 1:
-        raise UnusualRecord("MedlineCitation")
-    citation = record[:cut]
-    if "<?" in record or "<!" in record:
-        raise UnusualRecord("processing instruction or comment")
-    if "/>" in record and _SELF_CLOSED.search(record):
-        raise UnusualRecord("self-closed element")
+    cut = buf.find(b"</MedlineCitation>", head.end(), end)
+    if cut < 0:
+        raise NotSimple("MedlineCitation")
     version_text, pmid_text = head.groups()
-    if "&" in pmid_text:
-        pmid_text = _unescape(pmid_text)
-    pmid = _positive_int(pmid_text)
+    pmid = _positive_int(_text(pmid_text) or "")
     if pmid is None:
         raise NotSimple("non-numeric PMID")
-    version = 1 if version_text is None else _positive_int(version_text)
+    version = 1 if version_text is None else _positive_int(version_text.decode())
     if version is None:
         raise NotSimple("non-numeric Version")
+    find = buf.find
 
-    titles = _ARTICLE_TITLE.findall(citation)
-    if len(titles) != citation.count("<ArticleTitle"):
-        raise UnusualRecord("ArticleTitle")
     title = None
-    if titles:
-        attrs, inner = titles[-1]
-        if attrs and ("'" in attrs or attrs.count('"') % 2):
+    at = find(b"<ArticleTitle", start, cut)
+    if at >= 0:
+        found = _ARTICLE_TITLE.match(buf, at, cut)
+        if found is None or find(b"<ArticleTitle", found.end(), cut) >= 0:
+            raise UnusualRecord("ArticleTitle")
+        attrs, inner = found.groups()
+        if attrs and (b"'" in attrs or attrs.count(b'"') % 2):
             raise UnusualRecord("ArticleTitle attributes")
-        title = _flat(inner)
+        title = _text(inner)
 
-    other = citation.find("<OtherAbstract")
-    abstract_part = citation if other < 0 else citation[:other]
     sections = []
-    texts = _ABSTRACT_TEXT.findall(abstract_part)
-    if len(texts) != abstract_part.count("<AbstractText"):
-        raise UnusualRecord("AbstractText")
-    for attrs, inner in texts:
-        text = _flat(inner)
-        if text is None:
-            continue
-        label = None
-        if attrs:
-            if "'" in attrs or attrs.count('"') % 2:
-                raise UnusualRecord("AbstractText attributes")
-            found = _LABEL.search(attrs)
-            if found is None and "Label" in attrs:
-                raise UnusualRecord("Label attribute")
-            if found:
-                label = found.group(1)
-                if "&" in label:
-                    label = _unescape(label)
-                if "\t" in label or "\n" in label:
-                    raise UnusualRecord("Label needs normalising")
-        sections.append(f"{label}: {text}" if label else text)
+    at = find(b"<Abstract>", start, cut)
+    if at >= 0:
+        if find(b"<AbstractText", start, at) >= 0:
+            raise UnusualRecord("AbstractText before Abstract")
+        close = find(b"</Abstract>", at, cut)
+        pos = at
+        while True:
+            at = find(b"<AbstractText", pos, close)
+            if at < 0:
+                break
+            found = _ABSTRACT_TEXT.match(buf, at, close)
+            if found is None:
+                raise UnusualRecord("AbstractText")
+            pos = found.end()
+            attrs, inner = found.groups()
+            text = _text(inner)
+            if text is None:
+                continue
+            label = None
+            if attrs:
+                if b"'" in attrs or attrs.count(b'"') % 2:
+                    raise UnusualRecord("AbstractText attributes")
+                label_found = _LABEL.search(attrs)
+                if label_found is None:
+                    if b"Label" in attrs:
+                        raise UnusualRecord("Label attribute")
+                else:
+                    label = label_found.group(1).decode()
+                    if "&" in label:
+                        label = _unescape(label)
+                    if "\t" in label or "\n" in label:
+                        raise UnusualRecord("Label needs normalising")
+            sections.append(f"{label}: {text}" if label else text)
+        at = find(b"<AbstractText", close, cut)
+        if at >= 0:
+            other = find(b"<OtherAbstract", close, cut)
+            if other < 0 or other > at:
+                raise UnusualRecord("AbstractText outside Abstract")
+    else:
+        at = find(b"<AbstractText", start, cut)
+        if at >= 0:
+            other = find(b"<OtherAbstract", start, cut)
+            if other < 0 or other > at:
+                raise UnusualRecord("AbstractText outside Abstract")
 
-    journals = _JOURNAL_TITLE.findall(citation)
-    if len(journals) != citation.count("<Title"):
-        raise UnusualRecord("Title")
-    journal = _flat(journals[-1]) if journals else None
+    journal = None
+    at = find(b"<Title", start, cut)
+    if at >= 0:
+        found = _JOURNAL_TITLE.match(buf, at, cut)
+        if found is None or find(b"<Title", found.end(), cut) >= 0:
+            raise UnusualRecord("Title")
+        journal = _text(found.group(1))
 
     language = None
-    if "<Language" in citation:
-        found = _LANGUAGE.search(citation)
-        if found is None or found.start() != citation.find("<Language"):
+    at = find(b"<Language", start, cut)
+    if at >= 0:
+        found = _LANGUAGE.match(buf, at, cut)
+        if found is None:
             raise UnusualRecord("Language")
-        language = _flat(found.group(1))
+        language = _text(found.group(1))
 
     year = None
-    dates = _PUB_DATE.findall(citation)
-    if len(dates) != citation.count("<PubDate"):
-        raise UnusualRecord("PubDate")
-    if dates:
-        date = dates[-1]
-        found = _DATE_PART.search(date)
-        first_year = date.find("<Year")
-        first_medline = date.find("<MedlineDate")
-        firsts = [at for at in (first_year, first_medline) if at >= 0]
-        if (found is None) != (not firsts):
-            raise UnusualRecord("PubDate parts")
-        if found is not None:
-            if found.start() != min(firsts):
+    at = find(b"<PubDate", start, cut)
+    if at >= 0:
+        found = _PUB_DATE.match(buf, at, cut)
+        if found is None or find(b"<PubDate", found.end(), cut) >= 0:
+            raise UnusualRecord("PubDate")
+        date = found.group(1)
+        first_year = date.find(b"<Year")
+        first_medline = date.find(b"<MedlineDate")
+        firsts = [where for where in (first_year, first_medline) if where >= 0]
+        if firsts:
+            part = _DATE_PART.match(date, min(firsts))
+            if part is None:
                 raise UnusualRecord("PubDate parts")
-            part, text = found.groups()
+            kind, raw = part.groups()
+            text = raw.decode()
             if "&" in text:
                 text = _unescape(text)
-            if part == "Year":
+            if kind == b"Year":
                 year = _positive_int(text)
             else:
                 digits = _YEAR_IN_MEDLINE_DATE.search(text)
@@ -334,51 +386,28 @@ def _add_article(record: str, columns: Any) -> None:
             if year is not None and not 1000 <= year <= 2100:
                 year = None
 
-    pubtypes = _PUBTYPE.findall(citation)
-    if len(pubtypes) != _count_start(citation, "PublicationType"):
-        raise UnusualRecord("PublicationType")
-
-    names = _MESH_NAME.findall(citation) if "<MeshHeading" in citation else []
-    if names:
-        n_headings = citation.count("<MeshHeading>")
-        n_descriptors = citation.count("<DescriptorName")
-        if (
-            citation.count("<MeshHeading ")
-            or n_descriptors != n_headings
-            or len(names) != n_descriptors + citation.count("<QualifierName")
-            or names[0][0] != "Descriptor"
-        ):
-            raise UnusualRecord("MeshHeading")
-    elif "<MeshHeading>" in citation or "<DescriptorName" in citation:
-        raise UnusualRecord("MeshHeading")
-
-    chemicals = _CHEMICAL.findall(citation) if "<Chemical" in citation else []
-    if len(chemicals) != _count_start(citation, "Chemical"):
-        raise UnusualRecord("Chemical")
+    pubtypes = _list_items(buf, start, cut, b"PublicationType", _PUBTYPE)
+    names = _list_items(buf, start, cut, b"MeshHeading", _MESH_NAME)
+    chemicals = _list_items(buf, start, cut, b"Chemical", _CHEMICAL)
 
     corrections = []
-    if "<CommentsCorrections" in citation:
-        found_corrections = _CORRECTION.findall(citation)
-        if len(found_corrections) != _count_start(citation, "CommentsCorrections"):
-            raise UnusualRecord("CommentsCorrections")
-        for ref_type, inner in found_corrections:
-            ref_pmid = None
-            values = _ANY_PMID.findall(inner)
-            if len(values) != inner.count("<PMID"):
-                raise UnusualRecord("CommentsCorrections PMID")
-            if values:
-                text = values[-1]
-                ref_pmid = _positive_int(_unescape(text) if "&" in text else text)
-            corrections.append((ref_type, ref_pmid))
+    for ref_type, inner in _list_items(buf, start, cut, b"CommentsCorrections", _CORRECTION):
+        ref_pmid = None
+        values = _ANY_PMID.findall(inner)
+        if len(values) != inner.count(b"<PMID"):
+            raise UnusualRecord("CommentsCorrections PMID")
+        if values:
+            ref_pmid = _positive_int(_text(values[-1]) or "")
+        corrections.append((ref_type.decode(), ref_pmid))
 
     cited: dict[int, None] = {}
-    first_list = record.find("<ReferenceList", cut)
-    if first_list >= 0:
-        references = record[first_list : record.rfind("</ReferenceList>")]
+    at = find(b"<ReferenceList", cut, end)
+    if at >= 0:
+        references = buf[at:end]
         ids = _REFERENCE_ID.findall(references)
-        if len(ids) != references.count('IdType="pubmed"') or references.count(
-            "IdType"
-        ) != references.count('IdType="'):
+        if len(ids) != references.count(b'IdType="pubmed"') or references.count(
+            b"IdType"
+        ) != references.count(b'IdType="'):
             raise UnusualRecord("ReferenceList")
         for value in ids:
             number = int(value)
@@ -399,8 +428,8 @@ def _add_article(record: str, columns: Any) -> None:
         columns.p_pmid.extend([pmid] * n_pubtypes)
         columns.p_version.extend([version] * n_pubtypes)
         for ui, text in pubtypes:
-            columns.p_ui.append(ui)
-            columns.p_name.append(_flat(text) or "")
+            columns.p_ui.append(ui.decode())
+            columns.p_name.append(_text(text) or "")
 
     if names:
         m_pmid = columns.m_pmid
@@ -413,7 +442,7 @@ def _add_article(record: str, columns: Any) -> None:
         major = False
         bare = False
         for kind, name_ui, name_major in names:
-            if kind == "Descriptor":
+            if kind == b"Descriptor":
                 if bare:
                     m_pmid.append(pmid)
                     m_version.append(version)
@@ -421,8 +450,8 @@ def _add_article(record: str, columns: Any) -> None:
                     m_descriptor_major.append(major)
                     m_qualifier.append(None)
                     m_qualifier_major.append(None)
-                ui = name_ui
-                major = name_major == "Y"
+                ui = name_ui.decode()
+                major = name_major == b"Y"
                 bare = True
             else:
                 bare = False
@@ -430,8 +459,8 @@ def _add_article(record: str, columns: Any) -> None:
                 m_version.append(version)
                 m_descriptor.append(ui)
                 m_descriptor_major.append(major)
-                m_qualifier.append(name_ui)
-                m_qualifier_major.append(name_major == "Y")
+                m_qualifier.append(name_ui.decode())
+                m_qualifier_major.append(name_major == b"Y")
         if bare:
             m_pmid.append(pmid)
             m_version.append(version)
@@ -443,9 +472,9 @@ def _add_article(record: str, columns: Any) -> None:
     for registry, substance_ui, substance_name in chemicals:
         columns.h_pmid.append(pmid)
         columns.h_version.append(version)
-        columns.h_registry.append(_flat(registry))
-        columns.h_ui.append(substance_ui)
-        columns.h_name.append(_flat(substance_name) or "")
+        columns.h_registry.append(_text(registry))
+        columns.h_ui.append(substance_ui.decode())
+        columns.h_name.append(_text(substance_name) or "")
 
     for ref_type, ref_pmid in corrections:
         columns.k_pmid.append(pmid)
@@ -458,3 +487,35 @@ def _add_article(record: str, columns: Any) -> None:
         columns.c_pmid.extend([pmid] * n)
         columns.c_version.extend([version] * n)
         columns.c_cited.extend(cited)
+
+
+def _list_items(buf: bytes, start: int, cut: int, tag: bytes, pattern: re.Pattern[bytes]) -> list:
+    """The matches of ``pattern`` inside the record's ``<tag>List``, where NLM's DTD puts every
+    ``<tag>``. One count over the whole citation proves there is no other ``<tag`` (a second
+    list, an item elsewhere, a self-closed or oddly written item): otherwise it is unusual."""
+    opener = b"<" + tag
+    at = buf.find(opener + b"List>", start, cut)
+    if at < 0:
+        if buf.find(opener, start, cut) >= 0:
+            raise UnusualRecord(tag.decode())
+        return []
+    close = buf.find(b"</" + tag + b"List>", at, cut)
+    if close < 0:
+        raise UnusualRecord(tag.decode())
+    section = buf[at:close]
+    items = pattern.findall(section)
+    if tag == b"MeshHeading":
+        n_items = section.count(b"<MeshHeading>")
+        n_descriptors = sum(1 for kind, _, _ in items if kind == b"Descriptor")
+        if (
+            not items
+            or items[0][0] != b"Descriptor"
+            or n_descriptors != n_items
+            or len(items) != section.count(b"<DescriptorName") + section.count(b"<QualifierName")
+        ):
+            raise UnusualRecord("MeshHeading")
+    else:
+        n_items = len(items)
+    if buf.count(opener, start, cut) != 1 + n_items:
+        raise UnusualRecord(tag.decode())
+    return items
