@@ -85,7 +85,8 @@ def pubmed_tables(context: dg.AssetExecutionContext, lake: LakeResource) -> dg.M
             dg.AssetCheckResult(
                 check_name=check.name,
                 passed=check.passed,
-                metadata={"details": check.details},
+                # Dagster records check results without the partition: name the file here
+                metadata={"file": name, "details": check.details},
                 severity=dg.AssetCheckSeverity.ERROR,
             )
             for check in outcome.checks

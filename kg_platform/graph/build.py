@@ -39,7 +39,7 @@ import pyarrow.parquet as pq
 from kg_platform.graph import layout
 from kg_platform.storage.lake import Lake
 
-BATCH_ROWS = 4_000_000
+BATCH_ROWS = 1_000_000  # rows decoded at a time: bounds the temporaries per batch
 _MAX_PMID = 2**31 - 2  # pmids are stored as int32
 _DESCRIPTOR_UI = re.compile(r"^D\d{6,9}$")
 # which uint32 of an int64 key holds its low / high half
@@ -89,8 +89,10 @@ class GraphBuild:
     inputs: dict[str, dict[str, str | int]]
     arrays: dict[str, ArrayInfo]
     stats: GraphStats
-    # wall seconds per phase of this build (not part of the manifest: it varies run to run)
+    # per phase of this build: wall seconds, and CPU seconds of the thread that ran it (not
+    # part of the manifest: they vary run to run); with parallel=True phases overlap
     phase_seconds: dict[str, float] = field(default_factory=dict)
+    phase_cpu_seconds: dict[str, float] = field(default_factory=dict)
 
     @property
     def prefix(self) -> str:
@@ -98,19 +100,27 @@ class GraphBuild:
 
 
 class _Clock:
-    """Wall seconds per named phase, summed over laps."""
+    """Wall and this thread's CPU seconds per named phase, summed over laps (the CPU time
+    tells the work apart from waiting for a core on a busy machine)."""
 
     def __init__(self) -> None:
         self.seconds: dict[str, float] = {}
-        self._last = time.perf_counter()
+        self.cpu_seconds: dict[str, float] = {}
+        self.restart()
+
+    def restart(self) -> None:
+        """Start the next lap now, on the calling thread."""
+        self._wall, self._cpu = time.perf_counter(), time.thread_time()
 
     def lap(self, phase: str) -> None:
-        now = time.perf_counter()
-        self.seconds[phase] = self.seconds.get(phase, 0.0) + now - self._last
-        self._last = now
+        wall, cpu = time.perf_counter(), time.thread_time()
+        self.seconds[phase] = self.seconds.get(phase, 0.0) + wall - self._wall
+        self.cpu_seconds[phase] = self.cpu_seconds.get(phase, 0.0) + cpu - self._cpu
+        self._wall, self._cpu = wall, cpu
 
-    def rounded(self) -> dict[str, float]:
-        return {phase: round(s, 3) for phase, s in self.seconds.items()}
+
+def _rounded(seconds: dict[str, float]) -> dict[str, float]:
+    return {phase: round(s, 3) for phase, s in seconds.items()}
 
 
 # -- build id -----------------------------------------------------------------------------
@@ -144,7 +154,8 @@ def _parquet(
 ) -> Iterator[pq.ParquetFile]:
     with lake.open(key) as f:
         try:
-            pf = pq.ParquetFile(f, read_dictionary=list(dictionary) or None)
+            # pre_buffer off: it would hold several row groups of compressed columns at once
+            pf = pq.ParquetFile(f, read_dictionary=list(dictionary) or None, pre_buffer=False)
         except (pa.ArrowException, OSError) as exc:
             raise GraphInputError(f"{lake.path(key)}: not readable as Parquet ({exc})") from exc
         missing = sorted(set(columns) - set(pf.schema_arrow.names))
@@ -307,18 +318,21 @@ def _sort_and_dedup(keys: np.ndarray, flag_bits: int) -> np.ndarray:
     keys.sort()
     below = (1 << flag_bits) - 1
     kept = 0
-    ascending = True
     for part in _chunked(keys.size):
         chunk = keys[part]
         nxt = keys[part.start + 1 : part.stop + 1]  # one short for the last slice
         last = np.ones(chunk.size, dtype=bool)
         # with a <= b, b differs from a above the flag bits iff b > (a | below)
-        np.greater(nxt, chunk[: nxt.size] | below, out=last[: nxt.size])
-        ascending &= not np.less(nxt, chunk[: nxt.size]).any()
-        survivors = chunk[last]  # a copy, taken before the write below can reach this slice
-        keys[kept : kept + survivors.size] = survivors
-        kept += survivors.size
-    assert ascending, "sorted keys must be ascending"
+        np.greater(
+            nxt, chunk[: nxt.size] | below if below else chunk[: nxt.size], out=last[: nxt.size]
+        )
+        survivors = int(np.count_nonzero(last))
+        if survivors == chunk.size and kept == part.start:
+            kept += survivors  # nothing dropped yet: the slice is already in place
+            continue
+        # chunk[last] is a copy, taken before the write can reach this slice
+        keys[kept : kept + survivors] = chunk[last]
+        kept += survivors
     return keys[:kept]
 
 
@@ -338,19 +352,23 @@ def _cut(keys: np.ndarray, n_rows: int, flagged: bool) -> _Csr:
     flag = np.empty(n, dtype=bool) if flagged else None
     counts = np.zeros(n_rows, dtype=np.int64)
     flag_counts = np.zeros(n_rows, dtype=np.int64) if flagged else None
+    offsets = np.empty(min(n, _CHUNK), dtype=np.intp)  # bincount's own index type: no copy
     assert n == 0 or (high[0] >= 0 and high[-1] < n_rows), "a row index is out of range"
     for part in _chunked(n):
         column = low[part]
-        np.right_shift(column, int(flagged), out=indices[part], casting="unsafe")
+        if flag is None:
+            indices[part] = column
+        else:
+            np.right_shift(column, 1, out=indices[part], casting="unsafe")
         # rows ascend, so a slice covers one contiguous range of rows: count just that range
         rows = high[part]
         first = int(rows[0])
         span = int(rows[-1]) - first + 1
-        offsets = rows - first
-        counts[first : first + span] += np.bincount(offsets, minlength=span)
+        here = np.subtract(rows, first, out=offsets[: rows.size])
+        counts[first : first + span] += np.bincount(here, minlength=span)
         if flag is not None and flag_counts is not None:
             set_here = np.bitwise_and(column, 1, out=flag[part], casting="unsafe")
-            flag_counts[first : first + span] += np.bincount(offsets[set_here], minlength=span)
+            flag_counts[first : first + span] += np.bincount(here[set_here], minlength=span)
     indptr = np.zeros(n_rows + 1, dtype=np.int64)
     np.cumsum(counts, out=indptr[1:])
     assert indptr[-1] == indices.size and (flag is None or flag.size == indices.size)
@@ -439,6 +457,7 @@ def array_sha256(array: np.ndarray) -> str:
 def _build_citations(
     lake: Lake, articles: _Articles, out: _ArrayWriter, batch_rows: int, clock: _Clock
 ) -> dict[str, int]:
+    clock.restart()  # this may be a worker thread: its own CPU clock
     key = layout.CORPUS_INPUTS["citations"]
     where = lake.path(key)
     n = articles.pmids.size
@@ -511,6 +530,7 @@ def _descriptor_ids(values: pl.Series, lookup_uis: list[str]) -> np.ndarray:
 def _build_mesh(
     lake: Lake, articles: _Articles, out: _ArrayWriter, batch_rows: int, clock: _Clock
 ) -> dict[str, int]:
+    clock.restart()  # this may be a worker thread: its own CPU clock
     key = layout.CORPUS_INPUTS["mesh_edges"]
     where = lake.path(key)
     n = articles.pmids.size
@@ -687,8 +707,14 @@ def build_graph(
         **citation,
         **mesh,
     )
-    phases = {**clock.rounded(), **mesh_clock.rounded()}
-    build = GraphBuild(build_id, inputs, arrays, stats, phases)
+    build = GraphBuild(
+        build_id,
+        inputs,
+        arrays,
+        stats,
+        phase_seconds=_rounded({**clock.seconds, **mesh_clock.seconds}),
+        phase_cpu_seconds=_rounded({**clock.cpu_seconds, **mesh_clock.cpu_seconds}),
+    )
     manifest = {
         "build_id": build_id,
         "format": layout.GRAPH_FORMAT,

@@ -41,7 +41,7 @@ _PROLOG = re.compile(
 _ENCODING = re.compile(rb"""encoding\s*=\s*["']([^"']*)["']""")
 _RECORD_START = re.compile(rb"\s*<(PubmedArticle|PubmedBookArticle|DeleteCitation)>")
 _SET_END = re.compile(rb"\s*</PubmedArticleSet>\s*")
-_OTHER_REFERENCE = re.compile(rb"&(?!(?:lt|gt|amp|quot|apos|#[0-9]+|#x[0-9a-fA-F]+);)")
+_KNOWN_REFERENCE = re.compile(rb"&(?:lt|gt|amp|quot|apos|#[0-9]+|#x[0-9a-fA-F]+);")
 _MAX_RECORD_BYTES = 1 << 26
 _SIMPLE_MARKUP = re.compile(rb"<\?[^<>]*\?>|<!--[^<>]*-->")
 _RECORD_ENDS = {
@@ -62,12 +62,12 @@ _SELF_CLOSED = re.compile(
     rb"NameOfSubstance|CommentsCorrections|ReferenceList|ArticleId|MedlineCitation)\b[^>]*/>",
     _A,
 )
-_ARTICLE_TITLE = re.compile(rb"<ArticleTitle\b([^>]*)>(.*?)</ArticleTitle>", _S)
-_ABSTRACT_TEXT = re.compile(rb"<AbstractText\b([^>]*)>(.*?)</AbstractText>", _S)
+_ARTICLE_TITLE = re.compile(rb"<ArticleTitle\b([^>]*)>", _S)
+_ABSTRACT_TEXT = re.compile(rb"<AbstractText\b([^>]*)>", _S)
 _LABEL = re.compile(rb'\sLabel="([^"]*)"', _A)
-_JOURNAL_TITLE = re.compile(rb"<Title>(.*?)</Title>", _S)
+
 _LANGUAGE = re.compile(rb"<Language>([^<]*)</Language>", _A)
-_PUB_DATE = re.compile(rb"<PubDate>(.*?)</PubDate>", _S)
+
 _DATE_PART = re.compile(rb"<(Year|MedlineDate)>([^<]*)</(?:Year|MedlineDate)>", _A)
 _YEAR_IN_MEDLINE_DATE = re.compile(r"\d{4}")
 _PUBTYPE = re.compile(rb'<PublicationType UI="([^"<>&\t\n]*)">([^<]*)</PublicationType>', _A)
@@ -121,7 +121,9 @@ def _flat(inner: str) -> str | None:
 
 
 def _text(raw: bytes) -> str | None:
-    return _flat(raw.decode())
+    if b"<" in raw or b"&" in raw:
+        return _flat(raw.decode())
+    return raw.decode().strip() or None
 
 
 def _positive_int(text: str) -> int | None:
@@ -191,8 +193,11 @@ def stream_records(
             n_markup = whole.count(b"<!") + whole.count(b"<?")
             if n_markup != len(_SIMPLE_MARKUP.findall(whole)):
                 raise NotSimple("CDATA, or a comment or processing instruction holding markup")
-        if b"&" in buffer and _OTHER_REFERENCE.search(buffer):
-            raise NotSimple("entity reference other than the predefined ones")
+        at = buffer.find(b"&")
+        while at >= 0:
+            if _KNOWN_REFERENCE.match(buffer, at) is None:
+                raise NotSimple("entity reference other than the predefined ones")
+            at = buffer.find(b"&", at + 1)
         odd = _odd_positions(buffer)
         n_articles = 0
         pos = 0
@@ -269,15 +274,12 @@ def _add_deletions(body: bytes, columns: Any) -> None:
 def _add_article(buf: bytes, start: int, end: int, columns: Any) -> None:
     """One ``PubmedArticle`` whose content is ``buf[start:end]``, read by landmarks.
 
-    Each field is found by a byte search for its tag and read by an anchored pattern; the
-    element order and the one-of-each elements follow NLM's DTD, and every field checks that
-    no second copy of its element sits where the lxml code would also have read it."""
+    Each field is found by a byte search for its tag, moving forward through the record in
+    the element order of NLM's DTD (stable since the 2000s), and read by an anchored pattern;
+    an element that is there but not in the canonical form makes the record unusual."""
     head = _HEAD.match(buf, start, end)
     if head is None:
         raise NotSimple("record does not open with MedlineCitation and its PMID")
-    cut = buf.find(b"</MedlineCitation>", head.end(), end)
-    if cut < 0:
-        raise NotSimple("MedlineCitation")
     version_text, pmid_text = head.groups()
     pmid = _positive_int(_text(pmid_text) or "")
     if pmid is None:
@@ -286,87 +288,21 @@ def _add_article(buf: bytes, start: int, end: int, columns: Any) -> None:
     if version is None:
         raise NotSimple("non-numeric Version")
     find = buf.find
-
-    title = None
-    at = find(b"<ArticleTitle", start, cut)
-    if at >= 0:
-        found = _ARTICLE_TITLE.match(buf, at, cut)
-        if found is None or find(b"<ArticleTitle", found.end(), cut) >= 0:
-            raise UnusualRecord("ArticleTitle")
-        attrs, inner = found.groups()
-        if attrs and (b"'" in attrs or attrs.count(b'"') % 2):
-            raise UnusualRecord("ArticleTitle attributes")
-        title = _text(inner)
-
-    sections = []
-    at = find(b"<Abstract>", start, cut)
-    if at >= 0:
-        if find(b"<AbstractText", start, at) >= 0:
-            raise UnusualRecord("AbstractText before Abstract")
-        close = find(b"</Abstract>", at, cut)
-        pos = at
-        while True:
-            at = find(b"<AbstractText", pos, close)
-            if at < 0:
-                break
-            found = _ABSTRACT_TEXT.match(buf, at, close)
-            if found is None:
-                raise UnusualRecord("AbstractText")
-            pos = found.end()
-            attrs, inner = found.groups()
-            text = _text(inner)
-            if text is None:
-                continue
-            label = None
-            if attrs:
-                if b"'" in attrs or attrs.count(b'"') % 2:
-                    raise UnusualRecord("AbstractText attributes")
-                label_found = _LABEL.search(attrs)
-                if label_found is None:
-                    if b"Label" in attrs:
-                        raise UnusualRecord("Label attribute")
-                else:
-                    label = label_found.group(1).decode()
-                    if "&" in label:
-                        label = _unescape(label)
-                    if "\t" in label or "\n" in label:
-                        raise UnusualRecord("Label needs normalising")
-            sections.append(f"{label}: {text}" if label else text)
-        at = find(b"<AbstractText", close, cut)
-        if at >= 0:
-            other = find(b"<OtherAbstract", close, cut)
-            if other < 0 or other > at:
-                raise UnusualRecord("AbstractText outside Abstract")
-    else:
-        at = find(b"<AbstractText", start, cut)
-        if at >= 0:
-            other = find(b"<OtherAbstract", start, cut)
-            if other < 0 or other > at:
-                raise UnusualRecord("AbstractText outside Abstract")
-
-    journal = None
-    at = find(b"<Title", start, cut)
-    if at >= 0:
-        found = _JOURNAL_TITLE.match(buf, at, cut)
-        if found is None or find(b"<Title", found.end(), cut) >= 0:
-            raise UnusualRecord("Title")
-        journal = _text(found.group(1))
-
-    language = None
-    at = find(b"<Language", start, cut)
-    if at >= 0:
-        found = _LANGUAGE.match(buf, at, cut)
-        if found is None:
-            raise UnusualRecord("Language")
-        language = _text(found.group(1))
+    pos = head.end()
+    # Article: Journal (JournalIssue/PubDate, Title), ArticleTitle, Abstract, AuthorList,
+    # Language, PublicationTypeList; then MedlineJournalInfo and the citation's lists
+    cut = find(b"</MedlineCitation>", pos, end)
+    if cut < 0:
+        raise NotSimple("MedlineCitation")
 
     year = None
-    at = find(b"<PubDate", start, cut)
+    at = find(b"<PubDate", pos, cut)
     if at >= 0:
-        found = _PUB_DATE.match(buf, at, cut)
-        if found is None or find(b"<PubDate", found.end(), cut) >= 0:
+        close = find(b"</PubDate>", at, cut)
+        if close < 0 or not buf.startswith(b"<PubDate>", at):
             raise UnusualRecord("PubDate")
-        date = found.group(1)
+        date = buf[at + 9 : close]
+        pos = close
         first_year = date.find(b"<Year")
         first_medline = date.find(b"<MedlineDate")
         firsts = [where for where in (first_year, first_medline) if where >= 0]
@@ -386,12 +322,89 @@ def _add_article(buf: bytes, start: int, end: int, columns: Any) -> None:
             if year is not None and not 1000 <= year <= 2100:
                 year = None
 
-    pubtypes = _list_items(buf, start, cut, b"PublicationType", _PUBTYPE)
-    names = _list_items(buf, start, cut, b"MeshHeading", _MESH_NAME)
-    chemicals = _list_items(buf, start, cut, b"Chemical", _CHEMICAL)
+    # Language follows the Abstract and the (long) AuthorList: found first, it bounds the rest
+    language_at = find(b"<Language", pos, cut)
+    bound = cut if language_at < 0 else language_at
+
+    journal = None
+    at = find(b"<Title", pos, bound)
+    if at >= 0:
+        close = find(b"</Title>", at, bound)
+        if close < 0 or not buf.startswith(b"<Title>", at):
+            raise UnusualRecord("Title")
+        journal = _text(buf[at + 7 : close])
+        pos = close
+
+    title = None
+    at = find(b"<ArticleTitle", pos, bound)
+    if at >= 0:
+        found = _ARTICLE_TITLE.match(buf, at, bound)
+        close = find(b"</ArticleTitle>", at, bound)
+        if found is None or close < 0:
+            raise UnusualRecord("ArticleTitle")
+        attrs = found.group(1)
+        inner = buf[found.end() : close]
+        pos = close
+        if attrs and (b"'" in attrs or attrs.count(b'"') % 2):
+            raise UnusualRecord("ArticleTitle attributes")
+        title = _text(inner)
+
+    sections = []
+    at = find(b"<Abstract", pos, bound)
+    if at >= 0:
+        close = find(b"</Abstract>", at, bound)
+        if close < 0 or buf[at + 9 : at + 10] not in (b">", b" "):
+            raise UnusualRecord("Abstract")
+        pos = at
+        while True:
+            at = find(b"<AbstractText", pos, close)
+            if at < 0:
+                break
+            found = _ABSTRACT_TEXT.match(buf, at, close)
+            text_close = find(b"</AbstractText>", at, close)
+            if found is None or text_close < 0:
+                raise UnusualRecord("AbstractText")
+            attrs = found.group(1)
+            inner = buf[found.end() : text_close]
+            pos = text_close
+            text = _text(inner)
+            if text is None:
+                continue
+            label = None
+            if attrs:
+                if b"'" in attrs or attrs.count(b'"') % 2:
+                    raise UnusualRecord("AbstractText attributes")
+                label_found = _LABEL.search(attrs)
+                if label_found is None:
+                    if b"Label" in attrs:
+                        raise UnusualRecord("Label attribute")
+                else:
+                    label = label_found.group(1).decode()
+                    if "&" in label:
+                        label = _unescape(label)
+                    if "\t" in label or "\n" in label:
+                        raise UnusualRecord("Label needs normalising")
+            sections.append(f"{label}: {text}" if label else text)
+        pos = close
+
+    language = None
+    if language_at >= 0:
+        found = _LANGUAGE.match(buf, language_at, cut)
+        if found is None:
+            raise UnusualRecord("Language")
+        pos = found.end()
+        language = _text(found.group(1))
+
+    pubtypes, pos = _list_items(buf, pos, cut, b"PublicationType", _PUBTYPE)
+    at = find(b"</MedlineJournalInfo>", pos, cut)
+    if at >= 0:
+        pos = at
+    chemicals, pos = _list_items(buf, pos, cut, b"Chemical", _CHEMICAL)
+    found_corrections, pos = _list_items(buf, pos, cut, b"CommentsCorrections", _CORRECTION)
+    names, pos = _list_items(buf, pos, cut, b"MeshHeading", _MESH_NAME)
 
     corrections = []
-    for ref_type, inner in _list_items(buf, start, cut, b"CommentsCorrections", _CORRECTION):
+    for ref_type, inner in found_corrections:
         ref_pmid = None
         values = _ANY_PMID.findall(inner)
         if len(values) != inner.count(b"<PMID"):
@@ -405,9 +418,7 @@ def _add_article(buf: bytes, start: int, end: int, columns: Any) -> None:
     if at >= 0:
         references = buf[at:end]
         ids = _REFERENCE_ID.findall(references)
-        if len(ids) != references.count(b'IdType="pubmed"') or references.count(
-            b"IdType"
-        ) != references.count(b'IdType="'):
+        if len(ids) != references.count(b'IdType="pubmed"'):
             raise UnusualRecord("ReferenceList")
         for value in ids:
             number = int(value)
@@ -489,33 +500,28 @@ def _add_article(buf: bytes, start: int, end: int, columns: Any) -> None:
         columns.c_cited.extend(cited)
 
 
-def _list_items(buf: bytes, start: int, cut: int, tag: bytes, pattern: re.Pattern[bytes]) -> list:
-    """The matches of ``pattern`` inside the record's ``<tag>List``, where NLM's DTD puts every
-    ``<tag>``. One count over the whole citation proves there is no other ``<tag`` (a second
-    list, an item elsewhere, a self-closed or oddly written item): otherwise it is unusual."""
-    opener = b"<" + tag
-    at = buf.find(opener + b"List>", start, cut)
+def _list_items(
+    buf: bytes, start: int, cut: int, tag: bytes, pattern: re.Pattern[bytes]
+) -> tuple[list, int]:
+    """The matches of ``pattern`` inside the record's ``<tag>List`` at or after ``start``, and
+    where the list ends; an item the pattern does not read makes the record unusual."""
+    at = buf.find(b"<" + tag + b"List>", start, cut)
     if at < 0:
-        if buf.find(opener, start, cut) >= 0:
-            raise UnusualRecord(tag.decode())
-        return []
+        return [], start
     close = buf.find(b"</" + tag + b"List>", at, cut)
     if close < 0:
         raise UnusualRecord(tag.decode())
     section = buf[at:close]
     items = pattern.findall(section)
     if tag == b"MeshHeading":
-        n_items = section.count(b"<MeshHeading>")
         n_descriptors = sum(1 for kind, _, _ in items if kind == b"Descriptor")
         if (
             not items
             or items[0][0] != b"Descriptor"
-            or n_descriptors != n_items
+            or n_descriptors != section.count(b"<MeshHeading") - 1
             or len(items) != section.count(b"<DescriptorName") + section.count(b"<QualifierName")
         ):
             raise UnusualRecord("MeshHeading")
-    else:
-        n_items = len(items)
-    if buf.count(opener, start, cut) != 1 + n_items:
+    elif len(items) != section.count(b"<" + tag) - 1:
         raise UnusualRecord(tag.decode())
-    return items
+    return items, close
