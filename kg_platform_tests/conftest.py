@@ -30,3 +30,33 @@ def require_reference(*parts: str) -> Path:
 @pytest.fixture(scope="session")
 def reference_data() -> Path:
     return require_reference()
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint():
+    """A real S3 server (moto) on 127.0.0.1 for the whole session."""
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    yield f"http://{host}:{port}"
+    server.stop()
+
+
+@pytest.fixture
+def s3_lake(s3_endpoint, monkeypatch):
+    """An empty S3 lake in a fresh bucket, configured through the environment as a user would."""
+    import uuid
+
+    import boto3
+
+    from kg_platform.storage.lake import Lake
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", s3_endpoint)
+    bucket = f"lake-{uuid.uuid4().hex[:12]}"
+    boto3.client("s3", endpoint_url=s3_endpoint).create_bucket(Bucket=bucket)
+    return Lake(f"s3://{bucket}/kg")

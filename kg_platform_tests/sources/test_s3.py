@@ -4,11 +4,9 @@ and the same corpus as a local lake, and nothing written outside the lake."""
 from __future__ import annotations
 
 import hashlib
-import uuid
 from pathlib import Path
 
 import pytest
-from moto.server import ThreadedMotoServer
 
 from kg_platform.pubmed.fold import corpus_key, fold_checks, fold_release, table_key
 from kg_platform.pubmed.parse import parse_file
@@ -17,24 +15,6 @@ from kg_platform.storage.lake import Lake
 from kg_platform_tests.conftest import require_reference
 from kg_platform_tests.sources.mirror_server import serve_mirror
 from kg_platform_tests.sources.test_source import F1334, F1335, MD5_1334, MD5_1335
-
-
-@pytest.fixture()
-def s3_lake(monkeypatch: pytest.MonkeyPatch) -> Lake:
-    import boto3
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    endpoint = f"http://{host}:{port}"
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
-    monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
-    bucket = f"lake-{uuid.uuid4().hex[:12]}"
-    boto3.client("s3", endpoint_url=endpoint).create_bucket(Bucket=bucket)
-    yield Lake(f"s3://{bucket}/kg")
-    server.stop()
 
 
 def test_fetch_and_fold_on_s3(s3_lake: Lake, tmp_path: Path) -> None:

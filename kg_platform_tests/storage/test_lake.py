@@ -5,34 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 import pytest
-from moto.server import ThreadedMotoServer
 
 from kg_platform.storage.catalog import Catalog
 from kg_platform.storage.lake import Lake
 
 TABLE = pa.table({"pmid": pa.array([3, 1, 2], pa.int64()), "title": ["c", "a", "b"]})
-
-
-@pytest.fixture(scope="module")
-def s3_endpoint():
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    yield f"http://{host}:{port}"
-    server.stop()
-
-
-@pytest.fixture
-def s3_lake(s3_endpoint, monkeypatch) -> Lake:
-    import boto3
-
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
-    monkeypatch.setenv("AWS_ENDPOINT_URL", s3_endpoint)
-    bucket = f"lake-{np.random.default_rng().integers(1 << 30)}"
-    boto3.client("s3", endpoint_url=s3_endpoint).create_bucket(Bucket=bucket)
-    return Lake(f"s3://{bucket}/kg")
 
 
 @pytest.fixture(params=["local", "s3"])
