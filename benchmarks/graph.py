@@ -5,7 +5,11 @@ earlier PMIDs and ~10% dangling, MeSH edges over 30k descriptors with Zipf frequ
 scratch lake, then in a fresh child process builds the graph with the same
 ``kg_platform.graph.build.build_graph`` the asset uses and measures the store. A second
 child builds the citation CSR with scipy.sparse (coo -> csr) as a reference measured in the
-same run. The last line printed is one JSON object.
+same run, and the build child also times a plain ``np.sort`` of as many random int64 keys as
+the graph has edges: a hardware-speed yardstick for a shared, noisy machine, reported as
+``build_over_np_sort`` (build seconds / sort seconds; lower is better). The build's wall and
+CPU seconds per phase come from ``GraphBuild.phase_seconds`` / ``phase_cpu_seconds``. The last
+line printed is one JSON object.
 
     .venv/bin/python benchmarks/graph.py --articles 1000000 --citations 10000000 --mesh-edges 9000000
 """
@@ -29,6 +33,10 @@ import pyarrow.parquet as pq
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 REFERENCE_EDGES_PER_S = 4.4e6  # reference build: 740,464,909 edges in 2.8 min on one core
+REFERENCE_EDGES = 740_464_909
+REFERENCE_ARTICLES = 40_000_000
+# bytes per article of the article-indexed arrays: pmids, year, flags, three indptrs
+ARTICLE_BYTES = 4 + 2 + 1 + 3 * 8
 N_DESCRIPTORS = 30_000
 CHUNK = 5_000_000
 
@@ -130,16 +138,23 @@ def generate(root: str, n_articles: int, n_citations: int, n_mesh: int, seed: in
     )
 
 
-def measure_build(root: str) -> dict:
+def _cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def measure_build(root: str, parallel: bool) -> dict:
     """Runs in a child process so its peak RSS is the build's and the store's alone."""
     from kg_platform.graph.build import build_graph
     from kg_platform.graph.store import KGStore, intersect_sorted
     from kg_platform.storage.lake import Lake
 
     lake = Lake(root)
+    cpu = _cpu_seconds()
     t = time.perf_counter()
-    build = build_graph(lake)
+    build = build_graph(lake, parallel=parallel)
     build_s = time.perf_counter() - t
+    build_cpu_s = _cpu_seconds() - cpu
     build_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
     t = time.perf_counter()
@@ -177,19 +192,46 @@ def measure_build(root: str) -> dict:
         scanned += a.size + b.size
     intersect_s = time.perf_counter() - t
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+    # the yardstick, after every RSS reading: one plain sort of as many int64 keys as edges
+    keys = np.random.default_rng(2).integers(0, 2**62, build.stats.edges)
+    t = time.perf_counter()
+    keys.sort()
+    sort_s = time.perf_counter() - t
+    del keys
+
     s = build.stats
+    over_arrays = build_rss / s.array_bytes
+    edge_bytes = (s.array_bytes - ARTICLE_BYTES * s.n_articles) / s.edges
+    at_reference_bytes = ARTICLE_BYTES * REFERENCE_ARTICLES + edge_bytes * REFERENCE_EDGES
     return {
         "articles": s.n_articles,
         "citation_edges": s.citation_edges,
         "mesh_pairs": s.mesh_pairs,
         "edges": s.edges,
         "input_rows": s.citation_rows + s.mesh_rows,
+        "parallel": parallel,
         "build_s": round(build_s, 2),
+        "build_cpu_s": round(build_cpu_s, 2),
         "build_edges_per_s": round(s.edges / build_s),
+        "build_edges_per_cpu_s": round(s.edges / build_cpu_s),
+        "np_sort_s": round(sort_s, 2),
+        "np_sort_keys_per_s": round(s.edges / sort_s),
+        "build_over_np_sort": round(build_s / sort_s, 2),
+        "phase_seconds": build.phase_seconds,
+        "phase_cpu_seconds": build.phase_cpu_seconds,
         "array_bytes": s.array_bytes,
         "build_peak_rss_bytes": build_rss,
         "peak_rss_bytes": peak,
-        "peak_rss_over_array_bytes": round(build_rss / s.array_bytes, 3),
+        "peak_rss_over_array_bytes": round(over_arrays, 3),
+        # linear in edges and articles (the sorts grow slightly faster): 40M articles, 740M edges
+        "extrapolated_reference_scale": {
+            "articles": REFERENCE_ARTICLES,
+            "edges": REFERENCE_EDGES,
+            "build_s": round(REFERENCE_EDGES / (s.edges / build_s)),
+            "array_bytes": round(at_reference_bytes),
+            "peak_rss_bytes": round(at_reference_bytes * over_arrays),
+        },
         "open_ms": round(open_ms, 3),
         "expand_us_per_node": round(expand_us, 3),
         "batch_neighbours_per_s": round(got / batch_s),
@@ -221,9 +263,9 @@ def measure_reference(root: str) -> dict:
     return {"scipy_citation_edges": int(fwd.nnz), "scipy_seconds": round(seconds, 2)}
 
 
-def _child(phase: str, root: str) -> tuple[dict, int]:
+def _child(phase: str, root: str, *flags: str) -> tuple[dict, int]:
     proc = subprocess.run(
-        [sys.executable, __file__, "--phase", phase, "--root", root],
+        [sys.executable, __file__, "--phase", phase, "--root", root, *flags],
         check=True,
         capture_output=True,
         text=True,
@@ -240,11 +282,14 @@ def main() -> int:
     parser.add_argument("--workdir", default=None, help="scratch folder (default: a temp dir)")
     parser.add_argument("--keep", action="store_true", help="keep the scratch lake")
     parser.add_argument("--no-reference", action="store_true", help="skip the scipy reference")
+    parser.add_argument(
+        "--sequential", action="store_true", help="build MeSH after citations, not alongside"
+    )
     parser.add_argument("--phase", choices=["build", "reference"], help=argparse.SUPPRESS)
     parser.add_argument("--root", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.phase == "build":
-        print(json.dumps(measure_build(args.root)))
+        print(json.dumps(measure_build(args.root, parallel=not args.sequential)))
         return 0
     if args.phase == "reference":
         print(json.dumps(measure_reference(args.root)))
@@ -255,7 +300,7 @@ def main() -> int:
         t = time.perf_counter()
         generate(root, args.articles, args.citations, args.mesh_edges)
         generate_s = time.perf_counter() - t
-        built, _ = _child("build", root)
+        built, _ = _child("build", root, *(["--sequential"] if args.sequential else []))
         result = {
             "benchmark": "graph",
             "requested": {
