@@ -1,19 +1,28 @@
-"""The fast path of :mod:`kg_platform.pubmed.parse`: compiled patterns over the decompressed text.
+"""The fast path of :mod:`kg_platform.pubmed.parse`: byte searches and compiled patterns over
+the decompressed text instead of a tree.
 
-NLM's files are machine-written in one canonical form, so each field of a record can be read
-with a pattern instead of a tree. Exactness comes from two rules:
+NLM's files are machine-written in one canonical form, so each field of a record can be found
+by searching for its tag, moving forward through the record in the element order of NLM's DTD,
+and read with an anchored pattern. Exactness rests on these rules:
 
-- Well-formedness is still enforced by a real XML parser: libxml2, as in the lxml path, reads
-  the very same bytes through a parser target with no callbacks, so it builds nothing. Any complaint from it, and any
-  document-level surprise (another root, an internal DTD subset, a comment, a processing
-  instruction, a carriage return, an encoding other than UTF-8), raises :class:`NotSimple`,
-  and the caller parses the whole file again with lxml, which gives the error it always gave.
-- Every pattern is checked against a plain count of the tags it reads; a record where they
-  disagree, or where an attribute or inline markup is not in the canonical form, goes to the
-  caller's lxml code for that record alone (``slow_record``).
+- Well-formedness is still enforced by libxml2, as on the lxml path: it reads the very same
+  bytes through a parser target with no element callbacks, so it builds nothing. Any complaint
+  from it, and any document-level surprise (another root, an internal DTD subset, CDATA, a
+  comment or processing instruction holding markup, a carriage return, an encoding other than
+  UTF-8, text between records), raises :class:`NotSimple`, and the caller parses the whole
+  file again with lxml, which gives the tables and the errors it always gave.
+- A record holding a comment or processing instruction, or a field not in the canonical form
+  (inline markup with attributes, a self-closed element, a single-quoted or unnormalised
+  attribute, a list whose items the pattern does not all read), raises
+  :class:`UnusualRecord`, and the caller's lxml code reads that record alone.
+- Only the five predefined entities and character references are turned into text; any other
+  reference makes the record unusual (and libxml2 has already refused an undeclared one).
 
-Nothing here expands an entity: only the five predefined ones and character references are
-turned into text; any other reference makes the record unusual.
+What it takes on trust, as libxml2 does not validate: that elements sit where the DTD puts
+them (one ``Journal/Title``, ``ArticleTitle``, ``PubDate``; ``Abstract`` before ``Language``;
+``PublicationTypeList`` in ``Article``; ``ChemicalList``, ``CommentsCorrectionsList`` and
+``MeshHeadingList`` in that order after ``MedlineJournalInfo``; ``ReferenceList`` last in
+``PubmedData``).
 """
 
 from __future__ import annotations
@@ -21,6 +30,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from typing import Any, BinaryIO
+
 from lxml import etree
 
 _PUBMED_SET = "PubmedArticleSet"
@@ -35,14 +45,13 @@ class UnusualRecord(Exception):
 
 
 _PROLOG = re.compile(
-    rb'(?:<\?xml(?P<decl>[^?>]*)\?>)?\s*(?:<!DOCTYPE\s+PubmedArticleSet\b[^\[<>]*>)?\s*'
+    rb"(?:<\?xml(?P<decl>[^?>]*)\?>)?\s*(?:<!DOCTYPE\s+PubmedArticleSet\b[^\[<>]*>)?\s*"
     rb"<PubmedArticleSet>"
 )
 _ENCODING = re.compile(rb"""encoding\s*=\s*["']([^"']*)["']""")
 _RECORD_START = re.compile(rb"\s*<(PubmedArticle|PubmedBookArticle|DeleteCitation)>")
 _SET_END = re.compile(rb"\s*</PubmedArticleSet>\s*")
-_KNOWN_REFERENCE = re.compile(rb"&(?:lt|gt|amp|quot|apos|#[0-9]+|#x[0-9a-fA-F]+);")
-_MAX_RECORD_BYTES = 1 << 26
+_MAX_RECORD_BYTES = 1 << 24
 _SIMPLE_MARKUP = re.compile(rb"<\?[^<>]*\?>|<!--[^<>]*-->")
 _RECORD_ENDS = {
     b"PubmedArticle": b"</PubmedArticle>",
@@ -54,12 +63,6 @@ _A = re.ASCII
 _S = re.ASCII | re.DOTALL
 _HEAD = re.compile(
     rb'\s*<MedlineCitation(?: [\w]+="[^"<>&]*")*>\s*<PMID(?: Version="([^"<>&]*)")?>([^<]*)</PMID>',
-    _A,
-)
-_SELF_CLOSED = re.compile(
-    rb"<(?:PMID|ArticleTitle|AbstractText|OtherAbstract|Title|Language|PubDate|Year|MedlineDate|"
-    rb"PublicationType|MeshHeading|DescriptorName|QualifierName|Chemical|RegistryNumber|"
-    rb"NameOfSubstance|CommentsCorrections|ReferenceList|ArticleId|MedlineCitation)\b[^>]*/>",
     _A,
 )
 _ARTICLE_TITLE = re.compile(rb"<ArticleTitle\b([^>]*)>", _S)
@@ -85,7 +88,7 @@ _CORRECTION = re.compile(
     rb'<CommentsCorrections RefType="([^"<>&\t\n]*)">(.*?)</CommentsCorrections>', _S
 )
 _ANY_PMID = re.compile(rb"<PMID(?: Version=\"[^\"<>&]*\")?>([^<]*)</PMID>", _A)
-_REFERENCE_ID = re.compile(rb'<ArticleId IdType="pubmed">\s*(\d+)\s*</ArticleId>', _A)
+_REFERENCE_ID_TAIL = re.compile(rb">\s*(\d+)\s*</ArticleId>", _A)
 _INLINE_TAG = re.compile(r"<[^>]*>")
 _REFERENCE = re.compile(r"&(#x[0-9a-fA-F]+|#[0-9]+|lt|gt|amp|quot|apos);", _A)
 _PREDEFINED = {"lt": "<", "gt": ">", "amp": "&", "quot": '"', "apos": "'"}
@@ -135,7 +138,16 @@ def _positive_int(text: str) -> int | None:
 
 
 class _NoTree:
-    """A parser target with no callbacks: libxml2 checks well-formedness and builds nothing."""
+    """A parser target with no element callbacks: libxml2 checks well-formedness and builds
+    nothing. It only notes the round in which it last met a processing instruction, which
+    NLM leaves in the odd record (``<?nihms ?>``)."""
+
+    def __init__(self) -> None:
+        self.round = 0
+        self.pi_round = -1
+
+    def pi(self, target: str, data: str | None) -> None:
+        self.pi_round = self.round
 
     def close(self) -> None:
         return None
@@ -151,8 +163,9 @@ def stream_records(
     """Read every record of the stream into ``columns``; returns the set's root tag.
 
     Raises :class:`NotSimple` for anything it cannot prove it reads exactly as lxml does."""
+    target = _NoTree()
     checker = etree.XMLParser(
-        target=_NoTree(),
+        target=target,
         load_dtd=False,
         no_network=True,
         resolve_entities=False,
@@ -160,7 +173,10 @@ def stream_records(
     )
     buffer = b""
     started = False
+    # the round in which the oldest byte still held in the buffer was read
+    oldest = 0
     while True:
+        target.round += 1
         block = stream.read(1 << 20)
         final = not block
         try:
@@ -186,20 +202,14 @@ def stream_records(
             buffer = buffer[prolog.end() :]
         if b"\r" in buffer:
             raise NotSimple("carriage return")
-        if b"<!" in buffer or b"<?" in buffer:
-            # NLM leaves the odd processing instruction (<?nihms ?>) inside a record: lxml reads
-            # that record; one holding a '<' or '>', or any CDATA, sends the file to lxml
+        odd: list[int] = []
+        if b"<!" in buffer or target.pi_round >= oldest:
+            # a comment, CDATA or processing instruction: the records holding one go to lxml,
+            # and one holding a '<' or '>' (or any CDATA) sends the whole file there
             whole = buffer[: buffer.rfind(b">") + 1]
-            n_markup = whole.count(b"<!") + whole.count(b"<?")
-            if n_markup != len(_SIMPLE_MARKUP.findall(whole)):
+            odd = _odd_positions(whole)
+            if len(odd) != len(_SIMPLE_MARKUP.findall(whole)):
                 raise NotSimple("CDATA, or a comment or processing instruction holding markup")
-        at = buffer.find(b"&")
-        while at >= 0:
-            if _KNOWN_REFERENCE.match(buffer, at) is None:
-                raise NotSimple("entity reference other than the predefined ones")
-            at = buffer.find(b"&", at + 1)
-        odd = _odd_positions(buffer)
-        n_articles = 0
         pos = 0
         while True:
             start = _RECORD_START.match(buffer, pos)
@@ -211,13 +221,12 @@ def stream_records(
             if end < 0:
                 break
             if kind == b"PubmedArticle":
-                n_articles += 1
                 try:
                     if odd and odd[0] < end:
                         while odd and odd[0] < body_start:
                             odd.pop(0)
                         if odd and odd[0] < end:
-                            raise UnusualRecord("self-closed element, comment or PI")
+                            raise UnusualRecord("comment or processing instruction")
                     _add_article(buffer, body_start, end, columns)
                 except UnusualRecord:
                     slow_record(buffer[start.start() : end + len(_RECORD_ENDS[kind])].strip())
@@ -228,34 +237,35 @@ def stream_records(
             else:
                 _add_deletions(buffer[body_start:end], columns)
             pos = end + len(_RECORD_ENDS[kind])
-        if buffer.count(b"<MedlineCitation", 0, pos) != n_articles:
-            # a MedlineCitation outside its PubmedArticle or a nested record: lxml reads those
-            raise NotSimple("MedlineCitation outside one per PubmedArticle")
+        if pos:
+            held = len(buffer) - pos
+            if held == 0:
+                oldest = target.round + 1
+            elif held <= len(block):
+                oldest = target.round
         buffer = buffer[pos:]
         if final:
             if _SET_END.fullmatch(buffer) is None:
                 raise NotSimple("content outside records")
             return _PUBMED_SET
         stripped = buffer.lstrip()
-        if (stripped and not stripped.startswith(b"<")) or len(buffer) > _MAX_RECORD_BYTES:
-            raise NotSimple("text or an oversized element between records")
+        if (
+            (stripped and not stripped.startswith(b"<"))
+            or (len(buffer) > 1 << 16 and _RECORD_START.match(buffer) is None)
+            or len(buffer) > _MAX_RECORD_BYTES
+        ):
+            # held bytes must be the start of a record: anything else would be held to the end
+            raise NotSimple("text, another element or an oversized record between records")
 
 
 def _odd_positions(buffer: bytes) -> list[int]:
-    """Where a record must go to lxml: a self-closed element the fast path reads, a comment,
-    a processing instruction; in increasing order."""
+    """Where the comments, CDATA sections and processing instructions start, in order."""
     odd = []
     for marker in (b"<?", b"<!"):
         at = buffer.find(marker)
         while at >= 0:
             odd.append(at)
             at = buffer.find(marker, at + 2)
-    at = buffer.find(b"/>")
-    while at >= 0:
-        opened = buffer.rfind(b"<", 0, at)
-        if opened >= 0 and _SELF_CLOSED.match(buffer, opened):
-            odd.append(opened)
-        at = buffer.find(b"/>", at + 2)
     odd.sort()
     return odd
 
@@ -345,7 +355,7 @@ def _add_article(buf: bytes, start: int, end: int, columns: Any) -> None:
         attrs = found.group(1)
         inner = buf[found.end() : close]
         pos = close
-        if attrs and (b"'" in attrs or attrs.count(b'"') % 2):
+        if attrs and (b"'" in attrs or attrs.count(b'"') % 2 or attrs.endswith(b"/")):
             raise UnusualRecord("ArticleTitle attributes")
         title = _text(inner)
 
@@ -365,6 +375,8 @@ def _add_article(buf: bytes, start: int, end: int, columns: Any) -> None:
             if found is None or text_close < 0:
                 raise UnusualRecord("AbstractText")
             attrs = found.group(1)
+            if attrs.endswith(b"/"):
+                raise UnusualRecord("self-closed AbstractText")
             inner = buf[found.end() : text_close]
             pos = text_close
             text = _text(inner)
@@ -416,14 +428,17 @@ def _add_article(buf: bytes, start: int, end: int, columns: Any) -> None:
     cited: dict[int, None] = {}
     at = find(b"<ReferenceList", cut, end)
     if at >= 0:
-        references = buf[at:end]
-        ids = _REFERENCE_ID.findall(references)
-        if len(ids) != references.count(b'IdType="pubmed"'):
-            raise UnusualRecord("ReferenceList")
-        for value in ids:
-            number = int(value)
+        # one fast split at each IdType="pubmed"; each must sit in a canonical ArticleId
+        pieces = buf[at:end].split(b'IdType="pubmed"')
+        previous = pieces[0]
+        for piece in pieces[1:]:
+            value = _REFERENCE_ID_TAIL.match(piece)
+            if value is None or not previous.endswith(b"<ArticleId "):
+                raise UnusualRecord("ReferenceList")
+            number = int(value.group(1))
             if number > 0:
                 cited[number] = None
+            previous = piece
 
     n_pubtypes = len(pubtypes)
     columns.a_pmid.append(pmid)
@@ -514,12 +529,13 @@ def _list_items(
     section = buf[at:close]
     items = pattern.findall(section)
     if tag == b"MeshHeading":
-        n_descriptors = sum(1 for kind, _, _ in items if kind == b"Descriptor")
+        # every name read, one descriptor per heading, and a descriptor first
+        n_descriptors = section.count(b"<DescriptorName")
         if (
             not items
             or items[0][0] != b"Descriptor"
             or n_descriptors != section.count(b"<MeshHeading") - 1
-            or len(items) != section.count(b"<DescriptorName") + section.count(b"<QualifierName")
+            or len(items) != n_descriptors + section.count(b"<QualifierName")
         ):
             raise UnusualRecord("MeshHeading")
     elif len(items) != section.count(b"<" + tag) - 1:

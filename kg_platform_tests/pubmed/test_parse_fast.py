@@ -1,0 +1,192 @@
+"""The fast path gives exactly the tables of the lxml tree, on every real file and on records
+written in every unusual form the fast path hands to lxml (a record, or the whole file)."""
+
+from __future__ import annotations
+
+import gzip
+import re
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from kg_platform.pubmed import _fast
+from kg_platform.pubmed.parse import (
+    _FLUSH_EVERY,
+    TABLE_NAMES,
+    _Columns,
+    _open_xml,
+    _read_with_lxml,
+    _slow_record,
+    file_key,
+    parse_file,
+)
+from kg_platform_tests.conftest import require_reference
+from kg_platform_tests.pubmed.test_parse import EXPECTED_ROWS
+
+# records of each file that the fast path hands to lxml, and why
+RECORDS_READ_BY_LXML = {
+    "efetch/biopython_pubmed6.xml": 1,  # MathML with attributes in the abstract
+    "efetch/biopython_pubmed7.xml": 1,  # MathML with attributes in the abstract
+    "mirror/baseline/pubmed26n1334.xml.gz": 1,  # a self-closed <ArticleTitle/>
+    "samples/pubmed25/baseline/pubmed25n1274.xml.gz": 1,  # a <?nihms ?> instruction
+    "samples/pubmed25/updatefiles/pubmed25n1275.xml.gz": 1,  # a self-closed <AbstractText/>
+}
+
+HEAD = b'<?xml version="1.0" encoding="UTF-8"?>\n<PubmedArticleSet>\n'
+
+
+def lxml_tables(path: Path) -> dict[str, pa.Table]:
+    columns, _ = _read_with_lxml(path, file_key(path))
+    return columns.to_tables()
+
+
+def fast_only(path: Path) -> tuple[dict[str, pa.Table], int]:
+    """The fast path alone (raising NotSimple rather than falling back), and how many records
+    it handed to lxml."""
+    columns = _Columns(file_key(path))
+    handed: list[bytes] = []
+    slow = _slow_record(columns, path.name)
+
+    def counted(record: bytes) -> None:
+        handed.append(record)
+        slow(record)
+
+    with _open_xml(path, fast=True) as stream:
+        _fast.stream_records(stream, path.name, columns, counted, _FLUSH_EVERY)
+    return columns.to_tables(), len(handed)
+
+
+def assert_same(fast: dict[str, pa.Table], tree: dict[str, pa.Table]) -> None:
+    assert fast.keys() == tree.keys()
+    for name, table in tree.items():
+        assert fast[name].to_pylist() == table.to_pylist(), name
+
+
+@pytest.mark.parametrize(
+    "relative", sorted(r for r in EXPECTED_ROWS if not r.startswith("legacy/"))
+)
+def test_fast_path_reads_every_pubmed_article_set_file_exactly(relative: str) -> None:
+    path = require_reference("pubmed", relative)
+    fast, handed = fast_only(path)
+    assert handed == RECORDS_READ_BY_LXML.get(relative, 0)
+    assert tuple(fast[name].num_rows for name in TABLE_NAMES) == EXPECTED_ROWS[relative]
+    assert_same(fast, lxml_tables(path))
+
+
+def test_legacy_set_goes_to_lxml() -> None:
+    path = require_reference("pubmed", "legacy/medline16n0902.xml.gz")
+    with pytest.raises(_fast.NotSimple, match="prolog"):
+        fast_only(path)
+
+
+def first_record() -> bytes:
+    path = require_reference("pubmed", "mirror/baseline/pubmed26n1334.xml.gz")
+    data = gzip.decompress(path.read_bytes())
+    return re.search(rb"<PubmedArticle>.*?</PubmedArticle>", data, re.S).group(0)
+
+
+def with_title(record: bytes, title: bytes) -> bytes:
+    return re.sub(rb"<ArticleTitle>.*?</ArticleTitle>", title, record, count=1, flags=re.S)
+
+
+def with_abstract(record: bytes, abstract: bytes) -> bytes:
+    return re.sub(rb"<Abstract>.*?</Abstract>", abstract, record, count=1, flags=re.S)
+
+
+UNUSUAL = {
+    # read by the fast path itself
+    "inline markup": lambda r: with_title(
+        r, b"<ArticleTitle>A <i>B</i> C<sup>2</sup></ArticleTitle>"
+    ),
+    "references": lambda r: with_title(
+        r, b"<ArticleTitle>&lt;5 &amp; &#x3b1;&#946; &quot;q&quot;</ArticleTitle>"
+    ),
+    "label with reference": lambda r: with_abstract(
+        r, b'<Abstract><AbstractText Label="A &amp; B">x</AbstractText></Abstract>'
+    ),
+    "empty sections": lambda r: with_abstract(
+        r,
+        b'<Abstract><AbstractText Label="X"> </AbstractText><AbstractText>y</AbstractText></Abstract>',
+    ),
+    # one record handed to lxml
+    "markup with attributes": lambda r: with_title(
+        r, b'<ArticleTitle>A <sup a="&gt;">2</sup></ArticleTitle>'
+    ),
+    "processing instruction": lambda r: with_title(r, b"<ArticleTitle>A<?pi x?>B</ArticleTitle>"),
+    "comment": lambda r: with_title(r, b"<ArticleTitle>A<!-- c -->B</ArticleTitle>"),
+    "self-closed title": lambda r: with_title(r, b"<ArticleTitle/>"),
+    "label with a tab": lambda r: with_abstract(
+        r, b'<Abstract><AbstractText Label="A\tB">x</AbstractText></Abstract>'
+    ),
+    "single-quoted label": lambda r: with_abstract(
+        r, b"<Abstract><AbstractText Label='L'>x</AbstractText></Abstract>"
+    ),
+    # the whole file handed to lxml
+    "CDATA": lambda r: with_title(r, b"<ArticleTitle><![CDATA[a<b]]></ArticleTitle>"),
+    "comment holding markup": lambda r: with_title(
+        r, b"<ArticleTitle>A<!-- <i> -->B</ArticleTitle>"
+    ),
+    "carriage return": lambda r: with_title(r, b"<ArticleTitle>A\r\nB</ArticleTitle>"),
+    "element between records": lambda r: r + b"\n<Other>x</Other>",
+}
+
+
+# how each case is read: by the fast path, one record by lxml, or the whole file by lxml
+READ_BY = {
+    "inline markup": 0,
+    "references": 0,
+    "label with reference": 0,
+    "empty sections": 0,
+    "markup with attributes": 1,
+    "processing instruction": 1,
+    "comment": 1,
+    "self-closed title": 1,
+    "label with a tab": 1,
+    "single-quoted label": 1,
+    "CDATA": "file",
+    "comment holding markup": "file",
+    "carriage return": "file",
+    "element between records": "file",
+}
+
+
+@pytest.mark.parametrize("case", sorted(UNUSUAL))
+def test_unusual_forms_give_the_tables_of_the_lxml_tree(case: str, tmp_path: Path) -> None:
+    record = UNUSUAL[case](first_record())
+    other = first_record().replace(b">41576520<", b">41576521<", 1)
+    path = tmp_path / "pubmed26n0042.xml.gz"
+    path.write_bytes(gzip.compress(HEAD + record + b"\n" + other + b"\n</PubmedArticleSet>\n"))
+    if READ_BY[case] == "file":
+        with pytest.raises(_fast.NotSimple):
+            fast_only(path)
+    else:
+        assert fast_only(path)[1] == READ_BY[case]
+    tables = parse_file(path)
+    assert tables["articles"].column("pmid").to_pylist() == [41576520, 41576521]
+    assert_same(tables, lxml_tables(path))
+
+
+@pytest.mark.parametrize("block", [64, 4096])
+@pytest.mark.parametrize(
+    "relative",
+    [
+        "samples/pubmed25/baseline/pubmed25n1274.xml.gz",  # the <?nihms ?> record
+        "mirror/baseline/pubmed26n1334.xml.gz",
+    ],
+)
+def test_both_paths_do_not_depend_on_block_boundaries(
+    relative: str, block: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # with small blocks a record, and the instruction inside one, spans many reads; the
+    # tree path's cut of unread subtrees is split everywhere too
+    from kg_platform.pubmed import parse as parse_module
+
+    path = require_reference("pubmed", relative)
+    whole_blocks, _ = fast_only(path)
+    monkeypatch.setattr(parse_module, "_READ_BLOCK", block)
+    monkeypatch.setattr(parse_module, "_PROLOG_BYTES", 200)
+    fast, handed = fast_only(path)
+    assert handed == RECORDS_READ_BY_LXML.get(relative, 0)
+    assert_same(fast, whole_blocks)
+    assert_same(lxml_tables(path), whole_blocks)
