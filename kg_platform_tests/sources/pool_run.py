@@ -26,10 +26,9 @@ def pubmed_xml_job() -> dg.JobDefinition:
         ],
         resources={
             "lake": LakeResource(root=os.environ["KG_LAKE"]),
-            # a generous client limit: only the Dagster pool can hold these runs to 4
-            "pubmed_source": PubmedSourceResource(
-                base=os.environ["KG_PUBMED_SOURCE"], max_connections=64
-            ),
+            # as deployed: the Dagster pool `ncbi` and the client's own cross-process slots
+            # (the pool alone races on SQLite instance storage and was seen to let 5 through)
+            "pubmed_source": PubmedSourceResource(base=os.environ["KG_PUBMED_SOURCE"]),
         },
         executor=dg.multiprocess_executor,
     )

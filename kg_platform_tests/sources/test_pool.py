@@ -1,6 +1,6 @@
-"""The `ncbi` pool across runs: many `pubmed_xml` partitions, each its own run and process
-(the client's own connection limit cannot see across processes), against a real HTTP mirror
-that counts concurrent connections. The pool limit comes from the repository's dagster.yaml."""
+"""At most four connections across runs: many `pubmed_xml` partitions, each its own run and
+process, as deployed (the `ncbi` pool from the repository's dagster.yaml plus the client's
+cross-process slots), against a real HTTP mirror that counts concurrent connections."""
 
 from __future__ import annotations
 
