@@ -440,79 +440,36 @@ def _add_article(buf: bytes, start: int, end: int, columns: Any) -> None:
                 cited[number] = None
             previous = piece
 
-    n_pubtypes = len(pubtypes)
-    columns.a_pmid.append(pmid)
-    columns.a_version.append(version)
-    columns.a_title.append(title)
-    columns.a_abstract.append("\n".join(sections) if sections else None)
-    columns.a_year.append(year)
-    columns.a_journal.append(journal)
-    columns.a_language.append(language)
-    columns.a_n_pubtypes.append(n_pubtypes)
+    abstract = "\n".join(sections) if sections else None
+    columns.add_article(pmid, version, title, abstract, year, journal, language, len(pubtypes))
+    for ui, text in pubtypes:
+        columns.add_pubtype(pmid, version, ui.decode(), _text(text) or "")
 
-    if pubtypes:
-        columns.p_pmid.extend([pmid] * n_pubtypes)
-        columns.p_version.extend([version] * n_pubtypes)
-        for ui, text in pubtypes:
-            columns.p_ui.append(ui.decode())
-            columns.p_name.append(_text(text) or "")
-
-    if names:
-        m_pmid = columns.m_pmid
-        m_version = columns.m_version
-        m_descriptor = columns.m_descriptor
-        m_descriptor_major = columns.m_descriptor_major
-        m_qualifier = columns.m_qualifier
-        m_qualifier_major = columns.m_qualifier_major
-        ui = ""
-        major = False
-        bare = False
-        for kind, name_ui, name_major in names:
-            if kind == b"Descriptor":
-                if bare:
-                    m_pmid.append(pmid)
-                    m_version.append(version)
-                    m_descriptor.append(ui)
-                    m_descriptor_major.append(major)
-                    m_qualifier.append(None)
-                    m_qualifier_major.append(None)
-                ui = name_ui.decode()
-                major = name_major == b"Y"
-                bare = True
-            else:
-                bare = False
-                m_pmid.append(pmid)
-                m_version.append(version)
-                m_descriptor.append(ui)
-                m_descriptor_major.append(major)
-                m_qualifier.append(name_ui.decode())
-                m_qualifier_major.append(name_major == b"Y")
-        if bare:
-            m_pmid.append(pmid)
-            m_version.append(version)
-            m_descriptor.append(ui)
-            m_descriptor_major.append(major)
-            m_qualifier.append(None)
-            m_qualifier_major.append(None)
+    # a descriptor without qualifiers gives one row with null qualifier columns
+    ui = ""
+    major = False
+    bare = False
+    for kind, name_ui, name_major in names:
+        if kind == b"Descriptor":
+            if bare:
+                columns.add_heading(pmid, version, ui, major, None, None)
+            ui = name_ui.decode()
+            major = name_major == b"Y"
+            bare = True
+        else:
+            bare = False
+            columns.add_heading(pmid, version, ui, major, name_ui.decode(), name_major == b"Y")
+    if bare:
+        columns.add_heading(pmid, version, ui, major, None, None)
 
     for registry, substance_ui, substance_name in chemicals:
-        columns.h_pmid.append(pmid)
-        columns.h_version.append(version)
-        columns.h_registry.append(_text(registry))
-        columns.h_ui.append(substance_ui.decode())
-        columns.h_name.append(_text(substance_name) or "")
+        name = _text(substance_name) or ""
+        columns.add_chemical(pmid, version, _text(registry), substance_ui.decode(), name)
 
     for ref_type, ref_pmid in corrections:
-        columns.k_pmid.append(pmid)
-        columns.k_version.append(version)
-        columns.k_type.append(ref_type)
-        columns.k_ref.append(ref_pmid)
+        columns.add_correction(pmid, version, ref_type, ref_pmid)
 
-    if cited:
-        n = len(cited)
-        columns.c_pmid.extend([pmid] * n)
-        columns.c_version.extend([version] * n)
-        columns.c_cited.extend(cited)
+    columns.add_citations(pmid, version, cited)
 
 
 def _list_items(

@@ -564,6 +564,71 @@ class _Columns:
     def pending(self) -> int:
         return len(self.a_pmid)
 
+    # One writer per table row, shared by the lxml path and the fast path (_fast.py), so
+    # the two cannot drift apart in what a row holds.
+    def add_article(
+        self,
+        pmid: int,
+        version: int,
+        title: str | None,
+        abstract: str | None,
+        year: int | None,
+        journal: str | None,
+        language: str | None,
+        n_pubtypes: int,
+    ) -> None:
+        self.a_pmid.append(pmid)
+        self.a_version.append(version)
+        self.a_title.append(title)
+        self.a_abstract.append(abstract)
+        self.a_year.append(year)
+        self.a_journal.append(journal)
+        self.a_language.append(language)
+        self.a_n_pubtypes.append(n_pubtypes)
+
+    def add_heading(
+        self,
+        pmid: int,
+        version: int,
+        descriptor: str,
+        major: bool,
+        qualifier: str | None,
+        qualifier_major: bool | None,
+    ) -> None:
+        self.m_pmid.append(pmid)
+        self.m_version.append(version)
+        self.m_descriptor.append(descriptor)
+        self.m_descriptor_major.append(major)
+        self.m_qualifier.append(qualifier)
+        self.m_qualifier_major.append(qualifier_major)
+
+    def add_pubtype(self, pmid: int, version: int, ui: str | None, name: str) -> None:
+        self.p_pmid.append(pmid)
+        self.p_version.append(version)
+        self.p_ui.append(ui)
+        self.p_name.append(name)
+
+    def add_chemical(
+        self, pmid: int, version: int, registry: str | None, ui: str | None, name: str
+    ) -> None:
+        self.h_pmid.append(pmid)
+        self.h_version.append(version)
+        self.h_registry.append(registry)
+        self.h_ui.append(ui)
+        self.h_name.append(name)
+
+    def add_correction(self, pmid: int, version: int, ref_type: str, ref_pmid: int | None) -> None:
+        self.k_pmid.append(pmid)
+        self.k_version.append(version)
+        self.k_type.append(ref_type)
+        self.k_ref.append(ref_pmid)
+
+    def add_citations(self, pmid: int, version: int, cited: dict[int, None]) -> None:
+        n = len(cited)
+        self.c_pmid.extend([pmid] * n)
+        self.c_version.extend([version] * n)
+        self.c_cited.extend(cited)
+
     def add_record(
         self, article: etree._Element | None, citation: etree._Element | None, name: str
     ) -> None:
@@ -630,22 +695,10 @@ class _Columns:
         if version is None:
             raise PubmedFileError(f"{name}: PMID {pmid} has a non-numeric Version {version_text!r}")
 
-        n_pubtypes = len(pubtypes)
-        self.a_pmid.append(pmid)
-        self.a_version.append(version)
-        self.a_title.append(title)
-        self.a_abstract.append("\n".join(sections) if sections else None)
-        self.a_year.append(year)
-        self.a_journal.append(journal)
-        self.a_language.append(language)
-        self.a_n_pubtypes.append(n_pubtypes)
-
-        if pubtypes:
-            self.p_pmid.extend([pmid] * n_pubtypes)
-            self.p_version.extend([version] * n_pubtypes)
-            for pubtype in pubtypes:
-                self.p_ui.append(pubtype.get("UI"))
-                self.p_name.append(_text(pubtype) or "")
+        abstract = "\n".join(sections) if sections else None
+        self.add_article(pmid, version, title, abstract, year, journal, language, len(pubtypes))
+        for pubtype in pubtypes:
+            self.add_pubtype(pmid, version, pubtype.get("UI"), _text(pubtype) or "")
 
         for heading in mesh:
             descriptor = None
@@ -657,21 +710,12 @@ class _Columns:
                     major = part.get("MajorTopicYN") == "Y"
                 elif part.tag == "QualifierName" and descriptor is not None:
                     n_qualifiers += 1
-                    self.m_pmid.append(pmid)
-                    self.m_version.append(version)
-                    self.m_descriptor.append(ui)
-                    self.m_descriptor_major.append(major)
-                    self.m_qualifier.append(part.get("UI"))
-                    self.m_qualifier_major.append(part.get("MajorTopicYN") == "Y")
+                    qualifier_major = part.get("MajorTopicYN") == "Y"
+                    self.add_heading(pmid, version, ui, major, part.get("UI"), qualifier_major)
             if descriptor is None:
                 raise PubmedFileError(f"{name}: PMID {pmid} has a MeshHeading without descriptor")
             if n_qualifiers == 0:
-                self.m_pmid.append(pmid)
-                self.m_version.append(version)
-                self.m_descriptor.append(ui)
-                self.m_descriptor_major.append(major)
-                self.m_qualifier.append(None)
-                self.m_qualifier_major.append(None)
+                self.add_heading(pmid, version, ui, major, None, None)
 
         for chemical in chemicals:
             registry = substance = None
@@ -680,21 +724,15 @@ class _Columns:
                     registry = _text(part)
                 elif part.tag == "NameOfSubstance":
                     substance = part
-            self.h_pmid.append(pmid)
-            self.h_version.append(version)
-            self.h_registry.append(registry)
-            self.h_ui.append(substance.get("UI") if substance is not None else None)
-            self.h_name.append(_text(substance) or "")
+            substance_ui = substance.get("UI") if substance is not None else None
+            self.add_chemical(pmid, version, registry, substance_ui, _text(substance) or "")
 
         for correction in corrections:
             ref_pmid = None
             for part in correction:
                 if part.tag == "PMID":
                     ref_pmid = _positive_int(part.text)
-            self.k_pmid.append(pmid)
-            self.k_version.append(version)
-            self.k_type.append(correction.get("RefType") or "")
-            self.k_ref.append(ref_pmid)
+            self.add_correction(pmid, version, correction.get("RefType") or "", ref_pmid)
 
         if article is not None:
             cited: dict[int, None] = {}
@@ -705,11 +743,7 @@ class _Columns:
                             value = _positive_int(article_id.text)
                             if value is not None:
                                 cited[value] = None
-            if cited:
-                n = len(cited)
-                self.c_pmid.extend([pmid] * n)
-                self.c_version.extend([version] * n)
-                self.c_cited.extend(cited)
+            self.add_citations(pmid, version, cited)
 
     def add_deletions(self, elem: etree._Element, name: str) -> None:
         for pmid_elem in elem.iterfind("PMID"):
