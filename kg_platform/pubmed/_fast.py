@@ -129,7 +129,10 @@ def _text(raw: bytes) -> str | None:
     return raw.decode().strip() or None
 
 
-def _positive_int(text: str) -> int | None:
+def positive_int(text: str | None) -> int | None:
+    """A strictly positive integer written in decimal digits, else None (both readers)."""
+    if text is None:
+        return None
     text = text.strip()
     if not text.isdigit():
         return None
@@ -275,7 +278,7 @@ def _add_deletions(body: bytes, columns: Any) -> None:
     if body.count(b"<PMID") != len(values) or _ANY_PMID.sub(b"", body).strip():
         raise NotSimple("unusual DeleteCitation")
     for raw in values:
-        pmid = _positive_int(_text(raw) or "")
+        pmid = positive_int(_text(raw) or "")
         if pmid is None:
             raise NotSimple("non-numeric deleted PMID")
         columns.deleted[pmid] = None
@@ -291,10 +294,10 @@ def _add_article(buf: bytes, start: int, end: int, columns: Any) -> None:
     if head is None:
         raise NotSimple("record does not open with MedlineCitation and its PMID")
     version_text, pmid_text = head.groups()
-    pmid = _positive_int(_text(pmid_text) or "")
+    pmid = positive_int(_text(pmid_text) or "")
     if pmid is None:
         raise NotSimple("non-numeric PMID")
-    version = 1 if version_text is None else _positive_int(version_text.decode())
+    version = 1 if version_text is None else positive_int(version_text.decode())
     if version is None:
         raise NotSimple("non-numeric Version")
     find = buf.find
@@ -325,7 +328,7 @@ def _add_article(buf: bytes, start: int, end: int, columns: Any) -> None:
             if "&" in text:
                 text = _unescape(text)
             if kind == b"Year":
-                year = _positive_int(text)
+                year = positive_int(text)
             else:
                 digits = _YEAR_IN_MEDLINE_DATE.search(text)
                 year = int(digits.group(0)) if digits else None
@@ -422,7 +425,7 @@ def _add_article(buf: bytes, start: int, end: int, columns: Any) -> None:
         if len(values) != inner.count(b"<PMID"):
             raise UnusualRecord("CommentsCorrections PMID")
         if values:
-            ref_pmid = _positive_int(_text(values[-1]) or "")
+            ref_pmid = positive_int(_text(values[-1]) or "")
         corrections.append((ref_type.decode(), ref_pmid))
 
     cited: dict[int, None] = {}

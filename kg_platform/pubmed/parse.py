@@ -498,7 +498,7 @@ def _pub_year(pub_date: etree._Element) -> int | None:
     year = None
     for part in pub_date:
         if part.tag == "Year":
-            year = _positive_int(part.text)
+            year = _fast.positive_int(part.text)
             break
         if part.tag == "MedlineDate":
             # e.g. <MedlineDate>1998 Dec-1999 Jan</MedlineDate>: the first year is the issue's
@@ -506,16 +506,6 @@ def _pub_year(pub_date: etree._Element) -> int | None:
             year = int(found.group(0)) if found else None
             break
     return year if year is not None and 1000 <= year <= 2100 else None
-
-
-def _positive_int(text: str | None) -> int | None:
-    if text is None:
-        return None
-    text = text.strip()
-    if not text.isdigit():
-        return None
-    value = int(text)
-    return value if value > 0 else None
 
 
 class _Columns:
@@ -685,13 +675,13 @@ class _Columns:
         ):
             raise PubmedFileError(f"{name}: record at line {where} has no PMID")
         pmid_text = pmid_elem.text
-        pmid = _positive_int(pmid_text)
+        pmid = _fast.positive_int(pmid_text)
         if pmid is None:
             raise PubmedFileError(
                 f"{name}: record at line {where} has a non-numeric PMID {pmid_text.strip()!r}"
             )
         version_text = pmid_elem.get("Version")
-        version = 1 if version_text is None else _positive_int(version_text)
+        version = 1 if version_text is None else _fast.positive_int(version_text)
         if version is None:
             raise PubmedFileError(f"{name}: PMID {pmid} has a non-numeric Version {version_text!r}")
 
@@ -731,7 +721,7 @@ class _Columns:
             ref_pmid = None
             for part in correction:
                 if part.tag == "PMID":
-                    ref_pmid = _positive_int(part.text)
+                    ref_pmid = _fast.positive_int(part.text)
             self.add_correction(pmid, version, correction.get("RefType") or "", ref_pmid)
 
         if article is not None:
@@ -740,14 +730,14 @@ class _Columns:
                 for references in data.iterchildren("ReferenceList"):
                     for article_id in references.iter("ArticleId"):
                         if article_id.get("IdType") == "pubmed":
-                            value = _positive_int(article_id.text)
+                            value = _fast.positive_int(article_id.text)
                             if value is not None:
                                 cited[value] = None
             self.add_citations(pmid, version, cited)
 
     def add_deletions(self, elem: etree._Element, name: str) -> None:
         for pmid_elem in elem.iterfind("PMID"):
-            pmid = _positive_int(pmid_elem.text)
+            pmid = _fast.positive_int(pmid_elem.text)
             if pmid is None:
                 raise PubmedFileError(
                     f"{name}: DeleteCitation at line {elem.sourceline} lists a non-numeric "

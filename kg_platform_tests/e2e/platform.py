@@ -92,6 +92,17 @@ class Platform:
         )
 
 
+LAUNCH_BACKFILL = """
+mutation Launch($params: LaunchBackfillParams!) {
+  launchPartitionBackfill(backfillParams: $params) {
+    __typename
+    ... on LaunchBackfillSuccess { backfillId }
+    ... on PythonError { message stack }
+    ... on InvalidSubsetError { message }
+    ... on PartitionKeysNotFoundError { message }
+  }
+}"""
+
 ADD_PARTITION = """
 mutation Add($sel: RepositorySelector!, $key: String!) {
   addDynamicPartition(repositorySelector: $sel, partitionsDefName: "pubmed_files",

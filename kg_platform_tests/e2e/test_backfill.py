@@ -17,7 +17,7 @@ import dagster as dg
 import pytest
 
 from kg_platform_tests.conftest import require_reference
-from kg_platform_tests.e2e.platform import content_hashes, running_platform
+from kg_platform_tests.e2e.platform import LAUNCH_BACKFILL, content_hashes, running_platform
 from kg_platform_tests.sources.mirror_server import serve_mirror
 
 pytestmark = pytest.mark.slow
@@ -33,16 +33,6 @@ CORPUS_CHECKS = [
     "edge_sources_in_articles",
 ]
 
-LAUNCH = """
-mutation Launch($params: LaunchBackfillParams!) {
-  launchPartitionBackfill(backfillParams: $params) {
-    __typename
-    ... on LaunchBackfillSuccess { backfillId }
-    ... on PythonError { message stack }
-    ... on InvalidSubsetError { message }
-    ... on PartitionKeysNotFoundError { message }
-  }
-}"""
 
 REEXECUTE = """
 mutation Reexecute($params: ReexecutionParams!) {
@@ -128,7 +118,7 @@ def test_failed_shard_is_backfilled_from_failure(tmp_path: Path) -> None:
         with running_platform(tmp_path / "platform", url) as platform:
             platform.add_partitions(FILES)
             first = platform.graphql(
-                LAUNCH,
+                LAUNCH_BACKFILL,
                 {
                     "params": {
                         "partitionNames": FILES,

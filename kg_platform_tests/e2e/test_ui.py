@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from kg_platform_tests.conftest import REPO_ROOT, require_reference
-from kg_platform_tests.e2e.platform import running_platform
+from kg_platform_tests.e2e.platform import LAUNCH_BACKFILL, running_platform
 from kg_platform_tests.sources.mirror_server import serve_mirror
 
 pytestmark = pytest.mark.slow
@@ -30,14 +30,6 @@ ARTIFACTS = REPO_ROOT / "test-artifacts"
 FILE = "pubmed26n1334"
 CHECKS = ["schema", "recount_matches_xml", "unique_pmid_version", "pmids_in_articles"]
 
-LAUNCH_XML = """
-mutation Launch($params: LaunchBackfillParams!) {
-  launchPartitionBackfill(backfillParams: $params) {
-    __typename
-    ... on LaunchBackfillSuccess { backfillId }
-    ... on PythonError { message }
-  }
-}"""
 
 CHECK_STATUS = """
 query Checks($key: AssetKeyInput!) {
@@ -68,7 +60,7 @@ def test_materialise_one_partition_from_the_ui(tmp_path: Path) -> None:
         platform.add_partitions([FILE])
         # the download is upstream of the asset under test: done first, over GraphQL
         launched = platform.graphql(
-            LAUNCH_XML,
+            LAUNCH_BACKFILL,
             {"params": {"partitionNames": [FILE], "assetSelection": [{"path": ["pubmed_xml"]}]}},
         )["launchPartitionBackfill"]
         assert launched["__typename"] == "LaunchBackfillSuccess", launched
