@@ -3,10 +3,26 @@
 Builds the synthetic corpus of benchmarks/graph.py (descriptor UIs D000001..D030000, which
 are real MeSH UIs), builds and publishes the graph with the asset's own build function,
 installs the real MeSH 2024 tables from the reference TSVs (so questions ground as they do in
-production), then asks the 400 PubMedQA development questions, several rounds, one core.
-The reference measured in the same run is the grounding stage alone (no graph touched), so
-``link_ladder_over_ground`` says what the graph work costs on top of reading the question.
-The last line printed is one JSON object.
+production), then asks two question sets, several rounds, one core:
+
+- ``pubmedqa``: the 400 PubMedQA development questions. Their concepts are real, the graph's
+  annotations are random, so nearly all of them are refused at an early gate: this set times
+  grounding and refusal.
+- ``graph``: questions made from the graph itself (seeded, deterministic). An article is
+  drawn, two descriptors it carries as major topics that are BRIDGE under the roles the
+  question path assigns are drawn from it, and the question names them ("Is <A> associated
+  with <B>?", MeSH names). A question is kept only when it grounds to both descriptors;
+  the others are counted as ``skipped_not_grounded``. Every kept question has at least one
+  DIRECT path (the article it came from), so this set times the whole path: linking,
+  DIRECT and BRIDGE path building, the ladder, and ranking every surviving candidate.
+
+Each set reports p50/p95/max latency, questions/s/core, verdict counts and
+``link_ladder_over_ground``: the median of the whole path over the median of grounding alone
+(no graph touched), measured on the same questions in the same run. The graph set also
+reports the mean candidate paths and the mean ranked paths (candidates surviving the ladder,
+all of which are ranked before the cut) per answered question, and per-stage medians.
+The top-level ``p50_ms``, ``p95_ms``, ``max_ms`` and ``questions_per_s_per_core`` are the
+two sets combined (every timed question of both). The last line printed is one JSON object.
 
     .venv/bin/python benchmarks/ask.py --articles 1000000 --citations 10000000 --mesh-edges 9000000
 """
@@ -20,6 +36,7 @@ import shutil
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -30,23 +47,170 @@ from kg_platform.answer.api import KnowledgeGraph  # noqa: E402
 from kg_platform.evaluation.grounding_eval import load_pubmedqa  # noqa: E402
 from kg_platform.graph import layout  # noqa: E402
 from kg_platform.graph.build import build_graph  # noqa: E402
+from kg_platform.grounding.roles import Role  # noqa: E402
 from kg_platform.mesh.tables import build_mesh_tables  # noqa: E402
 from kg_platform.storage.lake import Lake  # noqa: E402
 
 TARGET_P95_MS = 50.0
 REFERENCE_REFUSAL_S = 3.1  # the reference grounder/linker took up to 3.1 s to refuse
+# phrasings of a graph-made question; the i-th question uses template i mod 3
+TEMPLATES = (
+    "Is {a} associated with {b}?",
+    "Does {a} affect {b}?",
+    "Is there a link between {a} and {b}?",
+)
+
+
+@dataclass(frozen=True)
+class GraphQuestion:
+    """A question made from one article's two major BRIDGE descriptors."""
+
+    text: str
+    pmid: int
+    a_ui: str
+    b_ui: str
+
+
+@dataclass(frozen=True)
+class GraphQuestions:
+    questions: list[GraphQuestion]
+    articles_drawn: int
+    articles_without_pair: int  # fewer than two major BRIDGE descriptors
+    skipped_not_grounded: int  # the question did not ground to both descriptors
+
+
+def graph_questions(kg: KnowledgeGraph, n: int, seed: int = 11) -> GraphQuestions:
+    """Up to ``n`` questions, each naming two major BRIDGE descriptors of one article drawn
+    at random (seeded), kept only when ``kg.ground`` finds both descriptors in it."""
+    store = kg.store
+    names = kg.grounder.names
+    rng = np.random.default_rng(seed)
+    made: list[GraphQuestion] = []
+    drawn = without_pair = skipped = 0
+    for i in rng.permutation(store.n_articles):
+        if len(made) == n:
+            break
+        drawn += 1
+        uis = [store.mesh_ui(int(d)) for d in store.mesh_of(int(i), major_only=True)]
+        bridges = sorted(u for u in uis if kg.roles.get(u, ("",))[0] == Role.BRIDGE)
+        if len(bridges) < 2:
+            without_pair += 1
+            continue
+        a, b = rng.choice(len(bridges), 2, replace=False)
+        a_ui, b_ui = bridges[int(a)], bridges[int(b)]
+        template = TEMPLATES[len(made) % len(TEMPLATES)]
+        text = template.format(a=names[a_ui], b=names[b_ui])
+        grounded = {r.grounding.ui for r in kg.ground(text) if r.role == Role.BRIDGE}
+        if not {a_ui, b_ui} <= grounded:
+            skipped += 1
+            continue
+        made.append(GraphQuestion(text, store.pmid(int(i)), a_ui, b_ui))
+    return GraphQuestions(made, drawn, without_pair, skipped)
+
+
+@dataclass
+class Timings:
+    """Per-question seconds and verdicts of one question set, over every round."""
+
+    total: list[float]
+    ground_only: list[float]
+    verdicts: dict[str, int]
+    stages: dict[str, list[float]]
+    candidate_paths: list[int]  # per answered question
+    ranked_paths: list[int]  # per answered question: candidates alive after the ladder
+
+    @classmethod
+    def empty(cls) -> Timings:
+        return cls([], [], {}, {}, [], [])
+
+
+def time_questions(kg: KnowledgeGraph, questions: list[str], timings: Timings) -> None:
+    for q in questions:
+        t0 = time.perf_counter()
+        kg.ground(q)
+        timings.ground_only.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        answer = kg.ask(q)
+        timings.total.append(time.perf_counter() - t0)
+        verdict = answer.verdict
+        reason = verdict.reason.value if verdict.reason else "answered"
+        timings.verdicts[reason] = timings.verdicts.get(reason, 0) + 1
+        for stage, ms in answer.timings_ms.items():
+            timings.stages.setdefault(stage, []).append(ms)
+        if verdict.answerable:
+            timings.candidate_paths.append(verdict.counts["candidate_paths"])
+            timings.ranked_paths.append(verdict.counts["evidence_paths"])
+
+
+def _ms(seconds: list[float]) -> np.ndarray:
+    return np.asarray(seconds, dtype=np.float64) * 1000.0
+
+
+def latency(total: list[float]) -> dict:
+    ms = _ms(total)
+    return {
+        "p50_ms": round(float(np.percentile(ms, 50)), 3),
+        "p95_ms": round(float(np.percentile(ms, 95)), 3),
+        "max_ms": round(float(ms.max()), 3),
+        "questions_per_s_per_core": round(ms.size / float(np.sum(total)), 1),
+    }
+
+
+def summarise(timings: Timings, n_questions: int, rounds: int) -> dict:
+    if not timings.total:
+        return {"questions": 0}
+    g_ms = _ms(timings.ground_only)
+    result = {
+        "questions": n_questions,
+        **latency(timings.total),
+        "ground_p50_ms": round(float(np.percentile(g_ms, 50)), 3),
+        "link_ladder_over_ground": round(float(np.median(_ms(timings.total)) / np.median(g_ms)), 2),
+        "verdicts": {k: v // rounds for k, v in sorted(timings.verdicts.items())},
+        "stage_p50_ms": {
+            stage: round(float(np.percentile(v, 50)), 3) for stage, v in timings.stages.items()
+        },
+        "stage_p95_ms": {
+            stage: round(float(np.percentile(v, 95)), 3) for stage, v in timings.stages.items()
+        },
+    }
+    if timings.candidate_paths:
+        result["mean_candidate_paths"] = round(float(np.mean(timings.candidate_paths)), 1)
+        result["mean_ranked_paths"] = round(float(np.mean(timings.ranked_paths)), 1)
+        result["max_ranked_paths"] = int(max(timings.ranked_paths))
+    return result
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value}: must be at least 1")
+    return value
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--articles", type=int, default=1_000_000)
-    parser.add_argument("--citations", type=int, default=10_000_000)
-    parser.add_argument("--mesh-edges", type=int, default=9_000_000)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--articles", type=positive_int, default=1_000_000)
+    parser.add_argument("--citations", type=positive_int, default=10_000_000)
+    parser.add_argument("--mesh-edges", type=positive_int, default=9_000_000)
+    parser.add_argument("--rounds", type=positive_int, default=3)
+    parser.add_argument(
+        "--graph-questions",
+        type=positive_int,
+        default=400,
+        help="questions made from the graph's own major BRIDGE descriptor pairs",
+    )
+    parser.add_argument("--seed", type=int, default=11, help="seed of the graph-made questions")
     data = os.environ.get("KG_REFERENCE_DATA", "../shared/data")
     parser.add_argument("--pubmedqa", default=os.path.join(data, "pubmedqa", "pqal_dev400.json"))
     parser.add_argument("--mesh-source", default=os.path.join(data, "mesh", "tsv"))
     args = parser.parse_args()
+    if not os.path.isdir(args.mesh_source):
+        parser.error(f"--mesh-source {args.mesh_source}: not a folder (set KG_REFERENCE_DATA)")
+    if not os.path.isfile(args.pubmedqa):
+        parser.error(f"--pubmedqa {args.pubmedqa}: file not found (set KG_REFERENCE_DATA)")
     os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})  # one core
 
     root = tempfile.mkdtemp(prefix="kg-bench-ask-")
@@ -58,39 +222,47 @@ def main() -> int:
         layout.publish(lake, build.build_id)
         for name, table in build_mesh_tables(args.mesh_source).items():
             lake.write_parquet(f"mesh/{name}.parquet", table)
-        setup_s = time.perf_counter() - t
         kg = KnowledgeGraph.open(lake)
-        questions = [q.question for q in load_pubmedqa(args.pubmedqa)]
-        kg.ask(questions[0])  # touch the memory maps once
-        total, ground_only, answered = [], [], 0
-        reasons: dict[str, int] = {}
+        setup_s = time.perf_counter() - t
+        t = time.perf_counter()
+        made = graph_questions(kg, args.graph_questions, args.seed)
+        make_s = time.perf_counter() - t
+        sets = {
+            "pubmedqa": [q.question for q in load_pubmedqa(args.pubmedqa)],
+            "graph": [q.text for q in made.questions],
+        }
+        for questions in sets.values():
+            if questions:
+                kg.ask(questions[0])  # touch the memory maps once
+        timings = {name: Timings.empty() for name in sets}
         for _ in range(args.rounds):
-            for q in questions:
-                t0 = time.perf_counter()
-                kg.ground(q)
-                ground_only.append(time.perf_counter() - t0)
-                t0 = time.perf_counter()
-                answer = kg.ask(q)
-                total.append(time.perf_counter() - t0)
-                reason = answer.verdict.reason.value if answer.verdict.reason else "answered"
-                reasons[reason] = reasons.get(reason, 0) + 1
-                answered += answer.verdict.answerable
-        ms = np.array(total) * 1000.0
-        g_ms = np.array(ground_only) * 1000.0
+            for name, questions in sets.items():
+                time_questions(kg, questions, timings[name])
+        per_set = {
+            name: summarise(timings[name], len(questions), args.rounds)
+            for name, questions in sets.items()
+        }
+        per_set["graph"].update(
+            {
+                "requested": args.graph_questions,
+                "seed": args.seed,
+                "articles_drawn": made.articles_drawn,
+                "articles_without_pair": made.articles_without_pair,
+                "skipped_not_grounded": made.skipped_not_grounded,
+                "make_s": round(make_s, 1),
+            }
+        )
+        combined = [s for name in sets for s in timings[name].total]
+        top = latency(combined)
         result = {
             "nodes": kg.store.n_articles,
             "citation_edges": int(build.stats.citation_edges),
-            "questions": len(questions),
+            "questions": sum(len(q) for q in sets.values()),
             "rounds": args.rounds,
-            "p50_ms": round(float(np.percentile(ms, 50)), 3),
-            "p95_ms": round(float(np.percentile(ms, 95)), 3),
-            "max_ms": round(float(ms.max()), 3),
-            "questions_per_s_per_core": round(len(ms) / float(np.sum(total)), 1),
-            "ground_p50_ms": round(float(np.percentile(g_ms, 50)), 3),
-            "link_ladder_over_ground": round(float(np.median(ms) / np.median(g_ms)), 2),
-            "p95_over_target": round(float(np.percentile(ms, 95)) / TARGET_P95_MS, 3),
+            **top,
+            "p95_over_target": round(top["p95_ms"] / TARGET_P95_MS, 3),
             "reference_refusal_s": REFERENCE_REFUSAL_S,
-            "verdicts": {k: v // args.rounds for k, v in sorted(reasons.items())},
+            "sets": per_set,
             "setup_s": round(setup_s, 1),
         }
         print(json.dumps(result))

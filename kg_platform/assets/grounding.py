@@ -81,6 +81,9 @@ def grounding_report(lake: LakeResource, config: GroundingReportConfig) -> dg.Ma
             "recall": result.recall,
             "recall_all_headings": result.recall_all_headings,
             "coverage": result.coverage,
+            # the most any lexical grounder over the same MeSH surfaces reaches, and its cost
+            "lexical_ceiling_coverage": result.ceiling.coverage,
+            "lexical_ceiling_precision": result.ceiling.precision,
             "report": dg.MetadataValue.path(the_lake.path("reports/grounding/report.md")),
         },
         check_results=[

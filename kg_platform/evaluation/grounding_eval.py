@@ -9,6 +9,12 @@ headings NLM indexers assigned; nobody here wrote them.
 - recall: those same hits / gold headings whose own role is BRIDGE (the concepts a BRIDGE
   grounding could ever hit); ``recall_all_headings`` divides by every mapped gold heading;
 - coverage: share of questions with at least two BRIDGE concepts (the graph needs a pair).
+
+The lexical ceiling says how far any grounder over the same surfaces could go: the same
+matching with the common-word guard off and every descriptor that is not IGNOREd counted as
+a concept. Its coverage is the most a lexical grounder on these MeSH surfaces can reach, its
+precision what that costs, and ``questions_naming_two_headings`` how many questions name two
+of their own article's headings at all (the questions a correct pair could come from).
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ from pathlib import Path
 
 import polars as pl
 
-from kg_platform.grounding.grounder import Grounder
+from kg_platform.grounding.grounder import Grounder, build_surface_table
 from kg_platform.grounding.normalise import normalise
 from kg_platform.grounding.roles import Role, RoleConfig, assign_roles
 from kg_platform.storage.lake import Lake
@@ -47,6 +53,18 @@ class SpuriousMatch:
 
 
 @dataclass(frozen=True)
+class LexicalCeiling:
+    """Every surface counted: no common-word guard, every non-IGNORE descriptor a concept."""
+
+    coverage: float
+    precision: float
+    concepts: int
+    hits: int
+    questions_with_two_concepts: int
+    questions_naming_two_headings: int
+
+
+@dataclass(frozen=True)
 class GroundingEvaluation:
     n: int
     precision: float
@@ -60,6 +78,7 @@ class GroundingEvaluation:
     unmapped_headings: int
     questions_with_two_bridge: int
     worst_spurious: tuple[SpuriousMatch, ...] = field(default_factory=tuple)
+    ceiling: LexicalCeiling | None = None
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -112,12 +131,15 @@ def evaluate_grounding(
     roles: Mapping[str, str],
     headings: Mapping[str, str],
     worst: int = 10,
+    unguarded: Grounder | None = None,
 ) -> GroundingEvaluation:
-    """Score the BRIDGE groundings of every question against its gold headings."""
+    """Score the BRIDGE groundings of every question against its gold headings; with
+    ``unguarded`` (the same surfaces, no common-word guard) also the lexical ceiling."""
     if not questions:
         raise ValueError("grounding evaluation: no questions")
     hits = predicted = gold_bridge = gold_all = unmapped = covered = 0
     spurious: dict[tuple[str, str], list[str]] = defaultdict(list)
+    gold_of: list[set[str]] = []
     for q in questions:
         gold: set[str] = set()
         for heading in q.headings:
@@ -126,6 +148,7 @@ def evaluate_grounding(
                 unmapped += 1
             else:
                 gold.add(ui)
+        gold_of.append(gold)
         gold_all += len(gold)
         gold_bridge += sum(1 for ui in gold if roles.get(ui) == Role.BRIDGE)
         bridge = [g for g in grounder.ground(q.question) if roles.get(g.ui) == Role.BRIDGE]
@@ -159,6 +182,34 @@ def evaluate_grounding(
             )
             for (surface, ui), pmids in ranked
         ),
+        ceiling=None
+        if unguarded is None
+        else lexical_ceiling(questions, gold_of, unguarded, roles),
+    )
+
+
+def lexical_ceiling(
+    questions: Sequence[PubmedqaQuestion],
+    gold_of: Sequence[set[str]],
+    unguarded: Grounder,
+    roles: Mapping[str, str],
+) -> LexicalCeiling:
+    """Coverage and precision when every surface a question holds counts (see module doc)."""
+    concepts = hits = two = named_two = 0
+    for q, gold in zip(questions, gold_of, strict=True):
+        found = [g.ui for g in unguarded.ground(q.question) if roles.get(g.ui) != Role.IGNORE]
+        correct = sum(1 for ui in found if ui in gold)
+        concepts += len(found)
+        hits += correct
+        two += len(found) >= 2
+        named_two += correct >= 2
+    return LexicalCeiling(
+        coverage=two / len(questions),
+        precision=hits / concepts if concepts else 0.0,
+        concepts=concepts,
+        hits=hits,
+        questions_with_two_concepts=two,
+        questions_naming_two_headings=named_two,
     )
 
 
@@ -187,6 +238,23 @@ def render_report(evaluation: GroundingEvaluation, source: str) -> str:
         lines.append(
             f"| {s.surface} | {s.name} ({s.ui}) | {s.count} | {', '.join(s.example_pmids)} |"
         )
+    if e.ceiling is not None:
+        c = e.ceiling
+        lines += [
+            "",
+            "## Lexical ceiling",
+            "",
+            "Every surface counted: no common-word guard, every descriptor that is not "
+            "IGNOREd a concept.",
+            "",
+            "| measure | value |",
+            "| --- | --- |",
+            f"| coverage (questions with >= 2 concepts) | {c.coverage:.1%} "
+            f"({c.questions_with_two_concepts}/{e.n}) |",
+            f"| precision | {c.precision:.3f} ({c.hits}/{c.concepts}) |",
+            f"| questions naming two of their own headings | "
+            f"{c.questions_naming_two_headings}/{e.n} |",
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -201,10 +269,18 @@ def evaluate_with_mesh(
 ) -> GroundingEvaluation:
     """The evaluation from MeSH tables alone (roles from MeSH structure), or with the
     graph's article counts when a graph is built."""
-    grounder = Grounder.from_terms(terms, descriptors)
+    surfaces = build_surface_table(terms)
+    names = dict(zip(descriptors["ui"].to_list(), descriptors["name"].to_list(), strict=True))
+    grounder = Grounder(surfaces, names)
     roles = assign_roles(descriptors, tree, role_config or RoleConfig(), article_counts, n_articles)
     role_of = dict(zip(roles["ui"].to_list(), roles["role"].to_list(), strict=True))
-    return evaluate_grounding(questions, grounder, role_of, heading_index(terms))
+    return evaluate_grounding(
+        questions,
+        grounder,
+        role_of,
+        heading_index(terms),
+        unguarded=Grounder(surfaces, names, common_words=()),
+    )
 
 
 def write_grounding_report(lake: Lake, pubmedqa: str | Path) -> GroundingEvaluation:

@@ -106,6 +106,20 @@ def test_assets_materialise_index_and_report(question_lake, tmp_path) -> None:
     assert meta["surfaces"].value == terms["normalised"].n_unique() == 62
     report = json.loads(question_lake.read_bytes("reports/grounding/report.json"))
     assert report["n"] == 400
+    # nine descriptors: 11 of the dev questions name one of them, always rightly, none two
+    assert report["ceiling"] == {
+        "coverage": 0.0,
+        "precision": 1.0,
+        "concepts": 11,
+        "hits": 11,
+        "questions_with_two_concepts": 0,
+        "questions_naming_two_headings": 0,
+    }
+    meta = result.asset_materializations_for_node("grounding_report")[0].metadata
+    assert (meta["lexical_ceiling_coverage"].value, meta["lexical_ceiling_precision"].value) == (
+        0.0,
+        1.0,
+    )
     assert question_lake.exists("reports/grounding/report.md")
     # the API now reads the precomputed index and answers the same
     assert KnowledgeGraph.open(question_lake).ask(QUESTION).verdict.answerable
