@@ -1,0 +1,349 @@
+"""Candidate paths and their ranking on a synthetic graph with giant and tiny descriptors.
+
+The graph is the benchmarks' synthetic corpus (Zipf descriptor frequencies: the first
+descriptors sit on most articles) plus self-citations, mutual citations and duplicate
+citation rows, built with the project's own ``build_graph``. Every pair's candidate set is
+recomputed from the raw Parquet with polars; the ranking is recomputed with a full sort.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from benchmarks.graph import generate
+from kg_platform.graph import layout
+from kg_platform.graph.build import build_graph
+from kg_platform.graph.store import CONCERN, KGStore
+from kg_platform.retrieval.linking import ConceptPair
+from kg_platform.retrieval.paths import (
+    BRIDGE,
+    CITED_BY,
+    CITES,
+    DIRECT,
+    NO_HOP,
+    Candidates,
+    _intersect,
+    _membership,
+    collect_candidates,
+    path_flags,
+    rank_rows,
+    structural_scores,
+    top_paths,
+    top_rows,
+)
+from kg_platform.storage.lake import Lake
+
+N_ARTICLES = 6_000
+ROW = ["kind", "source", "terminal", "relation"]
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> tuple[str, KGStore]:
+    root = str(tmp_path_factory.mktemp("paths_large") / "lake")
+    generate(root, N_ARTICLES, 60_000, 54_000, seed=5)
+    path = f"{root}/corpus/citations.parquet"
+    cites = pq.read_table(path)
+    pmids = pq.read_table(f"{root}/corpus/articles.parquet")["pmid"].to_numpy()
+    rng = np.random.default_rng(3)
+    own = pmids[rng.choice(pmids.size, 1_500, replace=False)]
+    # mutual citations: reverse rows whose cited article is in the corpus
+    inside = np.flatnonzero(np.isin(cites["cited_pmid"].to_numpy(), pmids))
+    back = rng.choice(inside, 3_000, replace=False)
+    again = rng.choice(cites.num_rows, 1_000, replace=False)
+    extra = pa.table(
+        {
+            "citing_pmid": np.concatenate(
+                [own, cites["cited_pmid"].to_numpy()[back], cites["citing_pmid"].to_numpy()[again]]
+            ),
+            "cited_pmid": np.concatenate(
+                [own, cites["citing_pmid"].to_numpy()[back], cites["cited_pmid"].to_numpy()[again]]
+            ),
+        }
+    ).cast(cites.schema)
+    pq.write_table(pa.concat_tables([cites, extra]), path)
+    lake = Lake(root)
+    build = build_graph(lake)
+    layout.publish(lake, build.build_id)
+    return root, KGStore.open(lake)
+
+
+@pytest.fixture(scope="module")
+def raw(corpus) -> dict[str, pl.DataFrame]:
+    """The corpus as plain frames keyed by PMID, straight from the Parquet inputs."""
+    root = corpus[0]
+    articles = pl.read_parquet(f"{root}/corpus/articles.parquet").select("pmid", "year")
+    in_corpus = articles["pmid"].implode()
+    mesh = (
+        pl.read_parquet(f"{root}/corpus/mesh_edges.parquet")
+        .with_columns(
+            pl.col("descriptor_ui").cast(pl.Utf8).alias("ui"),
+            (pl.col("descriptor_major") | pl.col("qualifier_major").fill_null(False)).alias(
+                "major"
+            ),
+        )
+        .group_by("pmid", "ui")
+        .agg(pl.col("major").any())
+    )
+    citations = (
+        pl.read_parquet(f"{root}/corpus/citations.parquet")
+        .filter(pl.col("citing_pmid").is_in(in_corpus) & pl.col("cited_pmid").is_in(in_corpus))
+        .unique()
+    )
+    return {"articles": articles, "mesh": mesh, "citations": citations}
+
+
+def _pair(a: str, b: str) -> ConceptPair:
+    return ConceptPair(a, a, b, b, 0, 0)
+
+
+def _reference_rows(raw: dict[str, pl.DataFrame], a: str, b: str) -> pl.DataFrame:
+    """Every path of (a, b) from the raw tables: (kind, source PMID, terminal PMID, relation)."""
+    mesh, citations = raw["mesh"], raw["citations"]
+    carries_a = mesh.filter(pl.col("ui") == a)["pmid"].implode()
+    major_a = mesh.filter((pl.col("ui") == a) & pl.col("major"))["pmid"].implode()
+    major_b = mesh.filter((pl.col("ui") == b) & pl.col("major"))["pmid"].implode()
+    direct = mesh.filter((pl.col("ui") == b) & pl.col("pmid").is_in(carries_a)).select(
+        pl.lit(DIRECT).alias("kind"),
+        pl.col("pmid").alias("source"),
+        pl.col("pmid").alias("terminal"),
+        pl.lit(NO_HOP).alias("relation"),
+    )
+    linked = citations.filter(pl.col("citing_pmid") != pl.col("cited_pmid"))
+
+    def hops(about_a: str, about_b: str, relation: int) -> pl.DataFrame:
+        """Links whose ``about_a`` end is a major a-article and ``about_b`` end a b one."""
+        return linked.filter(
+            pl.col(about_a).is_in(major_a) & pl.col(about_b).is_in(major_b)
+        ).select(
+            pl.lit(BRIDGE).alias("kind"),
+            pl.col(about_a).alias("source"),
+            pl.col(about_b).alias("terminal"),
+            pl.lit(relation).alias("relation"),
+        )
+
+    cites = hops("citing_pmid", "cited_pmid", CITES)
+    cited_by = hops("cited_pmid", "citing_pmid", CITED_BY)
+    frames = [f.cast(pl.Int64) for f in (direct, cites, cited_by)]
+    return pl.concat(frames).sort(ROW)
+
+
+def _rows(store: KGStore, c: Candidates) -> pl.DataFrame:
+    pmids = np.asarray(store.array("pmids"), dtype=np.int64)
+    return pl.DataFrame(
+        {
+            "kind": c.kind.astype(np.int64),
+            "source": pmids[c.source],
+            "terminal": pmids[c.terminal],
+            "relation": c.relation.astype(np.int64),
+        }
+    )
+
+
+@pytest.fixture(scope="module")
+def descriptors(raw) -> list[str]:
+    """Three giant descriptors, two mid-sized and two rare ones (major on a few articles)."""
+    counts = (
+        raw["mesh"]
+        .group_by("ui")
+        .agg(pl.len().alias("n"), pl.col("major").sum().alias("majors"))
+        .sort("n", "ui", descending=[True, False])
+    )
+    giant = counts.head(3)["ui"].to_list()
+    mid = counts.filter(pl.col("n").is_between(40, 80)).head(2)["ui"].to_list()
+    rare = counts.filter(pl.col("n").is_between(3, 8) & (pl.col("majors") >= 1))
+    return giant + mid + rare.head(2)["ui"].to_list()
+
+
+@pytest.fixture(scope="module")
+def pairs(descriptors) -> list[ConceptPair]:
+    # both orders: a lopsided pair is expanded from its a side one way, its b side the other
+    return [_pair(a, b) for a in descriptors for b in descriptors]
+
+
+def test_the_graph_has_the_shapes_under_test(raw, descriptors) -> None:
+    counts = dict(
+        raw["mesh"].group_by("ui").agg(pl.len()).filter(pl.col("ui").is_in(descriptors)).rows()
+    )
+    assert len(descriptors) == 7
+    assert counts[descriptors[0]] > N_ARTICLES // 2  # on most articles
+    assert counts[descriptors[-1]] <= 8
+    self_cites = raw["citations"].filter(pl.col("citing_pmid") == pl.col("cited_pmid")).height
+    assert self_cites == 1_500
+
+
+def test_candidates_equal_the_raw_recount_for_every_pair(corpus, raw, pairs) -> None:
+    store = corpus[1]
+    sizes = []
+    for pair in pairs:
+        c = collect_candidates(store, pair)
+        assert c.source.dtype == c.terminal.dtype == np.int64
+        assert c.kind.dtype == c.relation.dtype == np.int8
+        got = _rows(store, c)
+        assert got.sort(ROW).equals(_reference_rows(raw, pair.a_ui, pair.b_ui)), pair
+        assert got.is_unique().all(), pair
+        # rows come in blocks: DIRECT, then CITES, then CITED_BY
+        assert np.all(np.diff(c.relation) >= 0), pair
+        sizes.append(len(c))
+    assert max(sizes) > 5_000  # giant pairs
+    assert min(sizes) < 10  # lopsided and rare pairs
+
+
+def _reference_scores(
+    store: KGStore, raw: dict[str, pl.DataFrame], c: Candidates, filters: list[str]
+) -> np.ndarray:
+    """The structural score as the plain formula, with in-degrees and years from the raw
+    tables and filter membership from the raw MeSH rows."""
+    pmids = np.asarray(store.array("pmids"), dtype=np.int64)
+    terminal = pl.DataFrame({"pmid": pmids[c.terminal]})
+    in_degree = raw["citations"].group_by("cited_pmid").agg(pl.len().alias("in_degree"))
+    per_terminal = terminal.join(
+        in_degree, left_on="pmid", right_on="cited_pmid", how="left", maintain_order="left"
+    ).join(raw["articles"], on="pmid", how="left", maintain_order="left")
+    degree = per_terminal["in_degree"].fill_null(0).to_numpy().astype(np.float64)
+    years = per_terminal["year"].to_numpy().astype(np.float64)
+    concern = (store.array("flags")[c.source] | store.array("flags")[c.terminal]) & CONCERN != 0
+    score = np.where(c.kind == DIRECT, 2.0, 1.0)
+    for ui in filters:
+        carriers = raw["mesh"].filter(pl.col("ui") == ui)["pmid"].implode()
+        score += 0.5 * terminal.select(pl.col("pmid").is_in(carriers))["pmid"].to_numpy()
+    score += 0.1 * np.log1p(degree)
+    score += np.clip(years - 1900.0, 0.0, 200.0) / 2000.0
+    score -= 0.5 * concern
+    return score
+
+
+def _reference_order(
+    c: Candidates, keep: np.ndarray, scores: np.ndarray, similarity: np.ndarray | None
+) -> np.ndarray:
+    """The full ranking the way the first implementation made it: candidate rows in their
+    canonical order (kind, relation, source, terminal), then a stable sort by (similarity
+    present, similarity, score) descending and terminal ascending."""
+    if similarity is None:
+        similarity = np.zeros(len(c))
+    frame = pl.DataFrame(
+        {
+            "row": np.arange(len(c)),
+            "kind": c.kind,
+            "relation": c.relation,
+            "source": c.source,
+            "terminal": c.terminal,
+            "score": scores,
+            "has_vector": ~np.isnan(similarity),
+            "similarity": np.nan_to_num(similarity, nan=0.0),
+        }
+    ).filter(pl.Series(keep, dtype=pl.Boolean))
+    canonical = frame.sort("kind", "relation", "source", "terminal")
+    ranked = canonical.sort(
+        ["has_vector", "similarity", "score", "terminal"],
+        descending=[True, True, True, False],
+        maintain_order=True,
+    )
+    return ranked["row"].to_numpy()
+
+
+def _rows_at(c: Candidates, rows: np.ndarray) -> Candidates:
+    return Candidates(c.pair, c.kind[rows], c.source[rows], c.terminal[rows], c.relation[rows])
+
+
+def _similarity(store: KGStore, c: Candidates) -> np.ndarray:
+    """A made-up question similarity per terminal with many exact ties and some NaN (no
+    vector): a function of the terminal's PMID only."""
+    pmids = np.asarray(store.array("pmids"), dtype=np.int64)[c.terminal]
+    sim = ((pmids * 37) % 11).astype(np.float64) / 10.0 - 0.5
+    sim[pmids % 7 == 0] = np.nan
+    return sim
+
+
+@pytest.mark.parametrize("filters", [[], ["giant"], ["mid", "rare"]])
+def test_scores_and_top_rows_equal_a_full_sort(corpus, raw, pairs, descriptors, filters) -> None:
+    store = corpus[1]
+    named = {"giant": descriptors[1], "mid": descriptors[3], "rare": descriptors[5]}
+    filter_uis = [named[f] for f in filters]
+    filter_idx = [store.desc_idx(ui) for ui in filter_uis]
+    tied_in_top = 0
+    for pair in pairs:
+        c = collect_candidates(store, pair)
+        flags = path_flags(store, c)
+        keep = flags["quotable"] & ~flags["retracted"]
+        scores = structural_scores(store, c, filter_idx, flags["concern"])
+        # bit for bit: the ranking compares these floats exactly
+        assert np.array_equal(scores, _reference_scores(store, raw, c, filter_uis)), pair
+        for similarity in (None, _similarity(store, c)):
+            full = _reference_order(c, keep, scores, similarity)
+            assert np.array_equal(rank_rows(c, keep, scores, similarity), full), pair
+            # the same candidates in another row order rank the same paths the same way
+            shuffle = np.random.default_rng(len(c)).permutation(len(c))
+            shuffled = _rows_at(c, shuffle)
+            sim_shuffled = None if similarity is None else similarity[shuffle]
+            for top_k in sorted({1, 2, 3, 10, 57, 1_000, max(full.size, 1), full.size + 5}):
+                got = top_rows(c, keep, scores, top_k, similarity)
+                assert np.array_equal(got, full[:top_k]), (pair, top_k)
+                got = top_rows(shuffled, keep[shuffle], scores[shuffle], top_k, sim_shuffled)
+                assert np.array_equal(shuffle[got], full[:top_k]), (pair, top_k)
+            # rows the score and terminal alone do not order: same terminal, same score
+            head = full[:57]
+            keys = set()
+            for r in head:
+                key = (float(scores[r]), int(c.terminal[r]))
+                tied_in_top += key in keys
+                keys.add(key)
+    assert tied_in_top > 0
+
+
+def test_top_paths_are_the_head_of_the_full_ranking(corpus, pairs) -> None:
+    store = corpus[1]
+    pmids = store.array("pmids")
+    for pair in pairs[:9]:
+        c = collect_candidates(store, pair)
+        flags = path_flags(store, c)
+        keep = flags["quotable"] & ~flags["retracted"]
+        scores = structural_scores(store, c, [], flags["concern"])
+        full = rank_rows(c, keep, scores)
+        for top_k in (1, 10, 200):
+            paths = top_paths(store, c, keep, scores, flags, top_k)
+            assert [(p.hops[0].pmid, p.terminal.pmid, p.kind) for p in paths] == [
+                (
+                    int(pmids[c.source[r]]),
+                    int(pmids[c.terminal[r]]),
+                    "BRIDGE" if c.kind[r] else "DIRECT",
+                )
+                for r in full[:top_k]
+            ]
+            assert [p.score for p in paths] == [round(float(scores[r]), 6) for r in full[:top_k]]
+
+
+def test_top_rows_of_nothing_and_bad_top_k(corpus, pairs) -> None:
+    store = corpus[1]
+    c = collect_candidates(store, pairs[0])
+    scores = structural_scores(store, c, [], np.zeros(len(c), dtype=bool))
+    none = np.zeros(len(c), dtype=bool)
+    assert top_rows(c, none, scores, 10).size == 0
+    with pytest.raises(ValueError, match="top_k: must be at least 1, got 0"):
+        top_rows(c, none, scores, 0)
+
+
+@pytest.mark.parametrize(
+    ("members", "lookups", "n_nodes"),
+    [(50, 10, 10_000_000), (5_000, 200_000, 50_000), (0, 1_000, 2_000), (2_000, 0, 2_000)],
+)
+def test_membership_and_intersection_agree_with_numpy(members, lookups, n_nodes) -> None:
+    # the first case takes the binary search, the second the table over every node
+    rng = np.random.default_rng(members + lookups)
+    ascending = np.sort(rng.choice(n_nodes, members, replace=False)).astype(np.int32)
+    values = rng.integers(0, n_nodes, lookups).astype(np.int32)
+    values[: lookups // 2] = rng.choice(ascending, lookups // 2) if members else 0
+    found = _membership(ascending, lookups, n_nodes)(values)
+    assert np.array_equal(found, np.isin(values, ascending))
+    other = np.unique(values)
+    pairs = [(ascending, other), (other, ascending), (ascending, ascending[::3])]
+    pairs += [(ascending[::50], ascending), (ascending, other[::50])]  # binary search
+    for a, b in pairs:
+        # lists at most 16 times apart take the table when dense, the merge when sparse
+        for nodes in (n_nodes, n_nodes * 1_000):
+            common = _intersect(a, b, nodes)
+            assert common.dtype == np.int64
+            assert np.array_equal(common, np.intersect1d(a, b))
