@@ -54,6 +54,7 @@ def score_pairs(store: KGStore, concepts: list[GraphConcept]) -> list[ConceptPai
     co-annotation, then question order)."""
     major = {c.d: np.asarray(store.articles_of(c.d, major_only=True)) for c in concepts}
     every = {c.d: np.asarray(store.articles_of(c.d)) for c in concepts}
+    n = store.n_articles
     pairs = []
     for a, b in combinations(concepts, 2):
         pairs.append(
@@ -62,8 +63,8 @@ def score_pairs(store: KGStore, concepts: list[GraphConcept]) -> list[ConceptPai
                 a_name=a.grounding.name,
                 b_ui=b.grounding.ui,
                 b_name=b.grounding.name,
-                major_co_annotations=int(intersect_sorted(major[a.d], major[b.d]).size),
-                co_annotations=int(intersect_sorted(every[a.d], every[b.d]).size),
+                major_co_annotations=int(intersect_sorted(major[a.d], major[b.d], n).size),
+                co_annotations=int(intersect_sorted(every[a.d], every[b.d], n).size),
             )
         )
     # stable sort keeps question order among ties

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kg_platform.graph.store import CONCERN, QUOTABLE, RETRACTED, KGStore
+from kg_platform.graph.store import CONCERN, QUOTABLE, RETRACTED, KGStore, intersect_sorted
 from kg_platform.retrieval.linking import ConceptPair
 
 DIRECT, BRIDGE = 0, 1
@@ -114,25 +114,6 @@ def _membership(ascending: np.ndarray, lookups: int, n_nodes: int) -> Membership
     return lambda values: table[values]
 
 
-def _intersect(a: np.ndarray, b: np.ndarray, n_nodes: int) -> np.ndarray:
-    """Common values of two ascending, duplicate-free arrays of node indices below
-    ``n_nodes``, ascending, as int64; by the cheapest of three equivalent ways."""
-    small, large = (a, b) if a.size <= b.size else (b, a)
-    if small.size == 0:
-        return np.zeros(0, dtype=np.int64)
-    if small.size * 16 < large.size:  # lopsided: binary search of the few in the many
-        return small[_members(small, large)].astype(np.int64)
-    if (a.size + b.size) * 20 >= n_nodes:  # dense: a table over every node is cheapest
-        table = np.zeros(n_nodes, dtype=bool)
-        table[large] = True
-        return small[np.flatnonzero(table[small])].astype(np.int64)
-    # a stable sort of two ascending runs is one linear merge (timsort); a value in both
-    # lists ends up next to itself
-    merged = np.concatenate([a, b]).astype(np.int64)
-    merged.sort(kind="stable")
-    return merged[1:][merged[1:] == merged[:-1]]
-
-
 @dataclass(frozen=True)
 class _Runs:
     """Where the ``kind`` neighbour lists of ``nodes`` sit in ``{kind}_indices``."""
@@ -189,7 +170,9 @@ def collect_candidates(store: KGStore, pair: ConceptPair) -> Candidates:
     expanding the b-side major articles and swapping source and terminal gives the same
     paths at a cost proportional to the smaller side."""
     a, b = store.desc_idx(pair.a_ui), store.desc_idx(pair.b_ui)
-    direct = _intersect(store.articles_of(a), store.articles_of(b), store.n_articles)
+    direct = intersect_sorted(store.articles_of(a), store.articles_of(b), store.n_articles).astype(
+        np.int64
+    )
     a_major = store.articles_of(a, major_only=True)
     b_major = store.articles_of(b, major_only=True)
     a_runs = [_Runs.of(store, kind, a_major) for kind in ("cite", "cited_by")]

@@ -70,3 +70,11 @@ def test_intersect_sorted() -> None:
     assert intersect_sorted(b, a).tolist() == [3, 9]
     assert intersect_sorted(a, b[:0]).tolist() == []
     assert intersect_sorted(a, np.array([100])).tolist() == []
+    # with the node count: a table over 13 nodes (dense), a merge over 10,000 (sparse), the
+    # binary search again for lists more than 16 times apart; the same answer every way
+    for n_nodes in (13, 10_000):
+        assert intersect_sorted(a, b, n_nodes).tolist() == [3, 9]
+        assert intersect_sorted(b, a, n_nodes).tolist() == [3, 9]
+        assert intersect_sorted(a, b[:0], n_nodes).tolist() == []
+    many = np.arange(0, 340, 2, dtype=np.int32)
+    assert intersect_sorted(np.array([4, 5, 338]), many, 10_000).tolist() == [4, 338]

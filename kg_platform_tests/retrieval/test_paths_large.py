@@ -17,7 +17,7 @@ import pytest
 from benchmarks.graph import generate
 from kg_platform.graph import layout
 from kg_platform.graph.build import build_graph
-from kg_platform.graph.store import CONCERN, KGStore
+from kg_platform.graph.store import CONCERN, KGStore, intersect_sorted
 from kg_platform.retrieval.linking import ConceptPair
 from kg_platform.retrieval.paths import (
     BRIDGE,
@@ -26,7 +26,6 @@ from kg_platform.retrieval.paths import (
     DIRECT,
     NO_HOP,
     Candidates,
-    _intersect,
     _membership,
     collect_candidates,
     path_flags,
@@ -344,6 +343,5 @@ def test_membership_and_intersection_agree_with_numpy(members, lookups, n_nodes)
     for a, b in pairs:
         # lists at most 16 times apart take the table when dense, the merge when sparse
         for nodes in (n_nodes, n_nodes * 1_000):
-            common = _intersect(a, b, nodes)
-            assert common.dtype == np.int64
+            common = intersect_sorted(a, b, nodes)
             assert np.array_equal(common, np.intersect1d(a, b))
