@@ -44,68 +44,15 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks.graph import generate  # noqa: E402
 from kg_platform.answer.api import KnowledgeGraph  # noqa: E402
+from kg_platform.answer.examples import graph_questions  # noqa: E402
 from kg_platform.evaluation.grounding_eval import load_pubmedqa  # noqa: E402
 from kg_platform.graph import layout  # noqa: E402
 from kg_platform.graph.build import build_graph  # noqa: E402
-from kg_platform.grounding.roles import Role  # noqa: E402
 from kg_platform.mesh.tables import build_mesh_tables  # noqa: E402
 from kg_platform.storage.lake import Lake  # noqa: E402
 
 TARGET_P95_MS = 50.0
 REFERENCE_REFUSAL_S = 3.1  # the reference grounder/linker took up to 3.1 s to refuse
-# phrasings of a graph-made question; the i-th question uses template i mod 3
-TEMPLATES = (
-    "Is {a} associated with {b}?",
-    "Does {a} affect {b}?",
-    "Is there a link between {a} and {b}?",
-)
-
-
-@dataclass(frozen=True)
-class GraphQuestion:
-    """A question made from one article's two major BRIDGE descriptors."""
-
-    text: str
-    pmid: int
-    a_ui: str
-    b_ui: str
-
-
-@dataclass(frozen=True)
-class GraphQuestions:
-    questions: list[GraphQuestion]
-    articles_drawn: int
-    articles_without_pair: int  # fewer than two major BRIDGE descriptors
-    skipped_not_grounded: int  # the question did not ground to both descriptors
-
-
-def graph_questions(kg: KnowledgeGraph, n: int, seed: int = 11) -> GraphQuestions:
-    """Up to ``n`` questions, each naming two major BRIDGE descriptors of one article drawn
-    at random (seeded), kept only when ``kg.ground`` finds both descriptors in it."""
-    store = kg.store
-    names = kg.grounder.names
-    rng = np.random.default_rng(seed)
-    made: list[GraphQuestion] = []
-    drawn = without_pair = skipped = 0
-    for i in rng.permutation(store.n_articles):
-        if len(made) == n:
-            break
-        drawn += 1
-        uis = [store.mesh_ui(int(d)) for d in store.mesh_of(int(i), major_only=True)]
-        bridges = sorted(u for u in uis if kg.roles.get(u, ("",))[0] == Role.BRIDGE)
-        if len(bridges) < 2:
-            without_pair += 1
-            continue
-        a, b = rng.choice(len(bridges), 2, replace=False)
-        a_ui, b_ui = bridges[int(a)], bridges[int(b)]
-        template = TEMPLATES[len(made) % len(TEMPLATES)]
-        text = template.format(a=names[a_ui], b=names[b_ui])
-        grounded = {r.grounding.ui for r in kg.ground(text) if r.role == Role.BRIDGE}
-        if not {a_ui, b_ui} <= grounded:
-            skipped += 1
-            continue
-        made.append(GraphQuestion(text, store.pmid(int(i)), a_ui, b_ui))
-    return GraphQuestions(made, drawn, without_pair, skipped)
 
 
 @dataclass

@@ -238,3 +238,22 @@ def print_summary(settings, names, checks_passed, checks_failed, failures, start
     print(f"checks: {checks_passed} passed, {checks_failed} failed")
     for failure in failures:
         print(f"  failed: {failure}")
+    if not failures:
+        print_examples(lake)
+
+
+def print_examples(lake) -> None:
+    """A few questions this build answers, made from its own graph (nothing when no graph
+    and MeSH tables have been built yet)."""
+    from kg_platform.answer.api import KnowledgeGraph
+    from kg_platform.answer.examples import answerable_examples
+
+    try:
+        kg = KnowledgeGraph.open(lake)
+    except FileNotFoundError:
+        return
+    examples = answerable_examples(kg)
+    if examples:
+        print("questions this graph answers, e.g.:")
+        for question in examples:
+            print(f'  kg ask "{question}"')

@@ -1,15 +1,15 @@
-"""The graph-made question set of benchmarks/ask.py: every question names two descriptors
-its article carries as major topics (recounted from the raw synthetic corpus), grounds to
-both, and the question path links exactly that pair."""
+"""Questions made from the graph (``kg build`` prints some; benchmarks/ask.py times them):
+every question names two descriptors its article carries as major topics (recounted from
+the raw synthetic corpus), grounds to both, and the question path links exactly that pair."""
 
 from __future__ import annotations
 
 import polars as pl
 import pytest
 
-from benchmarks.ask import GraphQuestions, graph_questions
 from benchmarks.graph import generate
 from kg_platform.answer.api import KnowledgeGraph
+from kg_platform.answer.examples import GraphQuestions, answerable_examples, graph_questions
 from kg_platform.graph import layout
 from kg_platform.graph.build import build_graph
 from kg_platform.grounding.roles import Role
@@ -73,3 +73,29 @@ def test_each_question_links_its_own_pair(synthetic, made):
         # the article the question came from carries both as major topics
         assert pair.major_co_annotations >= 1
         assert answer.verdict.counts["candidate_paths"] >= 1
+
+
+EXAMPLES = [
+    "Is Calcimycin associated with Abnormalities, Multiple?",
+    "Does Calcimycin affect Acetanilides?",
+    "Is there a link between Calcimycin and Abortifacient Agents, Nonsteroidal?",
+]
+
+
+def test_answerable_examples_are_answered(synthetic):
+    kg = synthetic[1]
+    # the synthetic corpus gives low UIs the most articles (Zipf), so they pair up most
+    assert answerable_examples(kg, n=3, seed=11) == EXAMPLES
+    for question in EXAMPLES:
+        assert kg.ask(question).verdict.answerable, question
+
+
+def test_build_summary_prints_the_examples(synthetic, tmp_path, capsys):
+    from kg_platform.commands.build import print_examples
+
+    print_examples(Lake(synthetic[0]))
+    assert capsys.readouterr().out == "questions this graph answers, e.g.:\n" + "".join(
+        f'  kg ask "{q}"\n' for q in EXAMPLES
+    )
+    print_examples(Lake(str(tmp_path)))  # nothing built there: nothing to suggest
+    assert capsys.readouterr().out == ""
