@@ -18,9 +18,9 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 import polars as pl
-import pyarrow.parquet as pq
 
 from kg_platform.answer.ladder import LadderConfig, LadderInput, Verdict, run_ladder
+from kg_platform.answer.titles import TitleLookup
 from kg_platform.embeddings.encoder import Encoder
 from kg_platform.embeddings.index import INDEX_MANIFEST
 from kg_platform.graph import layout
@@ -210,6 +210,7 @@ class KnowledgeGraph:
         self.store = store
         self.config = config
         self.semantic = semantic
+        self.title_lookup = TitleLookup(lake, layout.CORPUS_INPUTS["articles"])
         self.roles = dict(
             zip(
                 roles["ui"].to_list(),
@@ -369,19 +370,8 @@ class KnowledgeGraph:
         return similarity, semantic
 
     def _titles(self, pmids: list[int]) -> dict[int, str | None]:
-        key = layout.CORPUS_INPUTS["articles"]
-        if not pmids or not self.lake.exists(key):
-            return {}
-        filesystem = None if self.lake.is_local else self.lake.fs
-        if "title" not in pq.read_schema(self.lake.path(key), filesystem=filesystem).names:
-            return {}  # a corpus without titles (synthetic benchmarks): evidence still stands
-        table = pq.read_table(
-            self.lake.path(key),
-            columns=["pmid", "title"],
-            filters=[("pmid", "in", pmids)],
-            filesystem=filesystem,
-        )
-        return dict(zip(table["pmid"].to_pylist(), table["title"].to_pylist(), strict=True))
+        # a corpus without titles (synthetic benchmarks) gives none: evidence still stands
+        return self.title_lookup.titles(pmids)
 
 
 def _finite(value: float) -> float | None:

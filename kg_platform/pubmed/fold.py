@@ -24,6 +24,11 @@ import pyarrow as pa
 
 from kg_platform.storage.lake import Lake
 
+# rows per row group of corpus/articles.parquet: small enough that an answer's title lookup
+# reads little (8 PMIDs touch at most 8 groups of titles), large enough that a 40M-row table
+# keeps a footer of ~2,400 groups (kg_platform.answer.titles)
+ARTICLE_ROW_GROUP_ROWS = 16_384
+
 # table -> the column holding the PMID of the record a row belongs to
 CORPUS_TABLES: dict[str, str] = {
     "articles": "pmid",
@@ -153,7 +158,8 @@ def fold_release(
                 f"AND t.file_ord = s.file_ord ORDER BY t.{pmid_col}, t.file_row_number"
             )
             local = os.path.join(staging, f"{table}.parquet")
-            _run(con, f"COPY ({query}) TO '{local}' (FORMAT parquet, COMPRESSION zstd)")
+            groups = f", ROW_GROUP_SIZE {ARTICLE_ROW_GROUP_ROWS}" if table == "articles" else ""
+            _run(con, f"COPY ({query}) TO '{local}' (FORMAT parquet, COMPRESSION zstd{groups})")
             rows[table] = _scalar(con, f"SELECT count(*) FROM read_parquet('{local}')")
         deleted = _scalar(
             con,
