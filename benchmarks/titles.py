@@ -33,18 +33,12 @@ import pyarrow.parquet as pq
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from benchmarks.ask import positive_int  # noqa: E402
 from kg_platform.answer.titles import TitleLookup  # noqa: E402
 from kg_platform.pubmed.fold import ARTICLE_ROW_GROUP_ROWS  # noqa: E402
 from kg_platform.storage.lake import Lake  # noqa: E402
 
 KEY = "corpus/articles.parquet"
-
-
-def positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text}: must be at least 1")
-    return value
 
 
 def write_articles(root: str, rows: int, row_group_rows: int | None) -> None:
