@@ -164,14 +164,35 @@ class KGStore:
         art2mesh: one gather, no Python loop over nodes."""
         nodes = np.asarray(nodes, dtype=np.int64)
         indptr = self.array(f"{kind}_indptr")
-        starts, ends = indptr[nodes], indptr[nodes + 1]
-        lengths = ends - starts
+        starts = indptr[nodes]
+        lengths = indptr[nodes + 1] - starts
         out_ptr = np.zeros(nodes.size + 1, dtype=np.int64)
         np.cumsum(lengths, out=out_ptr[1:])
-        # position j of the output reads indices[starts[k] + (j - out_ptr[k])]
-        gather = np.arange(out_ptr[-1], dtype=np.int64)
-        gather += np.repeat(starts - out_ptr[:-1], lengths)
+        gather = _run_positions(starts, lengths)
         return Expansion(nodes, out_ptr, self.array(f"{kind}_indices")[gather])
+
+
+def _run_positions(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Every position of the runs ``starts[k] .. starts[k] + lengths[k]``, run after run: a
+    cumulative sum of steps that are 1 inside a run and jump to the next run's start
+    between runs (one pass, where arange + repeat takes two)."""
+    filled = np.flatnonzero(lengths)
+    if filled.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    starts, lengths = starts[filled], lengths[filled]
+    offsets = np.cumsum(lengths[:-1])  # where runs 1.. begin in the output
+    steps = np.ones(int(lengths.sum()), dtype=np.int64)
+    steps[0] = starts[0]
+    steps[offsets] = starts[1:] - (starts[:-1] + lengths[:-1]) + 1
+    return np.cumsum(steps, out=steps)
+
+
+def in_sorted(values: np.ndarray, ascending: np.ndarray) -> np.ndarray:
+    """Mask of ``values`` found in the ascending array (binary search, vectorised)."""
+    if ascending.size == 0 or values.size == 0:
+        return np.zeros(values.size, dtype=bool)
+    pos = np.searchsorted(ascending, values)
+    return ascending[np.minimum(pos, ascending.size - 1)] == values
 
 
 def intersect_sorted(a: np.ndarray, b: np.ndarray, n_nodes: int | None = None) -> np.ndarray:
@@ -185,8 +206,7 @@ def intersect_sorted(a: np.ndarray, b: np.ndarray, n_nodes: int | None = None) -
     if small.size == 0:
         return small[:0]
     if n_nodes is None or small.size * 16 < large.size:
-        pos = np.searchsorted(large, small)
-        return small[large[np.minimum(pos, large.size - 1)] == small]
+        return small[in_sorted(small, large)]
     if (a.size + b.size) * 20 >= n_nodes:
         table = np.zeros(n_nodes, dtype=bool)
         table[large] = True

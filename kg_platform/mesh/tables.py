@@ -109,7 +109,7 @@ def build_mesh_frames(records: MeshRecords) -> tuple[dict[str, pl.DataFrame], Lo
     known = descriptors.select("ui")
     tree = records.tree.unique(maintain_order=True).sort("tree_number")
 
-    descriptor_table = _descriptor_table(descriptors, tree)
+    descriptors_out = descriptor_table(descriptors, tree)
     broader = _broader(tree)
 
     allowable_all = records.allowable.unique()
@@ -163,7 +163,7 @@ def build_mesh_frames(records: MeshRecords) -> tuple[dict[str, pl.DataFrame], Lo
         allowable_unknown_descriptor_removed=allowable_all.height - allowable.height,
     )
     frames = {
-        "descriptors": descriptor_table,
+        "descriptors": descriptors_out,
         "tree": tree,
         "broader": broader,
         "allowable": allowable,
@@ -174,7 +174,9 @@ def build_mesh_frames(records: MeshRecords) -> tuple[dict[str, pl.DataFrame], Lo
     return frames, stats
 
 
-def _descriptor_table(descriptors: pl.DataFrame, tree: pl.DataFrame) -> pl.DataFrame:
+def descriptor_table(descriptors: pl.DataFrame, tree: pl.DataFrame) -> pl.DataFrame:
+    """mesh/descriptors from (ui, name) and the tree: tree categories, shallowest depth and
+    number of tree numbers per descriptor (none for a descriptor without tree numbers)."""
     per_ui = tree.group_by("ui").agg(
         pl.col("tree_number").str.slice(0, 1).unique().sort().alias("categories"),
         (pl.col("tree_number").str.count_matches(".", literal=True) + 1)

@@ -21,7 +21,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kg_platform.graph.store import CONCERN, QUOTABLE, RETRACTED, KGStore, intersect_sorted
+from kg_platform.graph.store import (
+    CONCERN,
+    QUOTABLE,
+    RETRACTED,
+    KGStore,
+    in_sorted,
+    intersect_sorted,
+)
 from kg_platform.retrieval.linking import ConceptPair
 
 DIRECT, BRIDGE = 0, 1
@@ -90,14 +97,6 @@ class Candidates:
         return cls(pair, z.astype(np.int8), z, z, z.astype(np.int8))
 
 
-def _members(values: np.ndarray, ascending: np.ndarray) -> np.ndarray:
-    """Mask of ``values`` found in the ascending array (binary search, vectorised)."""
-    if ascending.size == 0 or values.size == 0:
-        return np.zeros(values.size, dtype=bool)
-    pos = np.searchsorted(ascending, values)
-    return ascending[np.minimum(pos, ascending.size - 1)] == values
-
-
 Membership = Callable[[np.ndarray], np.ndarray]
 
 
@@ -108,52 +107,28 @@ def _membership(ascending: np.ndarray, lookups: int, n_nodes: int) -> Membership
     boolean table over every node ~0.2 ns per node to allocate, ~20 ns per value to read."""
     levels = float(np.log2(ascending.size + 1))
     if lookups * (levels + 1.0) * 12.0 <= 0.2 * n_nodes + 10.0 * ascending.size:
-        return lambda values: _members(values, ascending)
+        return lambda values: in_sorted(values, ascending)
     table = np.zeros(n_nodes, dtype=bool)
     table[ascending] = True
     return lambda values: table[values]
 
 
-@dataclass(frozen=True)
-class _Runs:
-    """Where the ``kind`` neighbour lists of ``nodes`` sit in ``{kind}_indices``."""
-
-    kind: str
-    nodes: np.ndarray
-    starts: np.ndarray
-    lengths: np.ndarray
-
-    @classmethod
-    def of(cls, store: KGStore, kind: str, nodes: np.ndarray) -> _Runs:
-        indptr = store.array(f"{kind}_indptr")
-        starts = indptr[nodes]
-        return cls(kind, nodes, starts, indptr[nodes + 1] - starts)
-
-    @property
-    def total(self) -> int:
-        return int(self.lengths.sum())
-
-    def positions(self) -> np.ndarray:
-        """Every position of every run, run after run: a cumulative sum of steps that are
-        1 inside a run and jump to the next run's start between runs."""
-        filled = np.flatnonzero(self.lengths)
-        if filled.size == 0:
-            return np.zeros(0, dtype=np.int64)
-        starts, lengths = self.starts[filled], self.lengths[filled]
-        offsets = np.cumsum(lengths[:-1])  # where runs 1.. begin in the output
-        steps = np.ones(int(lengths.sum()), dtype=np.int64)
-        steps[0] = starts[0]
-        steps[offsets] = starts[1:] - (starts[:-1] + lengths[:-1]) + 1
-        return np.cumsum(steps, out=steps)
+def _reads(store: KGStore, kind: str, nodes: np.ndarray) -> int:
+    """How many ``kind`` neighbours ``nodes`` have in all."""
+    indptr = store.array(f"{kind}_indptr")
+    return int((indptr[nodes + 1] - indptr[nodes]).sum())
 
 
-def _links(store: KGStore, runs: _Runs, is_far: Membership) -> tuple[np.ndarray, np.ndarray]:
-    """``(origin, neighbour)`` of every ``runs.kind`` link from ``runs.nodes`` to a node
-    ``is_far`` accepts, self-links dropped, as int64; ordered by origin, then neighbour."""
-    neighbours = store.array(f"{runs.kind}_indices")[runs.positions()]
+def _links(
+    store: KGStore, kind: str, nodes: np.ndarray, is_far: Membership
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(origin, neighbour)`` of every ``kind`` link from ``nodes`` to a node ``is_far``
+    accepts, self-links dropped, as int64; ordered by origin, then neighbour."""
+    expansion = store.expand(kind, nodes)
+    neighbours = expansion.neighbours
     # integer gathers: a boolean mask index over a scattered mask is several times slower
     hit = np.flatnonzero(is_far(neighbours))
-    origin = np.repeat(runs.nodes, runs.lengths)[hit].astype(np.int64)
+    origin = np.repeat(expansion.nodes, np.diff(expansion.indptr))[hit]
     neighbour = neighbours[hit].astype(np.int64)
     distinct = origin != neighbour
     if not distinct.all():
@@ -175,16 +150,16 @@ def collect_candidates(store: KGStore, pair: ConceptPair) -> Candidates:
     )
     a_major = store.articles_of(a, major_only=True)
     b_major = store.articles_of(b, major_only=True)
-    a_runs = [_Runs.of(store, kind, a_major) for kind in ("cite", "cited_by")]
-    b_runs = [_Runs.of(store, kind, b_major) for kind in ("cite", "cited_by")]
-    a_reads, b_reads = sum(r.total for r in a_runs), sum(r.total for r in b_runs)
+    kinds = ("cite", "cited_by")
+    a_reads = sum(_reads(store, kind, a_major) for kind in kinds)
+    b_reads = sum(_reads(store, kind, b_major) for kind in kinds)
     from_b = b_reads < a_reads
-    near_runs, far, reads = (b_runs, a_major, b_reads) if from_b else (a_runs, b_major, a_reads)
+    near, far, reads = (b_major, a_major, b_reads) if from_b else (a_major, b_major, a_reads)
     is_far = _membership(far, reads, store.n_articles)
     bridges: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-    for runs in near_runs:
-        origin, neighbour = _links(store, runs, is_far)
-        relation = CITES if runs.kind == "cite" else CITED_BY
+    for kind in kinds:
+        origin, neighbour = _links(store, kind, near, is_far)
+        relation = CITES if kind == "cite" else CITED_BY
         if from_b:  # b --cites--> a is a <--cited-by-- b, and the other way round
             relation = CITED_BY if relation == CITES else CITES
             origin, neighbour = neighbour, origin

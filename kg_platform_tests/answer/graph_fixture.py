@@ -23,6 +23,7 @@ import polars as pl
 from kg_platform.graph import layout
 from kg_platform.graph.build import build_graph
 from kg_platform.grounding.normalise import normalise
+from kg_platform.mesh.tables import descriptor_table
 from kg_platform.storage.lake import Lake
 from kg_platform_tests.conftest import require_reference
 from kg_platform_tests.graph.corpus import write_corpus
@@ -47,16 +48,8 @@ def write_real_mesh(lake: Lake, uis: tuple[str, ...] = UIS) -> None:
         schema={"ui": pl.Utf8, "tree_number": pl.Utf8},
         orient="row",
     )
-    per_ui = tree.group_by("ui").agg(
-        pl.col("tree_number").str.head(1).unique().sort().alias("categories"),
-        (pl.col("tree_number").str.count_matches(r"\.") + 1)
-        .min()
-        .cast(pl.Int32)
-        .alias("min_depth"),
-        pl.len().cast(pl.Int32).alias("n_trees"),
-    )
     names = pl.DataFrame({"ui": [p[0] for p in rows], "name": [p[1] for p in rows]})
-    descriptors = names.join(per_ui, on="ui", how="left")
+    descriptors = descriptor_table(names, tree)
     terms = [(p[0], p[1], "name") for p in rows]
     terms += [(p[0], e, "entry") for p in rows for e in p[2].split("|") if e]
     terms_frame = pl.DataFrame(terms, schema=["ui", "term", "kind"], orient="row").with_columns(

@@ -74,18 +74,23 @@ def uis_named(names: set[str]) -> tuple[str, ...]:
 
 
 @lru_cache(maxsize=1)
+def _mesh_and_roles(lake: Lake) -> tuple[dict[str, pl.DataFrame], dict[str, str]]:
+    """The lake's MeSH descriptors, tree and terms, and each descriptor's role."""
+    frames = {
+        t: pl.from_arrow(lake.read_parquet(f"mesh/{t}.parquet"))
+        for t in ("descriptors", "tree", "terms")
+    }
+    roles = assign_roles(frames["descriptors"], frames["tree"], RoleConfig())
+    return frames, dict(zip(roles["ui"].to_list(), roles["role"].to_list(), strict=True))
+
+
 def _setup(root: str):
     lake = Lake(root)
     questions = dev_questions()
     names = {h for q in questions for h in q.headings} | set(EXTRA_NAMES)
     write_real_mesh(lake, uis_named(names))
     build_concept_index(lake, packaged_encoder(), FeederSettings(workers=0))
-    frames = {
-        t: pl.from_arrow(lake.read_parquet(f"mesh/{t}.parquet"))
-        for t in ("descriptors", "tree", "terms")
-    }
-    roles = assign_roles(frames["descriptors"], frames["tree"], RoleConfig())
-    role_of = dict(zip(roles["ui"].to_list(), roles["role"].to_list(), strict=True))
+    frames, role_of = _mesh_and_roles(lake)
     lexical = Grounder.from_terms(frames["terms"], frames["descriptors"])
     hybrid = HybridGrounder(lexical, packaged_encoder(), ConceptIndex.open(lake))
     return lake, questions, frames, role_of, hybrid
@@ -158,12 +163,7 @@ def test_pair_selection_keeps_the_supported_pair_and_discards_the_rest(tmp_path)
     lake = Lake(str(tmp_path / "graph"))
     build_question_graph(lake)
     build_concept_index(lake, packaged_encoder(), FeederSettings(workers=0))
-    frames = {
-        t: pl.from_arrow(lake.read_parquet(f"mesh/{t}.parquet"))
-        for t in ("descriptors", "tree", "terms")
-    }
-    roles = assign_roles(frames["descriptors"], frames["tree"], RoleConfig())
-    role_of = dict(zip(roles["ui"].to_list(), roles["role"].to_list(), strict=True))
+    frames, role_of = _mesh_and_roles(lake)
     hybrid = HybridGrounder(
         Grounder.from_terms(frames["terms"], frames["descriptors"]),
         packaged_encoder(),

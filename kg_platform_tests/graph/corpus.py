@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from kg_platform.mesh.tables import descriptor_table
 from kg_platform.schemas import CORPUS_TABLES, MeshDescriptors, MeshTree
 from kg_platform.storage.lake import Lake
 
@@ -66,19 +67,8 @@ def write_corpus(lake: Lake, tables: dict[str, list[tuple]]) -> None:
 def write_mesh(lake: Lake, descriptors: list[str], tree: list[tuple[str, str]]) -> None:
     """mesh/descriptors and mesh/tree as mesh_tables writes them (validated by its models)."""
     trees = pl.DataFrame(tree, schema={"ui": pl.Utf8, "tree_number": pl.Utf8}, orient="row")
-    per_ui = trees.group_by("ui").agg(
-        pl.col("tree_number").str.head(1).unique().sort().alias("categories"),
-        (pl.col("tree_number").str.count_matches(r"\.") + 1)
-        .min()
-        .cast(pl.Int32)
-        .alias("min_depth"),
-        pl.len().cast(pl.Int32).alias("n_trees"),
-    )
     names = pl.DataFrame({"ui": descriptors, "name": [f"name of {u}" for u in descriptors]})
-    table = names.join(per_ui, on="ui", how="left").with_columns(
-        pl.col("categories").fill_null(pl.lit([], pl.List(pl.Utf8))),
-        pl.col("n_trees").fill_null(0),
-    )
+    table = descriptor_table(names, trees)
     MeshDescriptors.validate(table)
     MeshTree.validate(trees)
     lake.write_parquet("mesh/descriptors.parquet", table.to_arrow())

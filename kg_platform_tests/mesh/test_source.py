@@ -11,7 +11,7 @@ from kg_platform.mesh.source import MeshSourceError, resolve_mesh_source
 from kg_platform.mesh.tables import build_mesh
 from kg_platform.mesh.tsv import MeshTsvError, read_descriptor_tsv
 from kg_platform_tests.conftest import require_reference
-from kg_platform_tests.mesh.http_folder import serve_folder
+from kg_platform_tests.sources.mirror_server import serve_mirror
 
 
 def test_parent_folder_prefers_the_tsvs(reference_mesh_spec):
@@ -96,9 +96,9 @@ def test_build_streams_from_a_url(tmp_path):
     xml_dir = require_reference("mesh", "xml")
     for role in ("desc", "qual", "supp"):
         os.symlink(xml_dir / f"mesh_{role}_sample.xml", tmp_path / f"{role}2020.xml")
-    with serve_folder(tmp_path) as (base, requested):
-        build = build_mesh(resolve_mesh_source(f"{base}/", year=2020))
-    assert sorted(requested) == ["/desc2020.xml", "/qual2020.xml", "/supp2020.xml"]
+    with serve_mirror(tmp_path) as (base, served):
+        build = build_mesh(resolve_mesh_source(base, year=2020))
+    assert sorted(served.requests) == ["/desc2020.xml", "/qual2020.xml", "/supp2020.xml"]
     assert build.row_counts()["descriptors"] == 5
     assert build.row_counts()["qualifiers"] == 2
     assert build.n_supplementary == 1

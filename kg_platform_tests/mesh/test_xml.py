@@ -17,7 +17,7 @@ from kg_platform.mesh.xml import (
     read_qualifier_xml,
     read_supplementary_xml,
 )
-from kg_platform_tests.mesh.http_folder import serve_folder
+from kg_platform_tests.sources.mirror_server import serve_mirror
 
 
 def test_descriptor_records(xml_sample_dir):
@@ -72,18 +72,18 @@ def test_the_remote_dtd_is_never_fetched(xml_sample_dir, tmp_path):
     served = tmp_path / "served"
     served.mkdir()
     (served / "nlmdescriptorrecordset.dtd").write_text("<!ENTITY oops 'fetched'>\n")
-    with serve_folder(served) as (base, requested):
+    with serve_mirror(served) as (base, state):
         # the harness does see a fetch when one happens
-        assert requests.get(f"{base}/nlmdescriptorrecordset.dtd", timeout=5).status_code == 200
-        assert requested == ["/nlmdescriptorrecordset.dtd"]
-        requested.clear()
+        assert requests.get(f"{base}nlmdescriptorrecordset.dtd", timeout=5).status_code == 200
+        assert state.requests == ["/nlmdescriptorrecordset.dtd"]
+        state.requests.clear()
         text = (xml_sample_dir / "mesh_desc_sample.xml").read_text()
         remote = "https://www.nlm.nih.gov/databases/dtd/nlmdescriptorrecordset_20200101.dtd"
         assert remote in text
         local = tmp_path / "desc_local_dtd.xml"
-        local.write_text(text.replace(remote, f"{base}/nlmdescriptorrecordset.dtd"))
+        local.write_text(text.replace(remote, f"{base}nlmdescriptorrecordset.dtd"))
         frames = read_descriptor_xml(str(local))
-        assert requested == []
+        assert state.requests == []
     assert frames["descriptors"].height == 5
     # and the original, naming NLM's DTD, parses offline
     assert read_descriptor_xml(str(xml_sample_dir / "mesh_desc_sample.xml"))["tree"].height == 10
