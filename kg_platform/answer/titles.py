@@ -38,7 +38,13 @@ class TitleLookup:
             self._opened = True
             return
         source = self.lake.path(self.key) if self.lake.is_local else self.lake.open(self.key)
-        parquet = pq.ParquetFile(source)
+        try:
+            parquet = pq.ParquetFile(source)
+        except (pa.ArrowInvalid, OSError) as error:
+            raise ValueError(
+                f"{self.lake.path(self.key)}: not a readable Parquet file ({error}); "
+                "rematerialise `corpus`"
+            ) from None
         self._has_title = "title" in parquet.schema_arrow.names
         self._file = parquet
         self._group_min = _sorted_group_minimums(parquet)

@@ -250,9 +250,12 @@ def print_examples(lake) -> None:
 
     try:
         kg = KnowledgeGraph.open(lake)
+        examples = answerable_examples(kg)
     except FileNotFoundError:
+        return  # no graph or MeSH tables yet
+    except (OSError, ValueError) as error:
+        print(f"no example questions: {error}")  # the build itself stands
         return
-    examples = answerable_examples(kg)
     if examples:
         print("questions this graph answers, e.g.:")
         for question in examples:

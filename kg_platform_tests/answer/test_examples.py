@@ -99,3 +99,17 @@ def test_build_summary_prints_the_examples(synthetic, tmp_path, capsys):
     )
     print_examples(Lake(str(tmp_path)))  # nothing built there: nothing to suggest
     assert capsys.readouterr().out == ""
+
+
+def test_build_summary_names_an_unreadable_corpus(synthetic, tmp_path, capsys):
+    import shutil
+
+    from kg_platform.commands.build import print_examples
+
+    copy = tmp_path / "lake"
+    shutil.copytree(synthetic[0], copy)
+    (copy / "corpus" / "articles.parquet").write_bytes(b"broken")
+    print_examples(Lake(str(copy)))
+    out = capsys.readouterr().out
+    assert out.startswith("no example questions: ")
+    assert "articles.parquet: not a readable Parquet file" in out

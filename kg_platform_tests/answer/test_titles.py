@@ -65,3 +65,12 @@ def test_no_titles_without_a_title_column_or_a_corpus(tmp_path, articles) -> Non
     lake = _lake(tmp_path, articles.drop("title"))
     assert TitleLookup(lake, KEY).titles([41576520]) == {}
     assert TitleLookup(Lake(str(tmp_path / "empty")), KEY).titles([41576520]) == {}
+
+
+def test_a_corrupt_articles_file_is_named(tmp_path) -> None:
+    (tmp_path / "corpus").mkdir()
+    (tmp_path / KEY).write_bytes(b"not parquet at all")
+    lookup = TitleLookup(Lake(str(tmp_path)), KEY)
+    with pytest.raises(ValueError, match=r"articles\.parquet: not a readable Parquet file"):
+        lookup.titles([41576520])
+    assert (tmp_path / KEY).read_bytes() == b"not parquet at all"  # left as it was
