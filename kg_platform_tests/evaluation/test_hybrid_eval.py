@@ -73,7 +73,6 @@ def uis_named(names: set[str]) -> tuple[str, ...]:
         return tuple(sorted(p[0] for p in rows if p[1] in names))
 
 
-@lru_cache(maxsize=1)
 def _mesh_and_roles(lake: Lake) -> tuple[dict[str, pl.DataFrame], dict[str, str]]:
     """The lake's MeSH descriptors, tree and terms, and each descriptor's role."""
     frames = {
@@ -84,6 +83,7 @@ def _mesh_and_roles(lake: Lake) -> tuple[dict[str, pl.DataFrame], dict[str, str]
     return frames, dict(zip(roles["ui"].to_list(), roles["role"].to_list(), strict=True))
 
 
+@lru_cache(maxsize=1)
 def _setup(root: str):
     lake = Lake(root)
     questions = dev_questions()
