@@ -3,29 +3,53 @@
 Per-file tables (``tables/<table>/<file>.parquet``) and the folded corpus
 (``corpus/<table>.parquet``) share the same columns. Child tables carry ``version`` so the
 fold can keep exactly the rows of the record version that wins.
+
+These models are the one declaration of each table's columns: the parser's Arrow schemas
+(:data:`ARROW_SCHEMAS`, via :func:`arrow_schema`) and the column descriptions shown in the
+UI (:func:`columns`) are derived from them.
 """
 
 from __future__ import annotations
 
 import pandera.polars as pa
 import polars as pl
+import pyarrow
 
 UI_DESCRIPTOR = r"^D\d{6,9}$"
 UI_QUALIFIER = r"^Q\d{6,9}$"
 UI_SUPPLEMENTARY = r"^C\d{6,9}$"
 
+_PMID = "PubMed identifier of the record"
+_VERSION = "PMID Version attribute of the record (1 when absent)"
+
 
 class Articles(pa.DataFrameModel):
-    pmid: pl.Int64 = pa.Field(gt=0)
-    version: pl.Int32 = pa.Field(ge=1)
-    file: pl.Utf8
-    title: pl.Utf8 = pa.Field(nullable=True)
-    abstract: pl.Utf8 = pa.Field(nullable=True)
-    has_abstract: pl.Boolean
-    year: pl.Int32 = pa.Field(nullable=True, ge=1000, le=2100)
-    journal: pl.Utf8 = pa.Field(nullable=True)
-    language: pl.Utf8 = pa.Field(nullable=True)
-    n_pubtypes: pl.Int32 = pa.Field(ge=0)
+    """One row per PubMed record (``PubmedArticle`` or legacy ``MedlineCitation``)."""
+
+    pmid: pl.Int64 = pa.Field(gt=0, description=_PMID)
+    version: pl.Int32 = pa.Field(ge=1, description=_VERSION)
+    file: pl.Utf8 = pa.Field(
+        description="Key of the NLM file the record was read from, e.g. pubmed26n1334; "
+        "in the corpus, the file whose record won the fold"
+    )
+    title: pl.Utf8 = pa.Field(
+        nullable=True, description="ArticleTitle text, inline markup flattened"
+    )
+    abstract: pl.Utf8 = pa.Field(
+        nullable=True,
+        description="AbstractText sections joined by newlines as 'LABEL: text' "
+        "(OtherAbstract translations excluded)",
+    )
+    has_abstract: pl.Boolean = pa.Field(description="True when abstract is not null")
+    year: pl.Int32 = pa.Field(
+        nullable=True,
+        ge=1000,
+        le=2100,
+        description="Journal issue PubDate year (first year of a MedlineDate)",
+    )
+    journal: pl.Utf8 = pa.Field(nullable=True, description="Journal Title")
+    language: pl.Utf8 = pa.Field(nullable=True, description="First Language code, e.g. eng")
+    n_pubtypes: pl.Int32 = pa.Field(ge=0, description="Number of PublicationType elements")
 
     class Config:
         strict = True
@@ -33,59 +57,92 @@ class Articles(pa.DataFrameModel):
 
 
 class MeshEdges(pa.DataFrameModel):
-    pmid: pl.Int64 = pa.Field(gt=0)
-    version: pl.Int32 = pa.Field(ge=1)
-    descriptor_ui: pl.Utf8 = pa.Field(str_matches=UI_DESCRIPTOR)
-    descriptor_major: pl.Boolean
-    qualifier_ui: pl.Utf8 = pa.Field(nullable=True, str_matches=UI_QUALIFIER)
-    qualifier_major: pl.Boolean = pa.Field(nullable=True)
+    """One row per MeshHeading without qualifiers, else one per heading/qualifier pair."""
+
+    pmid: pl.Int64 = pa.Field(gt=0, description=_PMID)
+    version: pl.Int32 = pa.Field(ge=1, description=_VERSION)
+    descriptor_ui: pl.Utf8 = pa.Field(
+        str_matches=UI_DESCRIPTOR, description="MeSH descriptor UI (DescriptorName UI)"
+    )
+    descriptor_major: pl.Boolean = pa.Field(
+        description="Descriptor is a major topic (MajorTopicYN='Y')"
+    )
+    qualifier_ui: pl.Utf8 = pa.Field(
+        nullable=True,
+        str_matches=UI_QUALIFIER,
+        description="MeSH qualifier UI (QualifierName UI); null for a heading without qualifiers",
+    )
+    qualifier_major: pl.Boolean = pa.Field(
+        nullable=True,
+        description="Qualifier is a major topic (MajorTopicYN='Y'); null without qualifier",
+    )
 
     class Config:
         strict = True
 
 
 class Citations(pa.DataFrameModel):
-    citing_pmid: pl.Int64 = pa.Field(gt=0)
-    version: pl.Int32 = pa.Field(ge=1)
-    cited_pmid: pl.Int64 = pa.Field(gt=0)
+    """One row per distinct PMID cited in the record's ReferenceList elements."""
+
+    citing_pmid: pl.Int64 = pa.Field(gt=0, description="PMID of the citing record")
+    version: pl.Int32 = pa.Field(ge=1, description=_VERSION)
+    cited_pmid: pl.Int64 = pa.Field(
+        gt=0, description="Cited PMID (a reference's ArticleId IdType='pubmed')"
+    )
 
     class Config:
         strict = True
 
 
 class Corrections(pa.DataFrameModel):
-    pmid: pl.Int64 = pa.Field(gt=0)
-    version: pl.Int32 = pa.Field(ge=1)
-    ref_type: pl.Utf8
-    ref_pmid: pl.Int64 = pa.Field(nullable=True, gt=0)
+    """One row per CommentsCorrections element (errata, comments, retractions, ...)."""
+
+    pmid: pl.Int64 = pa.Field(gt=0, description=_PMID)
+    version: pl.Int32 = pa.Field(ge=1, description=_VERSION)
+    ref_type: pl.Utf8 = pa.Field(
+        description="RefType attribute, e.g. ErratumIn, CommentOn ('' when absent)"
+    )
+    ref_pmid: pl.Int64 = pa.Field(
+        nullable=True, gt=0, description="PMID of the referenced record; null when not given"
+    )
 
     class Config:
         strict = True
 
 
 class Chemicals(pa.DataFrameModel):
-    pmid: pl.Int64 = pa.Field(gt=0)
-    version: pl.Int32 = pa.Field(ge=1)
-    registry_number: pl.Utf8 = pa.Field(nullable=True)
-    substance_ui: pl.Utf8 = pa.Field(nullable=True)
-    substance_name: pl.Utf8
+    """One row per Chemical in the record's ChemicalList."""
+
+    pmid: pl.Int64 = pa.Field(gt=0, description=_PMID)
+    version: pl.Int32 = pa.Field(ge=1, description=_VERSION)
+    registry_number: pl.Utf8 = pa.Field(
+        nullable=True, description="RegistryNumber (CAS, EC or '0' when NLM has none)"
+    )
+    substance_ui: pl.Utf8 = pa.Field(
+        nullable=True, description="MeSH UI of NameOfSubstance (descriptor D... or SCR C...)"
+    )
+    substance_name: pl.Utf8 = pa.Field(description="NameOfSubstance text ('' when absent)")
 
     class Config:
         strict = True
 
 
 class Pubtypes(pa.DataFrameModel):
-    pmid: pl.Int64 = pa.Field(gt=0)
-    version: pl.Int32 = pa.Field(ge=1)
-    pubtype_ui: pl.Utf8 = pa.Field(nullable=True)
-    name: pl.Utf8
+    """One row per PublicationType of the record, in NLM's order."""
+
+    pmid: pl.Int64 = pa.Field(gt=0, description=_PMID)
+    version: pl.Int32 = pa.Field(ge=1, description=_VERSION)
+    pubtype_ui: pl.Utf8 = pa.Field(nullable=True, description="PublicationType UI, e.g. D016428")
+    name: pl.Utf8 = pa.Field(description="PublicationType text, e.g. Journal Article")
 
     class Config:
         strict = True
 
 
 class Deletions(pa.DataFrameModel):
-    pmid: pl.Int64 = pa.Field(gt=0)
+    """The distinct PMIDs a file's DeleteCitation lists (per-file tables only)."""
+
+    pmid: pl.Int64 = pa.Field(gt=0, description="PMID deleted by this file")
 
     class Config:
         strict = True
@@ -114,28 +171,49 @@ MESH_TERM_KINDS = ["name", "entry", "deinverted", "scr_alias"]
 
 
 class MeshDescriptors(pa.DataFrameModel):
-    ui: pl.Utf8 = pa.Field(str_matches=UI_DESCRIPTOR, unique=True)
-    name: pl.Utf8 = pa.Field(str_length={"min_value": 1})
+    """One row per MeSH descriptor record."""
+
+    ui: pl.Utf8 = pa.Field(
+        str_matches=UI_DESCRIPTOR, unique=True, description="Descriptor UI, e.g. D009203"
+    )
+    name: pl.Utf8 = pa.Field(
+        str_length={"min_value": 1}, description="DescriptorName (preferred heading)"
+    )
     # sorted distinct tree letters, e.g. ["C"] for Myocardial Infarction; empty without trees
-    categories: pl.List(pl.Utf8)
-    min_depth: pl.Int32 = pa.Field(nullable=True, ge=1)
-    n_trees: pl.Int32 = pa.Field(ge=0)
+    categories: pl.List(pl.Utf8) = pa.Field(
+        description="Sorted distinct first letters of its tree numbers; empty without trees"
+    )
+    min_depth: pl.Int32 = pa.Field(
+        nullable=True,
+        ge=1,
+        description="Depth of its shallowest tree number (C14 = 1); null without trees",
+    )
+    n_trees: pl.Int32 = pa.Field(ge=0, description="Number of tree numbers")
 
     class Config:
         strict = True
 
 
 class MeshTree(pa.DataFrameModel):
-    ui: pl.Utf8 = pa.Field(str_matches=UI_DESCRIPTOR)
-    tree_number: pl.Utf8 = pa.Field(str_matches=MESH_TREE_NUMBER, unique=True)
+    """One row per tree number (a descriptor's place in the MeSH hierarchy)."""
+
+    ui: pl.Utf8 = pa.Field(str_matches=UI_DESCRIPTOR, description="Descriptor UI")
+    tree_number: pl.Utf8 = pa.Field(
+        str_matches=MESH_TREE_NUMBER, unique=True, description="Tree number, e.g. C14.280.647"
+    )
 
     class Config:
         strict = True
 
 
 class MeshBroader(pa.DataFrameModel):
-    child_ui: pl.Utf8 = pa.Field(str_matches=UI_DESCRIPTOR)
-    parent_ui: pl.Utf8 = pa.Field(str_matches=UI_DESCRIPTOR)
+    """Distinct descriptor pairs where a parent tree number is one step above a child's."""
+
+    child_ui: pl.Utf8 = pa.Field(str_matches=UI_DESCRIPTOR, description="Narrower descriptor UI")
+    parent_ui: pl.Utf8 = pa.Field(
+        str_matches=UI_DESCRIPTOR,
+        description="Descriptor UI owning the parent of one of the child's tree numbers",
+    )
 
     class Config:
         strict = True
@@ -143,8 +221,10 @@ class MeshBroader(pa.DataFrameModel):
 
 
 class MeshAllowable(pa.DataFrameModel):
-    descriptor_ui: pl.Utf8 = pa.Field(str_matches=UI_DESCRIPTOR)
-    qualifier_ui: pl.Utf8 = pa.Field(str_matches=UI_QUALIFIER)
+    """Qualifiers allowed with each descriptor (AllowableQualifier)."""
+
+    descriptor_ui: pl.Utf8 = pa.Field(str_matches=UI_DESCRIPTOR, description="Descriptor UI")
+    qualifier_ui: pl.Utf8 = pa.Field(str_matches=UI_QUALIFIER, description="Allowable qualifier UI")
 
     class Config:
         strict = True
@@ -152,28 +232,54 @@ class MeshAllowable(pa.DataFrameModel):
 
 
 class MeshTerms(pa.DataFrameModel):
-    ui: pl.Utf8 = pa.Field(str_matches=UI_DESCRIPTOR)
-    term: pl.Utf8 = pa.Field(str_length={"min_value": 1})
-    normalised: pl.Utf8 = pa.Field(str_length={"min_value": 1})
-    kind: pl.Utf8 = pa.Field(isin=MESH_TERM_KINDS)
+    """Surface forms the grounder matches, each naming one descriptor."""
+
+    ui: pl.Utf8 = pa.Field(str_matches=UI_DESCRIPTOR, description="Descriptor UI the term names")
+    term: pl.Utf8 = pa.Field(str_length={"min_value": 1}, description="Term as written")
+    normalised: pl.Utf8 = pa.Field(
+        str_length={"min_value": 1},
+        description="kg_platform.grounding.normalise.normalise(term), the matched form",
+    )
+    kind: pl.Utf8 = pa.Field(
+        isin=MESH_TERM_KINDS,
+        description="name (heading), entry (entry term), deinverted (natural order of an "
+        "inverted term) or scr_alias (supplementary record alias)",
+    )
 
     class Config:
         strict = True
 
 
 class MeshQualifiers(pa.DataFrameModel):
-    ui: pl.Utf8 = pa.Field(str_matches=UI_QUALIFIER, unique=True)
-    name: pl.Utf8 = pa.Field(str_length={"min_value": 1})
-    abbreviation: pl.Utf8 = pa.Field(nullable=True, str_matches=r"^[A-Z]{2}$")
+    """One row per MeSH qualifier (subheading) record."""
+
+    ui: pl.Utf8 = pa.Field(
+        str_matches=UI_QUALIFIER, unique=True, description="Qualifier UI, e.g. Q000097"
+    )
+    name: pl.Utf8 = pa.Field(str_length={"min_value": 1}, description="QualifierName")
+    abbreviation: pl.Utf8 = pa.Field(
+        nullable=True,
+        str_matches=r"^[A-Z]{2}$",
+        description="Two-letter abbreviation, e.g. BL; null where the source gives none",
+    )
 
     class Config:
         strict = True
 
 
 class MeshScrAliases(pa.DataFrameModel):
-    scr_ui: pl.Utf8 = pa.Field(str_matches=UI_SUPPLEMENTARY)
-    surface: pl.Utf8 = pa.Field(str_length={"min_value": 8})
-    heading_ui: pl.Utf8 = pa.Field(str_matches=UI_DESCRIPTOR)
+    """Supplementary-record names kept as aliases of the descriptors they map to."""
+
+    scr_ui: pl.Utf8 = pa.Field(
+        str_matches=UI_SUPPLEMENTARY, description="Supplementary concept record UI, e.g. C000657245"
+    )
+    surface: pl.Utf8 = pa.Field(
+        str_length={"min_value": 8},
+        description="Record name or synonym (at least 8 characters, claimed by no descriptor)",
+    )
+    heading_ui: pl.Utf8 = pa.Field(
+        str_matches=UI_DESCRIPTOR, description="HeadingMappedTo descriptor UI"
+    )
 
     class Config:
         strict = True
@@ -188,4 +294,69 @@ MESH_TABLES: dict[str, type] = {
     "terms": MeshTerms,
     "qualifiers": MeshQualifiers,
     "scr_aliases": MeshScrAliases,
+}
+
+
+# -- derived views: Arrow schemas and column descriptions ------------------------------------
+_ARROW_TYPES: dict[type[pl.DataType], pyarrow.DataType] = {
+    pl.Int8: pyarrow.int8(),
+    pl.Int16: pyarrow.int16(),
+    pl.Int32: pyarrow.int32(),
+    pl.Int64: pyarrow.int64(),
+    pl.UInt8: pyarrow.uint8(),
+    pl.UInt16: pyarrow.uint16(),
+    pl.UInt32: pyarrow.uint32(),
+    pl.UInt64: pyarrow.uint64(),
+    pl.Float32: pyarrow.float32(),
+    pl.Float64: pyarrow.float64(),
+    pl.Boolean: pyarrow.bool_(),
+    pl.String: pyarrow.string(),  # pl.Utf8 is an alias of pl.String
+    pl.Date: pyarrow.date32(),
+}
+
+
+def _arrow_type(dtype: pl.DataType) -> pyarrow.DataType:
+    if isinstance(dtype, pl.List):
+        return pyarrow.list_(_arrow_type(dtype.inner))
+    if isinstance(dtype, pl.Datetime):
+        return pyarrow.timestamp(dtype.time_unit or "us", dtype.time_zone)
+    arrow = _ARROW_TYPES.get(dtype.base_type())
+    if arrow is None:
+        raise TypeError(f"no Arrow type for polars dtype {dtype!r}")
+    return arrow
+
+
+def _fields(model: type[pa.DataFrameModel]) -> list[tuple[str, pl.DataType, str]]:
+    """(name, polars dtype, description) per column, in declaration order."""
+    schema = model.to_schema()
+    return [
+        (name, column.dtype.type, column.description or "")
+        for name, column in schema.columns.items()
+    ]
+
+
+def arrow_schema(model: type[pa.DataFrameModel]) -> pyarrow.Schema:
+    """The Arrow schema of a model's table: its columns in declaration order, every field
+    nullable (Arrow's default, as the parser has always written them), no metadata."""
+    return pyarrow.schema([(name, _arrow_type(dtype)) for name, dtype, _ in _fields(model)])
+
+
+def _type_name(arrow: pyarrow.DataType) -> str:
+    if pyarrow.types.is_list(arrow):
+        return f"list<{_type_name(arrow.value_type)}>"
+    return str(arrow)
+
+
+def columns(model: type[pa.DataFrameModel]) -> list[tuple[str, str, str]]:
+    """(name, type name, description) per column in declaration order; the type name is the
+    Arrow type's (int64, int32, string, bool, list<string>, ...)."""
+    return [
+        (name, _type_name(_arrow_type(dtype)), description)
+        for name, dtype, description in _fields(model)
+    ]
+
+
+# the parser's Arrow schema per PubMed per-file table, keyed as PUBMED_TABLES
+ARROW_SCHEMAS: dict[str, pyarrow.Schema] = {
+    name: arrow_schema(model) for name, model in PUBMED_TABLES.items()
 }

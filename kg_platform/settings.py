@@ -65,4 +65,6 @@ class Settings:
 def reference_data_dir() -> Path:
     """The read-only reference data (PubMedQA, HotpotQA, ...) used by evaluation assets."""
     repo_root = Path(__file__).resolve().parents[1]
-    return Path(os.environ.get("KG_REFERENCE_DATA", repo_root.parent / "shared" / "data"))
+    return Path(
+        os.environ.get("KG_REFERENCE_DATA") or repo_root.parent / "shared" / "data"
+    ).absolute()

@@ -13,7 +13,10 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
 def reference_data_dir() -> Path:
-    return Path(os.environ.get("KG_REFERENCE_DATA", REPO_ROOT.parent / "shared" / "data"))
+    # resolved in one place, kg_platform.settings
+    from kg_platform.settings import reference_data_dir as resolved
+
+    return resolved()
 
 
 def require_reference(*parts: str) -> Path:

@@ -1,80 +1,77 @@
 """The allocation evaluation report asset: reports/allocation/{report.md, recovery.png, *.json}."""
 
-import os
-from pathlib import Path
-
 import dagster as dg
 
+from kg_platform.assets.checks import Outcome, check_results, data_version
+from kg_platform.assets.partitions import allocation_evaluations, scope_for
 from kg_platform.evaluation.allocation_eval import (
     render_markdown,
     run_allocation_eval,
     summary,
     write_report,
 )
+from kg_platform.evaluation.question_sets import question_set_object
+from kg_platform.pubmed.tables import local_copy
 from kg_platform.resources.lake import LakeResource
 
 REPORT_PREFIX = "reports/allocation"
-HOTPOTQA_RELATIVE = ("hotpotqa", "hotpot_dev_distractor_first60.json")
-
-
-def default_hotpotqa_path() -> str:
-    """The HotpotQA file under KG_REFERENCE_DATA (default ../shared/data beside the repo)."""
-    repo_root = Path(__file__).resolve().parents[2]
-    base = os.environ.get("KG_REFERENCE_DATA", str(repo_root.parent / "shared" / "data"))
-    return str(Path(base).joinpath(*HOTPOTQA_RELATIVE))
-
-
-class AllocationReportConfig(dg.Config):
-    # HotpotQA distractor-format JSON; None: the reference file under KG_REFERENCE_DATA
-    hotpotqa: str | None = None
 
 
 @dg.asset(
+    partitions_def=allocation_evaluations,
     group_name="evaluation",
+    code_version="2",
     check_specs=[
         dg.AssetCheckSpec("ceilings_respected", asset="allocation_report"),
         dg.AssetCheckSpec("identities_recorded", asset="allocation_report"),
     ],
 )
 def allocation_report(
-    context: dg.AssetExecutionContext, config: AllocationReportConfig, lake: LakeResource
+    context: dg.AssetExecutionContext, lake: LakeResource
 ) -> dg.MaterializeResult:
     """Flat vs relational context allocation on HotpotQA at matched object and token ceilings,
-    with random-neighbour and shuffled-graph controls: markdown report, plot and JSON."""
-    path = config.hotpotqa or default_hotpotqa_path()
-    result = run_allocation_eval(path)
-    store = lake.get()
-    digests = write_report(
-        result, lambda name, payload: store.write_bytes(f"{REPORT_PREFIX}/{name}", payload)
-    )
+    with random-neighbour and shuffled-graph controls: markdown report, plot and JSON.
+    Partitioned by **question set x configuration** (matched_ceilings: the study's budgets)."""
+    scope = scope_for(context)
+    root = lake.get()
+    question_set = scope.report.split("/")[0]
+    with local_copy(root, question_set_object(root, "hotpotqa", question_set)) as path:
+        result = run_allocation_eval(path)
+    store = root.scoped(scope)
+    with store.transaction() as staged:
+        digests = write_report(
+            result, lambda name, payload: staged.write_bytes(f"{REPORT_PREFIX}/{name}", payload)
+        )
     violations = sum(b.ceiling_violations for b in result.budgets)
     missing_identity = sum(
         not (c.get("questions_sha256") and c.get("graph_sha256") and c.get("outcomes_sha256"))
         for c in result.comparisons
     )
-    context.log.info(f"allocation report written under {REPORT_PREFIX}/")
+    context.log.info(f"allocation report written under {store.path(REPORT_PREFIX)}")
     return dg.MaterializeResult(
         metadata={
             "report": dg.MetadataValue.md(render_markdown(result)),
             "summary": dg.MetadataValue.json(summary(result)),
             "questions_sha256": result.questions_sha256,
             "graph_sha256": result.graph_sha256,
+            "question_set": question_set,
             "files": dg.MetadataValue.json(
-                {f"{REPORT_PREFIX}/{name}": digest for name, digest in digests.items()}
+                {store.path(f"{REPORT_PREFIX}/{name}"): d for name, d in digests.items()}
             ),
         },
-        check_results=[
-            dg.AssetCheckResult(
-                check_name="ceilings_respected",
-                passed=violations == 0,
-                metadata={"violations": violations},
-            ),
-            dg.AssetCheckResult(
-                check_name="identities_recorded",
-                passed=missing_identity == 0,
-                metadata={"comparisons_missing_identity": missing_identity},
-            ),
-        ],
+        check_results=check_results(
+            context,
+            [
+                Outcome("ceilings_respected", violations == 0, f"{violations} violations"),
+                Outcome(
+                    "identities_recorded",
+                    missing_identity == 0,
+                    f"{missing_identity} comparisons missing an identity",
+                ),
+            ],
+            question_set,
+        ),
+        data_version=data_version("".join(sorted(digests.values()))),
     )
 
 

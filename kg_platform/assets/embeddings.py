@@ -2,7 +2,15 @@
 
 import dagster as dg
 
-from kg_platform.assets.partitions import pubmed_files
+from kg_platform.assets.partitions import (
+    FilesOfRelease,
+    ReleaseOfFile,
+    mesh_years,
+    pubmed_files,
+    pubmed_releases,
+    release_of,
+    scope_for,
+)
 from kg_platform.embeddings.concepts import CONCEPT_VECTORS, build_concept_index
 from kg_platform.embeddings.index import (
     INDEX_VECTORS,
@@ -17,7 +25,8 @@ from kg_platform.resources.lake import LakeResource
 
 @dg.asset(
     partitions_def=pubmed_files,
-    deps=["corpus"],
+    deps=[dg.AssetDep("corpus", partition_mapping=ReleaseOfFile())],
+    code_version="2",
     pool="gpu",
     group_name="embeddings",
     kinds={"numpy", "torch"},
@@ -35,24 +44,35 @@ def embedding_shards(
     context: dg.AssetExecutionContext, lake: LakeResource, encoder: EncoderResource
 ) -> dg.MaterializeResult:
     """Unit vectors (fp16) of title + abstract for the quotable records whose current version
-    lives in each file; a shard already verified is kept, so a killed run resumes."""
+    lives in each file; a shard already verified is kept, so a killed run resumes.
+    Partitioned by **file**, reading the corpus of the file's release: a daily update file
+    embeds only its own records."""
     files = list(context.partition_keys)
-    run = embed_shards(lake.get(), encoder.get(), files)
+    by_release: dict[str, list[str]] = {}
+    for file in files:
+        by_release.setdefault(release_of(file), []).append(file)
+    runs = [
+        embed_shards(lake.get().scoped(release=release), encoder.get(), members)
+        for release, members in sorted(by_release.items())
+    ]
+    shards = [s for run in runs for s in run.shards]
+    seconds = sum(run.seconds for run in runs)
+    embedded = sum(run.embedded for run in runs)
     return dg.MaterializeResult(
         metadata={
             "files": len(files),
-            "vectors": sum(s.vectors for s in run.shards),
-            "embedded_now": run.embedded,
-            "kept_verified": sum(1 for s in run.shards if not s.embedded),
-            "texts_per_s": round(run.texts_per_s, 1),
-            "padding_overhead": round(run.padding_overhead, 4),
-            "seconds": round(run.seconds, 2),
+            "vectors": sum(s.vectors for s in shards),
+            "embedded_now": embedded,
+            "kept_verified": sum(1 for s in shards if not s.embedded),
+            "texts_per_s": round(embedded / seconds, 1) if seconds else 0.0,
+            "padding_overhead": round(max((r.padding_overhead for r in runs), default=0.0), 4),
+            "seconds": round(seconds, 2),
         },
         check_results=[
             dg.AssetCheckResult(
                 check_name="one_vector_per_quotable_record",
                 passed=True,  # embed_shards verified or wrote every shard; it raises otherwise
-                metadata={"shards": {s.file: s.reason for s in run.shards}},
+                metadata={"shards": {s.file: s.reason for s in shards}},
             )
         ],
     )
@@ -66,7 +86,9 @@ INDEX_CHECKS = {
 
 
 @dg.asset(
-    deps=["embedding_shards", "corpus"],
+    partitions_def=pubmed_releases,
+    deps=[dg.AssetDep("embedding_shards", partition_mapping=FilesOfRelease()), "corpus"],
+    code_version="2",
     pool="gpu",
     group_name="embeddings",
     kinds={"numpy"},
@@ -75,10 +97,13 @@ INDEX_CHECKS = {
         for name, description in INDEX_CHECKS.items()
     ],
 )
-def embedding_index(lake: LakeResource, encoder: EncoderResource) -> dg.MaterializeResult:
-    """Every embedded quotable record in one PMID-sorted, memory-mapped fp16 matrix
-    (embeddings/index/vectors.f16.npy with pmids.npy), consolidated in two passes."""
-    the_lake = lake.get()
+def embedding_index(
+    context: dg.AssetExecutionContext, lake: LakeResource, encoder: EncoderResource
+) -> dg.MaterializeResult:
+    """Every embedded quotable record of one release in one PMID-sorted, memory-mapped fp16
+    matrix (embeddings/index/<release>/vectors.f16.npy with pmids.npy), consolidated in two
+    passes. Partitioned by **release**, like the corpus whose records it holds."""
+    the_lake = lake.get().scoped(scope_for(context))
     fingerprint = encoder.get().fingerprint
     build = build_index(the_lake, fingerprint)
     sample = check_sample_against_shards(the_lake)
@@ -124,7 +149,9 @@ def embedding_index(lake: LakeResource, encoder: EncoderResource) -> dg.Material
 
 
 @dg.asset(
+    partitions_def=mesh_years,
     deps=["mesh_tables"],
+    code_version="2",
     group_name="embeddings",
     kinds={"numpy"},
     check_specs=[
@@ -135,9 +162,12 @@ def embedding_index(lake: LakeResource, encoder: EncoderResource) -> dg.Material
         )
     ],
 )
-def concept_index(lake: LakeResource, encoder: EncoderResource) -> dg.MaterializeResult:
-    """Every MeSH descriptor name and entry term embedded once, for the hybrid grounder."""
-    the_lake = lake.get()
+def concept_index(
+    context: dg.AssetExecutionContext, lake: LakeResource, encoder: EncoderResource
+) -> dg.MaterializeResult:
+    """Every MeSH descriptor name and entry term embedded once, for the hybrid grounder.
+    Partitioned by **MeSH year**: the surfaces are one thesaurus's."""
+    the_lake = lake.get().scoped(scope_for(context))
     build = build_concept_index(the_lake, encoder.get())
     return dg.MaterializeResult(
         metadata={

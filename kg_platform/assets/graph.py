@@ -1,9 +1,11 @@
 """The graph store (CSR arrays over corpus + MeSH) and the corpus profile report."""
 
-from __future__ import annotations
+import hashlib
 
 import dagster as dg
 
+from kg_platform.assets.checks import check_results, data_version, latest_data_version
+from kg_platform.assets.partitions import graph_builds, pubmed_releases, scope_for
 from kg_platform.graph import layout
 from kg_platform.graph.build import build_graph
 from kg_platform.graph.checks import check_invariants, recount
@@ -11,6 +13,7 @@ from kg_platform.graph.profile import profile_corpus, render_json, render_markdo
 from kg_platform.graph.store import KGStore
 from kg_platform.resources.catalog import CatalogResource
 from kg_platform.resources.lake import LakeResource
+from kg_platform.storage.catalog import Catalog
 
 GRAPH_CHECKS = [
     ("graph_invariants", "indptr monotone, indices in range and ascending, flags aligned, sha256"),
@@ -19,40 +22,71 @@ GRAPH_CHECKS = [
 PROFILE_PREFIX = "reports/corpus_profile"
 # always recounted when present: the most used descriptor in PubMed, and a common disease
 NAMED_DESCRIPTORS = ("D006801", "D009203")  # Humans, Myocardial Infarction
+by_release = dg.MultiToSingleDimensionPartitionMapping(partition_dimension_name="release")
+by_mesh_year = dg.MultiToSingleDimensionPartitionMapping(partition_dimension_name="mesh_year")
+
+
+def _graph_version(build) -> str:
+    blob = "\n".join(f"{n}:{a.sha256}" for n, a in sorted(build.arrays.items()))
+    return hashlib.sha256(blob.encode()).hexdigest()
 
 
 @dg.asset(
-    deps=["corpus", "mesh_tables"],
+    partitions_def=graph_builds,
+    deps=[
+        dg.AssetDep("corpus", partition_mapping=by_release),
+        dg.AssetDep("mesh_tables", partition_mapping=by_mesh_year),
+    ],
     group_name="graph",
     kinds={"numpy", "duckdb"},
+    code_version=str(layout.GRAPH_FORMAT),
     check_specs=[
         dg.AssetCheckSpec(name, asset="graph", description=desc, blocking=True)
         for name, desc in GRAPH_CHECKS
     ],
 )
-def graph(lake: LakeResource, catalog: CatalogResource) -> dg.MaterializeResult:
-    """Memory-mapped CSR arrays of the corpus: citations both ways, MeSH descriptor <-> article
-    with major flags, per-article year and flags, under graph/<build-id>/ (published to
-    graph/current.json only when both checks pass)."""
-    the_lake = lake.get()
-    build = build_graph(the_lake)
+def graph(
+    context: dg.AssetExecutionContext, lake: LakeResource, catalog: CatalogResource
+) -> dg.MaterializeResult:
+    """Memory-mapped CSR arrays of one release's corpus against one MeSH year: citations
+    both ways, MeSH descriptor <-> article with major flags, per-article year and flags,
+    under graph/<release>/<year>/<build-id>/, published to its current.json only when both
+    checks pass. Partitioned by **graph build = release x MeSH year**: the same corpus can
+    be annotated against a newer thesaurus without rebuilding either."""
+    scope = scope_for(context)
+    the_lake = lake.get().scoped(scope)
+    provenance = {
+        "corpus": {
+            "partition": scope.release,
+            "data_version": latest_data_version(context, "corpus", scope.release),
+        },
+        "mesh_tables": {
+            "partition": scope.mesh_year,
+            "data_version": latest_data_version(context, "mesh_tables", scope.mesh_year),
+        },
+    }
+    build = build_graph(the_lake, provenance=provenance)
     store = KGStore.open(the_lake, build.build_id)
-    the_catalog = catalog.get(the_lake)
+    the_catalog = Catalog(the_lake)  # in memory: concurrent builds share no database file
     con = the_catalog.connect()
     try:
         the_catalog.refresh_views(con)
         outcomes = [check_invariants(store), recount(store, con, named_uis=NAMED_DESCRIPTORS)]
     finally:
         con.close()
-    published = all(o.passed for o in outcomes)
-    if published:
-        layout.publish(the_lake, build.build_id)
+    results = check_results(context, outcomes, f"graph build {build.build_id}")
+    layout.publish(the_lake, build.build_id)
     s = build.stats
     return dg.MaterializeResult(
         metadata={
             "build_id": build.build_id,
-            "published": published,
+            "published": True,
             "path": the_lake.path(build.prefix),
+            "corpus_partition": scope.release,
+            "corpus_data_version": str(provenance["corpus"]["data_version"]),
+            "mesh_partition": scope.mesh_year,
+            "mesh_data_version": str(provenance["mesh_tables"]["data_version"]),
+            "dagster/row_count": s.edges,
             "articles": s.n_articles,
             "descriptors": s.n_descriptors,
             "unknown_descriptors": s.n_unknown_descriptors,
@@ -69,33 +103,37 @@ def graph(lake: LakeResource, catalog: CatalogResource) -> dg.MaterializeResult:
             "array_bytes": s.array_bytes,
             "build_seconds": s.seconds,
         },
-        check_results=[
-            dg.AssetCheckResult(
-                check_name=o.name,
-                passed=o.passed,
-                metadata={"details": o.description, **o.metadata},
-            )
-            for o in outcomes
-        ],
+        check_results=results,
+        data_version=data_version(_graph_version(build)),
     )
 
 
-@dg.asset(deps=["corpus"], group_name="graph", kinds={"duckdb"})
-def corpus_profile(lake: LakeResource, catalog: CatalogResource) -> dg.MaterializeResult:
+@dg.asset(
+    partitions_def=pubmed_releases,
+    deps=["corpus"],
+    group_name="graph",
+    kinds={"duckdb"},
+    code_version="2",
+)
+def corpus_profile(context: dg.AssetExecutionContext, lake: LakeResource) -> dg.MaterializeResult:
     """How much citation graph the corpus keeps (overall and for its most recent 1/8, 1/4,
-    1/2 by year) and per decade: articles, share with MeSH and abstract, mean references."""
-    the_lake = lake.get()
-    the_catalog = catalog.get(the_lake)
+    1/2 by year) and per decade: articles, share with MeSH and abstract, mean references.
+    Partitioned by **release**, like the corpus it profiles."""
+    the_lake = lake.get().scoped(scope_for(context))
+    the_catalog = Catalog(the_lake)
     con = the_catalog.connect()
     try:
         the_catalog.refresh_views(con)
         profile = profile_corpus(con)
     finally:
         con.close()
-    markdown = render_markdown(profile)
-    the_lake.write_bytes(f"{PROFILE_PREFIX}/profile.png", render_png(profile))
-    the_lake.write_bytes(f"{PROFILE_PREFIX}/profile.json", render_json(profile))
-    the_lake.write_bytes(f"{PROFILE_PREFIX}/report.md", markdown.encode())
+    png = render_png(profile)
+    markdown = render_markdown(profile, png)
+    with the_lake.transaction() as staged:
+        staged.write_bytes(f"{PROFILE_PREFIX}/profile.png", png)
+        staged.write_bytes(f"{PROFILE_PREFIX}/profile.json", render_json(profile))
+        staged.write_bytes(f"{PROFILE_PREFIX}/report.md", markdown.encode())
+        digest = staged.digest([f"{PROFILE_PREFIX}/profile.json"])
     return dg.MaterializeResult(
         metadata={
             "report": dg.MetadataValue.md(markdown),
@@ -108,7 +146,8 @@ def corpus_profile(lake: LakeResource, catalog: CatalogResource) -> dg.Materiali
                 )
                 for s in profile.slices
             },
-        }
+        },
+        data_version=data_version(digest),
     )
 
 

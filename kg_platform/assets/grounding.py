@@ -1,19 +1,22 @@
 """The grounding index (surface lookup table) and the grounding evaluation report."""
 
-import os
-from pathlib import Path
-
 import dagster as dg
 
+from kg_platform.assets.checks import Outcome, check_results, data_version
+from kg_platform.assets.partitions import grounding_evaluations, mesh_years, scope_for
 from kg_platform.evaluation.grounding_eval import write_grounding_report
+from kg_platform.evaluation.question_sets import question_set_object
 from kg_platform.grounding.index import SURFACES_KEY, build_grounding_index
+from kg_platform.pubmed.tables import local_copy
 from kg_platform.resources.lake import LakeResource
 
 
 @dg.asset(
-    deps=["mesh_tables", "graph"],
+    partitions_def=mesh_years,
+    deps=["mesh_tables"],
     group_name="question_path",
     kinds={"polars"},
+    code_version="2",
     check_specs=[
         dg.AssetCheckSpec(
             "every_surface_unique_and_mapped",
@@ -23,15 +26,24 @@ from kg_platform.resources.lake import LakeResource
         )
     ],
 )
-def grounding_index(lake: LakeResource) -> dg.MaterializeResult:
+def grounding_index(context: dg.AssetExecutionContext, lake: LakeResource) -> dg.MaterializeResult:
     """Every MeSH surface (names, entry terms, de-inverted forms, supplementary aliases) as
-    a lookup key with the orthography rules applied, one descriptor per key."""
-    the_lake = lake.get()
-    stats = build_grounding_index(the_lake)
-    passed = stats.surfaces > 0 and stats.descriptors_reachable > 0
+    a lookup key with the orthography rules applied, one descriptor per key. Partitioned by
+    **MeSH year**: the surfaces are the thesaurus's, whatever corpus they are used on."""
+    the_lake = lake.get().scoped(scope_for(context))
+    with the_lake.transaction() as staged:
+        stats = build_grounding_index(staged)
+        outcome = Outcome(
+            "every_surface_unique_and_mapped",
+            stats.surfaces > 0 and stats.descriptors_reachable > 0,
+            f"{stats.surfaces} surfaces, {stats.descriptors_reachable} descriptors reachable",
+        )
+        results = check_results(context, [outcome], f"mesh/{context.partition_key}/terms")
+        digest = staged.digest([SURFACES_KEY])
     return dg.MaterializeResult(
         metadata={
             "path": the_lake.path(SURFACES_KEY),
+            "dagster/row_count": stats.surfaces,
             "terms": stats.terms,
             "surfaces": stats.surfaces,
             "descriptors_reachable": stats.descriptors_reachable,
@@ -39,28 +51,22 @@ def grounding_index(lake: LakeResource) -> dg.MaterializeResult:
             "common_words": stats.common_words,
             **{f"surfaces_{k}": v for k, v in stats.surfaces_by_kind.items()},
         },
-        check_results=[
-            dg.AssetCheckResult(
-                check_name="every_surface_unique_and_mapped",
-                passed=passed,
-                metadata={"surfaces": stats.surfaces},
-            )
-        ],
-    )
-
-
-class GroundingReportConfig(dg.Config):
-    pubmedqa: str = str(
-        Path(os.environ.get("KG_REFERENCE_DATA", "../shared/data"))
-        / "pubmedqa"
-        / "pqal_dev400.json"
+        check_results=results,
+        data_version=data_version(digest),
     )
 
 
 @dg.asset(
-    deps=["grounding_index"],
+    partitions_def=grounding_evaluations,
+    deps=[
+        dg.AssetDep(
+            "grounding_index",
+            partition_mapping=dg.MultiToSingleDimensionPartitionMapping("mesh_year"),
+        )
+    ],
     group_name="evaluation",
     kinds={"markdown"},
+    code_version="2",
     check_specs=[
         dg.AssetCheckSpec(
             "precision_target",
@@ -69,13 +75,26 @@ class GroundingReportConfig(dg.Config):
         )
     ],
 )
-def grounding_report(lake: LakeResource, config: GroundingReportConfig) -> dg.MaterializeResult:
-    """Precision, recall and coverage of BRIDGE groundings on PubMedQA questions, with the
-    worst spurious matches: reports/grounding/{report.md, report.json}."""
-    the_lake = lake.get()
-    result = write_grounding_report(the_lake, config.pubmedqa)
+def grounding_report(context: dg.AssetExecutionContext, lake: LakeResource) -> dg.MaterializeResult:
+    """Precision, recall and coverage of BRIDGE groundings on a PubMedQA question set, with
+    the worst spurious matches: reports/grounding/<question set>/<year>/{report.md, .json}.
+    Partitioned by **question set x configuration**, the configuration being the MeSH year
+    grounded against (roles from MeSH structure, as `kg eval grounding`)."""
+    scope = scope_for(context)
+    root = lake.get()
+    question_set = scope.report.split("/")[0]
+    the_lake = root.scoped(scope)
+    questions = question_set_object(root, "pubmedqa", question_set)
+    with local_copy(root, questions) as path, the_lake.transaction() as staged:
+        result = write_grounding_report(staged, path, graph_counts=False)
+        digest = staged.digest(["reports/grounding/report.json"])
+    outcome = Outcome(
+        "precision_target", result.precision >= 0.70, f"precision {result.precision:.3f}"
+    )
     return dg.MaterializeResult(
         metadata={
+            "question_set": question_set,
+            "mesh_year": scope.mesh_year,
             "n": result.n,
             "precision": result.precision,
             "recall": result.recall,
@@ -86,13 +105,8 @@ def grounding_report(lake: LakeResource, config: GroundingReportConfig) -> dg.Ma
             "lexical_ceiling_precision": result.ceiling.precision,
             "report": dg.MetadataValue.path(the_lake.path("reports/grounding/report.md")),
         },
-        check_results=[
-            dg.AssetCheckResult(
-                check_name="precision_target",
-                passed=result.precision >= 0.70,
-                metadata={"precision": result.precision},
-            )
-        ],
+        check_results=check_results(context, [outcome], question_set),
+        data_version=data_version(digest),
     )
 
 

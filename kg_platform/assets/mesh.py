@@ -5,10 +5,15 @@ import time
 
 import dagster as dg
 
+from kg_platform.assets.checks import check_results, data_version
+from kg_platform.assets.partitions import mesh_years, scope_for
+from kg_platform.assets.table_metadata import table_metadata
 from kg_platform.mesh.checks import MESH_CHECK_NAMES, check_mesh_build, recount_source
+from kg_platform.mesh.source import mesh_year
 from kg_platform.mesh.tables import build_mesh, write_mesh_tables
 from kg_platform.resources.lake import LakeResource
 from kg_platform.resources.mesh import MeshSourceResource
+from kg_platform.schemas import MESH_TABLES
 
 CHECK_DESCRIPTIONS = {
     **{
@@ -31,8 +36,10 @@ BLOCKING = {name for name in MESH_CHECK_NAMES if name.endswith("_schema")} | {
 
 
 @dg.asset(
+    partitions_def=mesh_years,
     group_name="mesh",
     kinds={"parquet"},
+    code_version="2",
     check_specs=[
         dg.AssetCheckSpec(
             name,
@@ -48,22 +55,28 @@ def mesh_tables(
 ) -> dg.MaterializeResult:
     """MeSH descriptors, tree numbers, broader links, allowable qualifiers, terms (names,
     entry terms, de-inverted forms, supplementary aliases), qualifiers and supplementary
-    aliases: seven Parquet tables under mesh/."""
+    aliases: seven Parquet tables under mesh/<year>/. Partitioned by **MeSH year** (2024):
+    NLM publishes one thesaurus a year and a graph is built against one of them."""
     started = time.monotonic()
+    year = context.partition_key
     spec = mesh_source.get()
+    if mesh_year(spec) != year:
+        raise dg.Failure(
+            description=f"mesh_tables[{year}]: the MeSH source {spec.location} is MeSH "
+            f"{mesh_year(spec)}; build that partition, or point the MeSH source at {year}"
+        )
     context.log.info(spec.describe())
     build = build_mesh(spec)
     outcomes = check_mesh_build(build, recount_source(spec))
-    failed_blocking = [o.name for o in outcomes if o.name in BLOCKING and not o.passed]
-    if failed_blocking:
-        # the previous mesh/ tables stay as they were: nothing is written
-        raise dg.Failure(
-            description=f"{spec.location}: MeSH checks failed: {', '.join(failed_blocking)}",
-            metadata={o.name: str(o.metadata)[:2000] for o in outcomes if not o.passed},
-        )
-    written = write_mesh_tables(lake.get(), build)
+    the_lake = lake.get().scoped(scope_for(context))
+    with the_lake.transaction() as staged:
+        results = check_results(context, outcomes, spec.location)
+        written = write_mesh_tables(staged, build)
+        digest = staged.digest([f"mesh/{name}.parquet" for name in sorted(written)])
     metadata: dict[str, object] = {
         "source": dg.MetadataValue.md(f"```\n{spec.describe()}\n```"),
+        "path": the_lake.path("mesh"),
+        **table_metadata(MESH_TABLES["descriptors"], build.row_counts()["descriptors"]),
         **{f"rows_{name}": rows for name, rows in build.row_counts().items()},
         **{f"bytes_{name}": size for name, size in written.items()},
         **{f"rule_{name}": value for name, value in build.stats.as_dict().items()},
@@ -72,20 +85,7 @@ def mesh_tables(
         "seconds": round(time.monotonic() - started, 2),
     }
     return dg.MaterializeResult(
-        metadata=metadata,
-        check_results=[
-            dg.AssetCheckResult(
-                check_name=o.name,
-                passed=o.passed,
-                metadata={
-                    k: v if isinstance(v, int | str) else str(v) for k, v in o.metadata.items()
-                },
-                severity=dg.AssetCheckSeverity.ERROR
-                if o.name in BLOCKING
-                else dg.AssetCheckSeverity.WARN,
-            )
-            for o in outcomes
-        ],
+        metadata=metadata, check_results=results, data_version=data_version(digest)
     )
 
 

@@ -4,9 +4,17 @@ import time
 
 import dagster as dg
 
-from kg_platform.assets.partitions import pubmed_files
+from kg_platform.assets.checks import check_results, data_version
+from kg_platform.assets.partitions import (
+    FilesOfRelease,
+    files_of_release,
+    pubmed_files,
+    pubmed_releases,
+    scope_for,
+)
+from kg_platform.assets.table_metadata import table_metadata
 from kg_platform.pubmed import tables as pubmed_tables_domain
-from kg_platform.pubmed.fold import fold_checks, fold_release
+from kg_platform.pubmed.fold import CORPUS_TABLES, corpus_key, fold_checks, fold_release
 from kg_platform.pubmed.source import (
     SUB_DIRS,
     SourceFile,
@@ -17,6 +25,8 @@ from kg_platform.pubmed.source import (
 from kg_platform.resources.catalog import CatalogResource
 from kg_platform.resources.lake import LakeResource
 from kg_platform.resources.pubmed_source import PubmedSourceResource
+from kg_platform.schemas import CORPUS_TABLES as CORPUS_MODELS
+from kg_platform.schemas import PUBMED_TABLES
 
 TABLE_CHECKS = [
     ("schema", "every table matches its pandera model (validated on the collected data)"),
@@ -30,6 +40,8 @@ CORPUS_CHECKS = [
     ("polars_recount", "an independent Polars fold gives the same rows"),
     ("edge_sources_in_articles", "every edge's source PMID is a corpus article"),
 ]
+# bump when what an asset writes changes meaning: its partitions then show as stale
+CODE_VERSION = "2"
 
 
 @dg.asset(
@@ -37,12 +49,14 @@ CORPUS_CHECKS = [
     pool="ncbi",
     group_name="pubmed",
     kinds={"xml"},
+    code_version=CODE_VERSION,
 )
 def pubmed_xml(
     context: dg.AssetExecutionContext, lake: LakeResource, pubmed_source: PubmedSourceResource
 ) -> dg.MaterializeResult:
     """One NLM PubMed XML file, copied or downloaded into the lake's raw/ folder and verified
-    against NLM's .md5."""
+    against NLM's .md5. Partitioned by **file** (pubmed26n0001): the unit NLM publishes,
+    verifies and revises, so a failed download is retried or backfilled alone."""
     name = context.partition_key
     source = pubmed_source.get()
     listed = {f.name: f for f in source.list_files()}
@@ -58,7 +72,8 @@ def pubmed_xml(
             "seconds": round(result.seconds, 3),
             "skipped_already_verified": result.skipped,
             "attempts": result.attempts,
-        }
+        },
+        data_version=dg.DataVersion(result.md5),
     )
 
 
@@ -67,6 +82,7 @@ def pubmed_xml(
     deps=[pubmed_xml],
     group_name="pubmed",
     kinds={"parquet"},
+    code_version=CODE_VERSION,
     check_specs=[
         dg.AssetCheckSpec(name, asset="pubmed_tables", description=desc, blocking=True)
         for name, desc in TABLE_CHECKS
@@ -74,23 +90,23 @@ def pubmed_xml(
 )
 def pubmed_tables(context: dg.AssetExecutionContext, lake: LakeResource) -> dg.MaterializeResult:
     """One PubMed file parsed into seven Parquet tables (articles, mesh_edges, citations,
-    corrections, chemicals, pubtypes, deletions), zstd, sorted by PMID."""
+    corrections, chemicals, pubtypes, deletions), zstd, sorted by PMID. Partitioned by
+    **file**, like the XML it parses; published only when its four checks pass."""
     name = context.partition_key
     the_lake = lake.get()
     raw = raw_key(downloaded_file(the_lake, name))
-    outcome = pubmed_tables_domain.parse_check_write(the_lake, raw, name)
+    with the_lake.transaction() as staged:
+        outcome = pubmed_tables_domain.parse_check_write(staged, raw, name)
+        results = check_results(context, outcome.checks, f"{name}.xml.gz")
+        keys = [pubmed_tables_domain.table_key(t, name) for t in sorted(outcome.rows)]
+        digest = staged.digest(keys)
     return dg.MaterializeResult(
-        metadata=outcome.metadata(),
-        check_results=[
-            dg.AssetCheckResult(
-                check_name=check.name,
-                passed=check.passed,
-                # Dagster records check results without the partition: name the file here
-                metadata={"file": name, "details": check.details},
-                severity=dg.AssetCheckSeverity.ERROR,
-            )
-            for check in outcome.checks
-        ],
+        metadata={
+            **outcome.metadata(),
+            **table_metadata(PUBMED_TABLES["articles"], outcome.rows.get("articles", 0)),
+        },
+        check_results=results,
+        data_version=data_version(digest),
     )
 
 
@@ -105,10 +121,39 @@ def downloaded_file(lake, name: str) -> SourceFile:
     )
 
 
+def release_files(lake, release: str, names: list[str]) -> list[str]:
+    """The files of ``release`` among the file partitions, in fold order, checked to be
+    downloaded, a complete release and parsed."""
+    names = files_of_release(names, release)
+    if not names:
+        raise ValueError(
+            f"corpus[{release}]: no pubmed_files partitions of {release}; "
+            "run `kg build` with a source that has it, or the update sensor"
+        )
+    not_downloaded = [n for n in names if not _is_downloaded(lake, n)]
+    if not_downloaded:
+        raise ValueError(
+            f"corpus[{release}]: {len(not_downloaded)} of {len(names)} files are not downloaded "
+            f"yet (first: {', '.join(sorted(not_downloaded)[:5])}); backfill pubmed_xml for them"
+        )
+    files = [f.name for f in current_release([downloaded_file(lake, n) for n in names])]
+    if not files:
+        raise ValueError(f"corpus[{release}]: the baseline of {release} is not complete")
+    missing = [n for n in files if not lake.exists(f"tables/articles/{n}.parquet")]
+    if missing:
+        raise ValueError(
+            f"corpus[{release}]: {len(missing)} of {len(files)} files have no tables yet "
+            f"(first: {', '.join(missing[:5])}); backfill pubmed_tables for them first"
+        )
+    return files
+
+
 @dg.asset(
-    deps=[pubmed_tables],
+    partitions_def=pubmed_releases,
+    deps=[dg.AssetDep(pubmed_tables, partition_mapping=FilesOfRelease())],
     group_name="pubmed",
     kinds={"duckdb", "parquet"},
+    code_version=CODE_VERSION,
     check_specs=[
         dg.AssetCheckSpec(name, asset="corpus", description=desc, blocking=True)
         for name, desc in CORPUS_CHECKS
@@ -117,47 +162,38 @@ def downloaded_file(lake, name: str) -> SourceFile:
 def corpus(
     context: dg.AssetExecutionContext, lake: LakeResource, catalog: CatalogResource
 ) -> dg.MaterializeResult:
-    """The current state of the release: every file folded in order (latest record per PMID
-    wins, a later DeleteCitation removes), as corpus/<table>.parquet."""
-    the_lake = lake.get()
-    names = context.instance.get_dynamic_partitions(pubmed_files.name)
-    if not names:
-        raise ValueError("corpus: no pubmed_files partitions; run `kg build` or the sensor first")
-    not_downloaded = [n for n in names if not _is_downloaded(the_lake, n)]
-    if not_downloaded:
-        raise ValueError(
-            f"corpus: {len(not_downloaded)} of {len(names)} files are not downloaded yet "
-            f"(first: {', '.join(sorted(not_downloaded)[:5])}); backfill pubmed_xml for them first"
-        )
-    release = [f.name for f in current_release([downloaded_file(the_lake, n) for n in names])]
-    if not release:
-        raise ValueError("corpus: no release with a complete baseline among the files")
-    missing = [n for n in release if not the_lake.exists(f"tables/articles/{n}.parquet")]
-    if missing:
-        raise ValueError(
-            f"corpus: {len(missing)} of {len(release)} files of the release have no tables yet "
-            f"(first: {', '.join(missing[:5])}); backfill pubmed_tables for them first"
-        )
+    """The current state of one release: its files folded in order (latest record per PMID
+    wins, a later DeleteCitation removes), as corpus/<release>/<table>.parquet. Partitioned
+    by **release** (pubmed26): a new annual baseline starts a new corpus beside the old one;
+    it reads exactly the files named pubmed26n*, and is published only when its checks pass."""
+    release = context.partition_key
+    root = lake.get()
+    the_lake = root.scoped(scope_for(context))
+    names = list(context.instance.get_dynamic_partitions(pubmed_files.name))
+    files = release_files(root, release, names)
     started = time.perf_counter()
-    result = fold_release(the_lake, release)
-    checks = fold_checks(the_lake, release, result)
-    the_catalog = catalog.get(the_lake)
-    views = the_catalog.refresh_views()
+    with the_lake.transaction() as staged:
+        result = fold_release(staged, files)
+        checks = fold_checks(staged, files, result)
+        results = check_results(context, checks, f"corpus[{release}] of {len(files)} files")
+        digest = staged.digest([corpus_key(t) for t in CORPUS_TABLES])
+    views = catalog.get(the_lake).refresh_views()
     return dg.MaterializeResult(
         metadata={
-            "files": len(release),
-            "first_file": release[0],
-            "last_file": release[-1],
+            "release": release,
+            "files": len(files),
+            "first_file": files[0],
+            "last_file": files[-1],
+            "path": the_lake.path("corpus"),
             **{f"rows_{t}": n for t, n in result.rows.items()},
+            **table_metadata(CORPUS_MODELS["articles"], result.rows["articles"]),
             "deleted_pmids": result.deleted,
             "dangling_citations": result.dangling_citations,
             "seconds": round(time.perf_counter() - started, 3),
             "catalog_views": ", ".join(views),
         },
-        check_results=[
-            dg.AssetCheckResult(check_name=c.name, passed=c.passed, metadata={"details": c.details})
-            for c in checks
-        ],
+        check_results=results,
+        data_version=data_version(digest),
     )
 
 
@@ -172,6 +208,7 @@ def _is_downloaded(lake, name: str) -> bool:
 pubmed_file_job = dg.define_asset_job(
     "pubmed_file_job",
     selection=dg.AssetSelection.assets(pubmed_xml, pubmed_tables),
+    partitions_def=pubmed_files,
     description="Download, verify and parse one PubMed file.",
 )
 

@@ -7,7 +7,12 @@ import json
 
 import dagster as dg
 
-from kg_platform.assets.partitions import pubmed_files
+from kg_platform.assets.partitions import (
+    files_of_release,
+    pubmed_files,
+    pubmed_releases,
+    release_of,
+)
 from kg_platform.pubmed.source import SourceFile, current_release
 from kg_platform.resources.pubmed_source import PubmedSourceResource
 
@@ -56,12 +61,17 @@ def pubmed_new_files(
         return dg.SkipReason(f"no new files among {len(tracked)} listed")
     known = set(context.instance.get_dynamic_partitions(pubmed_files.name))
     to_add = [f.name for f in new if f.name not in known]
+    releases = set(context.instance.get_dynamic_partitions(pubmed_releases.name))
+    new_releases = sorted({release_of(n) for n in to_add} - releases)
+    requests = [pubmed_files.build_add_request(to_add)] if to_add else []
+    if new_releases:
+        requests.append(pubmed_releases.build_add_request(new_releases))
     return dg.SensorResult(
         run_requests=[
             dg.RunRequest(run_key=f.name, partition_key=f.name, tags={"pubmed/sub_dir": f.sub_dir})
             for f in new
         ],
-        dynamic_partitions_requests=[pubmed_files.build_add_request(to_add)] if to_add else [],
+        dynamic_partitions_requests=requests,
         cursor=write_cursor(requested | {f.name for f in new}, tracked),
     )
 
@@ -69,7 +79,8 @@ def pubmed_new_files(
 pubmed_corpus_job = dg.define_asset_job(
     CORPUS_JOB,
     selection=dg.AssetSelection.assets("corpus"),
-    description="Fold every parsed file of the current release into corpus/.",
+    partitions_def=pubmed_releases,
+    description="Fold every parsed file of a release into corpus/<release>/.",
 )
 
 
@@ -80,19 +91,22 @@ pubmed_corpus_job = dg.define_asset_job(
     default_status=dg.DefaultScheduleStatus.STOPPED,
 )
 def pubmed_daily_fold(context: dg.ScheduleEvaluationContext) -> dg.RunRequest | dg.SkipReason:
-    """Daily, after NLM posts its update file (overnight US Eastern): refold the corpus when
-    every `pubmed_files` partition has its tables, otherwise say which are still missing."""
-    names = context.instance.get_dynamic_partitions(pubmed_files.name)
-    if not names:
+    """Daily, after NLM posts its update file (overnight US Eastern): refold the newest
+    release's corpus when every file of it has its tables, otherwise say which are missing."""
+    all_names = context.instance.get_dynamic_partitions(pubmed_files.name)
+    if not all_names:
         return dg.SkipReason("no pubmed_files partitions yet; start the pubmed_new_files sensor")
+    release = max(release_of(n) for n in all_names)
+    names = files_of_release(list(all_names), release)
     parsed = context.instance.get_materialized_partitions(dg.AssetKey("pubmed_tables"))
     waiting = sorted(set(names) - set(parsed))
     if waiting:
         return dg.SkipReason(
-            f"{len(waiting)} of {len(names)} files not parsed yet (first: {', '.join(waiting[:5])})"
+            f"{release}: {len(waiting)} of {len(names)} files not parsed yet "
+            f"(first: {', '.join(waiting[:5])})"
         )
     day = context.scheduled_execution_time.strftime("%Y-%m-%d")
-    return dg.RunRequest(run_key=f"corpus-{day}-{len(names)}")
+    return dg.RunRequest(run_key=f"corpus-{release}-{day}-{len(names)}", partition_key=release)
 
 
 defs = dg.Definitions(

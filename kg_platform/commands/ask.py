@@ -8,6 +8,7 @@ import json
 import sys
 
 from kg_platform.answer.api import RANKERS, Answer, AskConfig, KnowledgeGraph, QuestionError
+from kg_platform.commands.partition_args import add_partition_args, scoped_lake
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -17,6 +18,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--json", action="store_true", help="the documented JSON schema")
     parser.add_argument("--top-k", type=int, default=10, help="evidence paths shown")
     parser.add_argument("--lake", default=None)
+    add_partition_args(parser)
     parser.add_argument(
         "--hybrid",
         type=float,
@@ -72,13 +74,16 @@ def render_text(answer: Answer) -> str:
 def run_ask(args: argparse.Namespace) -> int:
     try:
         config = AskConfig(ranker=args.ranker, hybrid_threshold=args.hybrid)
-        answer = KnowledgeGraph.open(args.lake, config).ask(
+        lake, build = scoped_lake(args, quiet=args.json)
+        answer = KnowledgeGraph.open(lake, config).ask(
             args.question, as_of=args.as_of, top_k=args.top_k
         )
     except (QuestionError, FileNotFoundError, ValueError) as error:
         print(f"kg ask: {error}", file=sys.stderr)
         return 2
-    print(json.dumps(answer.to_json(), indent=1) if args.json else render_text(answer), end="")
+    payload = {**answer.to_json(), "partition": build}
+    text = f"Graph build: release {build['release']}, MeSH {build['mesh_year']}\n"
+    print(json.dumps(payload, indent=1) if args.json else text + render_text(answer), end="")
     if args.json:
         print()
     return 0

@@ -15,6 +15,9 @@ import requests
 from kg_platform.settings import NLM_MESH_URL, NLM_PUBMED_URL, Settings, reference_data_dir
 
 DEMO_RECORDS = 20_000
+# the reference question sets the evaluation reports read (under KG_REFERENCE_DATA)
+PUBMEDQA_DEV = "pubmedqa/pqal_dev400.json"
+HOTPOTQA_DEV = "hotpotqa/hotpot_dev_distractor_first60.json"
 REPO_ROOT = Path(__file__).resolve().parents[2]
 # the progress lines are the user's view; Dagster's event log stays in the instance (and the UI)
 QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
@@ -27,6 +30,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--lake", help="lake root: a folder (default .kg/lake) or s3://bucket/prefix")
     p.add_argument("--select", help="Dagster asset selection, e.g. 'key:corpus' or '+key:graph'")
     p.add_argument("--files", type=int, help="only the first N files of the current release")
+    p.add_argument("--mesh-year", help="the MeSH year partition, when the file names carry none")
     p.set_defaults(func=run_build)
 
 
@@ -96,14 +100,18 @@ def prepare_instance(settings: Settings):
 
 @dataclass(frozen=True)
 class Stage:
-    keys: frozenset  # AssetKeys run together
-    partitioned: bool
+    keys: frozenset  # AssetKeys run together, one run per partition key
+    partitions_def: object  # their shared PartitionsDefinition (None: unpartitioned)
+
+    @property
+    def partitioned(self) -> bool:
+        return self.partitions_def is not None
 
 
 def plan_stages(asset_graph, selected: set) -> list[Stage]:
-    """Group the selected assets into runs: by dependency level, partitioned apart from
-    unpartitioned, merging neighbouring stages of the same kind (so pubmed_xml and
-    pubmed_tables run together per file)."""
+    """Group the selected assets into runs: assets sharing a partitions definition run
+    together when none of them needs a stage in between (so pubmed_xml and pubmed_tables
+    run together per file); every stage comes after the stages of its parents."""
     level: dict = {}
 
     def depth(key) -> int:
@@ -112,18 +120,99 @@ def plan_stages(asset_graph, selected: set) -> list[Stage]:
             level[key] = 1 + max((depth(p) for p in parents), default=-1)
         return level[key]
 
-    stages: list[Stage] = []
-    for lvl in range(max((depth(k) for k in selected), default=-1) + 1):
-        at = [k for k in selected if level[k] == lvl]
-        for partitioned in (False, True):
-            keys = frozenset(k for k in at if asset_graph.get(k).is_partitioned == partitioned)
-            if not keys:
-                continue
-            if stages and stages[-1].partitioned == partitioned:
-                stages[-1] = Stage(stages[-1].keys | keys, partitioned)
-            else:
-                stages.append(Stage(keys, partitioned))
-    return stages
+    stage_keys: list[set] = []
+    stage_defs: list = []
+    where: dict = {}
+    for key in sorted(selected, key=lambda k: (depth(k), k.to_user_string())):
+        node = asset_graph.get(key)
+        parents = [p for p in node.parent_keys if p in selected]
+        last_parent = max((where[p] for p in parents), default=-1)
+        joined = None
+        for i in range(len(stage_keys) - 1, -1, -1):
+            if stage_defs[i] == node.partitions_def and i >= last_parent:
+                joined = i
+                break
+        if joined is None:
+            stage_keys.append(set())
+            stage_defs.append(node.partitions_def)
+            joined = len(stage_keys) - 1
+        stage_keys[joined].add(key)
+        where[key] = joined
+    return [Stage(frozenset(k), d) for k, d in zip(stage_keys, stage_defs, strict=True)]
+
+
+@dataclass(frozen=True)
+class BuildKeys:
+    """The partitions this build materialises, per dimension."""
+
+    files: list[str]
+    release: str
+    mesh_year: str
+    pubmedqa_sets: list[str]
+    hotpotqa_sets: list[str]
+
+    def for_stage(self, stage: Stage) -> list:
+        import dagster as dg
+
+        from kg_platform.assets import partitions as p
+
+        d = stage.partitions_def
+        if d is None:
+            return [None]
+        if d == p.pubmed_files:
+            return list(self.files)
+        if d == p.pubmed_releases:
+            return [self.release]
+        if d == p.mesh_years:
+            return [self.mesh_year]
+        if d == p.graph_builds:
+            return [dg.MultiPartitionKey({"release": self.release, "mesh_year": self.mesh_year})]
+        if d == p.grounding_evaluations:
+            return [
+                dg.MultiPartitionKey({"question_set": q, "mesh_year": self.mesh_year})
+                for q in self.pubmedqa_sets
+            ]
+        if d == p.allocation_evaluations:
+            return [
+                dg.MultiPartitionKey({"question_set": q, "configuration": c})
+                for q in self.hotpotqa_sets
+                for c in p.allocation_configurations.get_partition_keys()
+            ]
+        raise ValueError(f"kg build: no partition keys for {d}")
+
+
+def register_partitions(instance, keys: BuildKeys) -> list[str]:
+    """Add this build's partition keys; drop file keys of any other source, so a release
+    folds exactly this source's files (their tables stay in the lake, listed as stale by
+    `kg status`). Returns the dropped keys."""
+    from kg_platform.assets import partitions as p
+
+    known = set(instance.get_dynamic_partitions(p.pubmed_files.name))
+    dropped = sorted(known - set(keys.files))
+    for key in dropped:
+        instance.delete_dynamic_partition(p.pubmed_files.name, key)
+    instance.add_dynamic_partitions(p.pubmed_files.name, keys.files)
+    instance.add_dynamic_partitions(p.pubmed_releases.name, [keys.release])
+    instance.add_dynamic_partitions(p.mesh_years.name, [keys.mesh_year])
+    instance.add_dynamic_partitions(p.pubmedqa_sets.name, keys.pubmedqa_sets)
+    instance.add_dynamic_partitions(p.hotpotqa_sets.name, keys.hotpotqa_sets)
+    return dropped
+
+
+def register_question_sets(lake, selected: set) -> tuple[list[str], list[str]]:
+    """The reference question sets the selected reports read, copied into the lake."""
+    import dagster as dg
+
+    from kg_platform.evaluation.question_sets import register_question_set
+    from kg_platform.settings import reference_data_dir
+
+    pubmedqa, hotpotqa = [], []
+    base = reference_data_dir()
+    if dg.AssetKey("grounding_report") in selected:
+        pubmedqa.append(register_question_set(lake, "pubmedqa", base / PUBMEDQA_DEV))
+    if dg.AssetKey("allocation_report") in selected:
+        hotpotqa.append(register_question_set(lake, "hotpotqa", base / HOTPOTQA_DEV))
+    return pubmedqa, hotpotqa
 
 
 def run_build(args: argparse.Namespace) -> int:
@@ -135,9 +224,11 @@ def run_build(args: argparse.Namespace) -> int:
 
     import dagster as dg
 
+    from kg_platform.assets.partitions import release_of
     from kg_platform.definitions import build_definitions
-    from kg_platform.mesh.source import resolve_mesh_source
+    from kg_platform.mesh.source import mesh_year, resolve_mesh_source
     from kg_platform.pubmed.source import PubmedSource, current_release
+    from kg_platform.storage.lake import Lake
 
     # validate every input before anything is recorded or run
     files = current_release(PubmedSource(settings.pubmed_source).list_files())
@@ -146,6 +237,8 @@ def run_build(args: argparse.Namespace) -> int:
     if args.files:
         files = files[: args.files]
     names = [f.name for f in files]
+    mesh_spec = resolve_mesh_source(settings.mesh_source)
+    year = args.mesh_year or mesh_year(mesh_spec)
     defs = build_definitions(settings)
     asset_graph = defs.resolve_asset_graph()
     if args.select:
@@ -164,22 +257,38 @@ def run_build(args: argparse.Namespace) -> int:
             selection = selection - dg.AssetSelection.groups("embeddings")
     selected = set(selection.resolve(asset_graph))
     if dg.AssetKey("mesh_tables") in selected:
-        print(f"mesh {resolve_mesh_source(settings.mesh_source).describe()}")
+        print(f"mesh {mesh_spec.describe()}")
 
     settings.record()
     instance = prepare_instance(settings)
-    instance.add_dynamic_partitions("pubmed_files", names)
+    pubmedqa, hotpotqa = register_question_sets(Lake(settings.lake), selected)
+    keys = BuildKeys(names, release_of(names[0]), year, pubmedqa, hotpotqa)
+    dropped = register_partitions(instance, keys)
     print(
         f"source {settings.pubmed_source}: {len(names)} files ({names[0]} .. {names[-1]}); "
-        f"lake {settings.lake}"
+        f"release {keys.release}, MeSH {keys.mesh_year}; lake {settings.lake}"
     )
+    if dropped:
+        print(f"  {len(dropped)} file partitions of another source dropped (first: {dropped[0]})")
     stages = plan_stages(asset_graph, selected)
-    runs = [(s, p) for s in stages for p in (names if s.partitioned else [None])]
+    runs = [(s, p) for s in stages for p in keys.for_stage(s)]
     resources = defs.resources
     assets = list(defs.assets or [])
     failures, checks_passed, checks_failed = [], 0, 0
+    failed_keys: set = set()
     for n, (stage, partition) in enumerate(runs, 1):
         label = "+".join(sorted(k.to_user_string() for k in stage.keys))
+        where = f" [{partition}]" if partition else ""
+        blocked = sorted(
+            p.to_user_string()
+            for k in stage.keys
+            for p in asset_graph.get(k).parent_keys
+            if p in failed_keys
+        )
+        if blocked:
+            print(f"[{n}/{len(runs)}] {label}{where}: skipped, upstream failed ({blocked[0]})")
+            failed_keys |= set(stage.keys)
+            continue
         t0 = time.perf_counter()
         result = dg.materialize(
             assets,
@@ -190,12 +299,11 @@ def run_build(args: argparse.Namespace) -> int:
             raise_on_error=False,
             run_config=QUIET,
         )
-        evaluations = result.get_asset_check_evaluations()
+        evaluations = check_evaluations(instance, result.run_id)
         ok_checks = sum(e.passed for e in evaluations)
         checks_passed += ok_checks
         checks_failed += len(evaluations) - ok_checks
         status = "ok" if result.success else "FAILED"
-        where = f" [{partition}]" if partition else ""
         print(
             f"[{n}/{len(runs)}] {label}{where}: {status} in {time.perf_counter() - t0:.1f}s, "
             f"checks {ok_checks}/{len(evaluations)} passed",
@@ -203,8 +311,20 @@ def run_build(args: argparse.Namespace) -> int:
         )
         if not result.success:
             failures.append(f"{label}{where}: {failure_message(result)}")
-    print_summary(settings, names, checks_passed, checks_failed, failures, started)
+            failed_keys |= set(stage.keys)
+    print_summary(settings, keys, checks_passed, checks_failed, failures, started)
     return 0 if not failures and not checks_failed else 1
+
+
+def check_evaluations(instance, run_id: str) -> list:
+    """Every check evaluation the run recorded, from the instance: a step stopped by a
+    failed blocking check records its evaluations there before it fails."""
+    import dagster as dg
+
+    records = instance.get_records_for_run(
+        run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION
+    ).records
+    return [r.event_log_entry.dagster_event.event_specific_data for r in records]
 
 
 def failure_message(result) -> str:
@@ -222,19 +342,19 @@ def failure_message(result) -> str:
     return "run failed"
 
 
-def print_summary(settings, names, checks_passed, checks_failed, failures, started) -> None:
+def print_summary(settings, keys, checks_passed, checks_failed, failures, started) -> None:
     from kg_platform.storage.lake import Lake
 
-    lake = Lake(settings.lake)
+    lake = Lake(settings.lake).scoped(release=keys.release, mesh_year=keys.mesh_year)
     print(f"\nbuilt in {time.perf_counter() - started:.1f}s into {settings.lake}")
-    print(f"files: {len(names)}")
+    print(f"files: {len(keys.files)}; release {keys.release}, MeSH {keys.mesh_year}")
     for folder in ("corpus", "mesh"):
         for key in lake.list(folder, ".parquet"):
             import pyarrow.parquet as pq
 
             with lake.open(key) as f:
                 rows = pq.ParquetFile(f).metadata.num_rows
-            print(f"  {key}: {rows:,} rows")
+            print(f"  {lake.path(key)}: {rows:,} rows")
     print(f"checks: {checks_passed} passed, {checks_failed} failed")
     for failure in failures:
         print(f"  failed: {failure}")

@@ -43,6 +43,9 @@ def add_eval_parser(subparsers: argparse._SubParsersAction) -> argparse.Argument
     parser.add_argument(
         "--out", help="folder (or lake URL) to write report.md, recovery.png and the JSON files"
     )
+    # accepted like every kg eval; the study builds its own graph from HotpotQA paragraphs
+    parser.add_argument("--release", help="ignored: the allocation study reads no PubMed graph")
+    parser.add_argument("--mesh-year", help="ignored: the allocation study reads no MeSH")
     parser.set_defaults(func=run)
     return parser
 
@@ -58,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"kg eval allocation: {exc}", file=sys.stderr)
         return 2
     if args.json:
-        print(json.dumps(summary(result)))
+        print(json.dumps({**summary(result), "partition": None}))
     else:
         print(render_markdown(result))
     return 0

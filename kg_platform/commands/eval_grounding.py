@@ -8,6 +8,7 @@ import sys
 
 import polars as pl
 
+from kg_platform.commands.partition_args import add_partition_args, scoped_lake
 from kg_platform.evaluation.grounding_eval import evaluate_with_mesh, load_pubmedqa, render_report
 from kg_platform.graph.store import KGStore
 from kg_platform.storage.lake import Lake
@@ -23,16 +24,24 @@ def add_eval_parser(subparsers: argparse._SubParsersAction) -> None:
     source = parser.add_mutually_exclusive_group()
     source.add_argument("--lake", default=None, help="lake holding mesh/ (and graph/)")
     source.add_argument("--mesh-source", help="MeSH folder/URL to build the tables from")
+    add_partition_args(parser)
     parser.set_defaults(func=run_eval_grounding)
 
 
-def mesh_frames(args: argparse.Namespace) -> tuple[dict[str, pl.DataFrame], Lake | None]:
+def mesh_frames(
+    args: argparse.Namespace,
+) -> tuple[dict[str, pl.DataFrame], Lake | None, dict[str, str | None]]:
+    """The MeSH frames to evaluate with, the lake they came from (None: a MeSH source) and
+    the graph build / MeSH year used."""
     if args.mesh_source:
+        from kg_platform.mesh.source import mesh_year, resolve_mesh_source
         from kg_platform.mesh.tables import build_mesh_tables
 
+        year = mesh_year(resolve_mesh_source(args.mesh_source))
         tables = build_mesh_tables(args.mesh_source)
-        return {t: pl.from_arrow(tables[t]) for t in ("descriptors", "tree", "terms")}, None
-    lake = Lake(args.lake)
+        frames = {t: pl.from_arrow(tables[t]) for t in ("descriptors", "tree", "terms")}
+        return frames, None, {"release": None, "mesh_year": year}
+    lake, build = scoped_lake(args, quiet=args.json, need_graph=False)
     frames = {}
     for table in ("descriptors", "tree", "terms"):
         key = f"mesh/{table}.parquet"
@@ -42,18 +51,18 @@ def mesh_frames(args: argparse.Namespace) -> tuple[dict[str, pl.DataFrame], Lake
                 "`mesh_tables` or pass --mesh-source"
             )
         frames[table] = pl.from_arrow(lake.read_parquet(key))
-    return frames, lake
+    return frames, lake, build
 
 
 def run_eval_grounding(args: argparse.Namespace) -> int:
     try:
         questions = load_pubmedqa(args.pubmedqa)
-        frames, lake = mesh_frames(args)
+        frames, lake, build = mesh_frames(args)
     except (OSError, ValueError) as error:
         print(f"kg eval grounding: {error}", file=sys.stderr)
         return 2
     counts, n_articles = None, None
-    if lake is not None:
+    if lake is not None and (build["release"] is not None or not lake.scope.mesh_year):
         try:
             from kg_platform.answer.api import graph_article_counts
 
@@ -70,7 +79,7 @@ def run_eval_grounding(args: argparse.Namespace) -> int:
         n_articles=n_articles,
     )
     if args.json:
-        print(json.dumps(result.to_json()))
+        print(json.dumps({**result.to_json(), "partition": build}))
     else:
         print(render_report(result, args.pubmedqa), end="")
     return 0

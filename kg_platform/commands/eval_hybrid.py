@@ -10,6 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from kg_platform.commands.eval_grounding import mesh_frames
+from kg_platform.commands.partition_args import add_partition_args
 from kg_platform.evaluation.grounding_eval import heading_index, load_pubmedqa
 from kg_platform.evaluation.hybrid_eval import (
     DEFAULT_THRESHOLDS,
@@ -47,6 +48,7 @@ def add_eval_parser(subparsers: argparse._SubParsersAction) -> None:
         "(used when the lake has no concept_index of the same model)",
     )
     parser.add_argument("--report-dir", help="also write report.md and report.json here")
+    add_partition_args(parser)
     parser.set_defaults(func=run_eval_hybrid)
 
 
@@ -56,12 +58,12 @@ def run_eval_hybrid(args: argparse.Namespace) -> int:
         if bad:
             raise ValueError(f"--thresholds {bad}: each must be in (0, 1]")
         questions = load_pubmedqa(args.pubmedqa)
-        frames, lake = mesh_frames(args)
+        frames, lake, build = mesh_frames(args)
     except (OSError, ValueError) as error:
         print(f"kg eval hybrid: {error}", file=sys.stderr)
         return 2
     store, counts, n_articles = None, None, None
-    if lake is not None:
+    if lake is not None and (build["release"] is not None or not lake.scope.mesh_year):
         try:
             from kg_platform.answer.api import graph_article_counts
 
@@ -87,5 +89,6 @@ def run_eval_hybrid(args: argparse.Namespace) -> int:
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "report.md").write_text(report)
         (folder / "report.json").write_text(json.dumps(result.to_json(), indent=1))
-    print(json.dumps(result.to_json()) if args.json else report, end="\n" if args.json else "")
+    payload = {**result.to_json(), "partition": build}
+    print(json.dumps(payload) if args.json else report, end="\n" if args.json else "")
     return 0

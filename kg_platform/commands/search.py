@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
+
+from kg_platform.commands.partition_args import add_partition_args
 
 MAX_QUESTION_CHARS = 2000
 
@@ -18,7 +21,25 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--lake", default=None)
     parser.add_argument("--model", default="", help="local model folder (default: packaged)")
     parser.add_argument("--device", default="auto")
+    add_partition_args(parser)
     parser.set_defaults(func=run_search)
+
+
+def search_lake(args: argparse.Namespace):
+    """The lake seen from the release to search: --release, or the newest with an index
+    (the MeSH year plays no part in dense search; it is reported when given)."""
+    from kg_platform.embeddings.index import INDEX
+    from kg_platform.storage.lake import Lake
+
+    root = Lake(args.lake)
+    built = [k.rsplit("/", 1)[1] for k in root.list(INDEX)]
+    release = args.release or (max(built) if built else None)
+    if release is None:
+        raise FileNotFoundError(
+            f"{root.path(INDEX)}: no embedding index; materialise `embedding_index` first"
+        )
+    print(f"release {release}", file=sys.stderr)
+    return root.scoped(release=release), {"release": release, "mesh_year": args.mesh_year}
 
 
 def run_search(args: argparse.Namespace) -> int:
@@ -34,22 +55,23 @@ def run_search(args: argparse.Namespace) -> int:
     # heavy imports only once the arguments are known to be good
     from kg_platform.embeddings.encoder import Encoder
     from kg_platform.retrieval.dense import DenseIndex
-    from kg_platform.storage.lake import Lake
 
     started = time.perf_counter()
-    index = DenseIndex.open(Lake(args.lake), device=args.device)
+    lake, build = search_lake(args)
+    index = DenseIndex.open(lake, device=args.device)
     encoder = Encoder(args.model, device=args.device)
     if index.fingerprint and index.fingerprint != encoder.fingerprint:
         raise ValueError(f"index built by {index.fingerprint}, model is {encoder.fingerprint}")
     loaded = time.perf_counter()
     hits = index.search(encoder.encode([question]), k=args.k)[0]
     searched = time.perf_counter()
-    titles = _titles(Lake(args.lake), hits.pmids.tolist())
+    titles = _titles(lake, hits.pmids.tolist())
     if args.json:
         print(
             json.dumps(
                 {
                     "question": question,
+                    "partition": build,
                     "k": args.k,
                     "index_vectors": len(index),
                     "hits": [{**h, "title": titles.get(int(h["pmid"]))} for h in hits.as_list()],

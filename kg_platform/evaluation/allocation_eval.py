@@ -11,6 +11,7 @@ length of the resident corpus (see ``hotpotqa.count_tokens``), the same for ever
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import io
 import json
@@ -348,7 +349,12 @@ def _pct(value: float) -> str:
     return f"{100 * value:+.1f}"
 
 
-def render_markdown(result: AllocationEvalResult) -> str:
+def render_markdown(result: AllocationEvalResult, png: bytes | None = None) -> str:
+    """Markdown report; the recovery plot is embedded inline as a ``data:image/png;base64``
+    URI (the Dagster UI cannot load relative image files). ``png`` is the plot written beside
+    the report; rendered with ``render_plot`` when not given."""
+    if png is None:
+        png = render_plot(result)
     config = result.config
     kinds = np.asarray(result.question_kinds, dtype=object)
     lines = [
@@ -433,7 +439,7 @@ def render_markdown(result: AllocationEvalResult) -> str:
         "34.5% (+23.8; bridge +28.7, comparison +4.2 inconclusive), 192 harmed; vs "
         "random-neighbour +16.5, vs shuffled +30.9.",
         "",
-        "![recovery by budget](recovery.png)",
+        f"![recovery by budget](data:image/png;base64,{base64.b64encode(png).decode('ascii')})",
         "",
     ]
     return "\n".join(lines)
@@ -478,9 +484,10 @@ def write_report(
 ) -> dict[str, str]:
     """Render everything first, then write: a rendering error leaves earlier reports intact.
     Returns the sha256 of each file written."""
-    markdown = render_markdown(result)
+    plot = render_plot(result)
+    markdown = render_markdown(result, plot)
     files = {
-        "recovery.png": render_plot(result),
+        "recovery.png": plot,
         "allocation.json": json.dumps(result.to_dict(), indent=1, default=_json_default).encode(),
         "summary.json": json.dumps(summary(result), indent=1).encode(),
         "report.md": markdown.encode(),  # last: its presence means the rest is in place

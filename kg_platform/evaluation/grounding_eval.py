@@ -283,9 +283,11 @@ def evaluate_with_mesh(
     )
 
 
-def write_grounding_report(lake: Lake, pubmedqa: str | Path) -> GroundingEvaluation:
-    """Evaluate on ``pubmedqa`` with the lake's MeSH tables (and graph counts when built);
-    write reports/grounding/{report.md, report.json}."""
+def write_grounding_report(
+    lake: Lake, pubmedqa: str | Path, graph_counts: bool = True
+) -> GroundingEvaluation:
+    """Evaluate on ``pubmedqa`` with the lake's MeSH tables (and, with ``graph_counts``, the
+    graph's article counts when one is built); write reports/grounding/{report.md, .json}."""
     frames = {}
     for table in ("descriptors", "tree", "terms"):
         key = f"mesh/{table}.parquet"
@@ -294,6 +296,8 @@ def write_grounding_report(lake: Lake, pubmedqa: str | Path) -> GroundingEvaluat
         frames[table] = pl.from_arrow(lake.read_parquet(key))
     counts, n_articles = None, None
     try:
+        if not graph_counts:
+            raise FileNotFoundError("roles from MeSH structure alone")
         from kg_platform.graph.store import KGStore
 
         store = KGStore.open(lake)

@@ -664,7 +664,11 @@ def _descriptor_attributes(lake: Lake, uis: np.ndarray) -> tuple[np.ndarray, np.
 
 
 def build_graph(
-    lake: Lake, build_id: str | None = None, batch_rows: int = BATCH_ROWS, parallel: bool = True
+    lake: Lake,
+    build_id: str | None = None,
+    batch_rows: int = BATCH_ROWS,
+    parallel: bool = True,
+    provenance: dict[str, object] | None = None,
 ) -> GraphBuild:
     """Build every array under graph/<build-id>/ and write manifest.json last.
 
@@ -730,6 +734,8 @@ def build_graph(
         "inputs": inputs,
         "stats": asdict(stats),
         "arrays": {name: asdict(info) for name, info in build.arrays.items()},
+        # which corpus and MeSH partitions (and data versions) the build read
+        **({"provenance": provenance} if provenance else {}),
     }
     lake.write_bytes(layout.manifest_key(build_id), json.dumps(manifest, indent=1).encode())
     return build

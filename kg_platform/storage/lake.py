@@ -6,20 +6,26 @@ renamed; S3 objects are written with a single put, so a reader never sees half a
 
 from __future__ import annotations
 
+import hashlib
 import io
 import os
 import posixpath
+import shutil
 import tempfile
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import fsspec
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+from kg_platform.storage.scope import Scope
+
+STAGING = ".staging"  # scratch and staged outputs, inside the lake root
 
 
 def s3_storage_options_from_env() -> dict[str, Any]:
@@ -42,6 +48,10 @@ class Lake:
 
     root: str
     storage_options: dict[str, Any] = field(default_factory=dict)
+    # which partition's folders the keys resolve to (kg_platform.storage.scope)
+    scope: Scope = field(default_factory=Scope)
+    # set on the view a transaction hands out: writes land here until commit
+    stage: _Stage | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         protocol, _ = fsspec.core.split_protocol(self.root)
@@ -62,12 +72,23 @@ class Lake:
     def is_local(self) -> bool:
         return self.protocol in ("file", "local")
 
-    def path(self, key: str) -> str:
-        """Absolute path (local) or URL (remote) of a lake key."""
-        key = _check_key(key)
+    def scoped(self, scope: Scope | None = None, **parts: str | None) -> Lake:
+        """The same lake seen from one partition: ``lake.scoped(release="pubmed26")``."""
+        return replace(self, scope=scope or Scope(**parts), stage=None)
+
+    def physical(self, routed: str) -> str:
+        """Absolute path (local) or URL (remote) of an already routed key."""
         if self.is_local:
-            return os.path.join(self.root, *key.split("/"))
-        return f"{self.root}/{key}"
+            return os.path.join(self.root, *routed.split("/"))
+        return f"{self.root}/{routed}"
+
+    def path(self, key: str) -> str:
+        """Absolute path (local) or URL (remote) of a lake key, in this view's partition;
+        inside a transaction, the staged object when one was written."""
+        routed = self.scope.route(_check_key(key))
+        if self.stage is not None and routed in self.stage.keys:
+            return self.stage.path(self, routed)
+        return self.physical(routed)
 
     def local_path(self, key: str) -> str:
         """A local filesystem path for memory-mapping; only for a local lake."""
@@ -85,16 +106,30 @@ class Lake:
     def list(self, prefix: str, suffix: str = "") -> list[str]:
         """Keys directly under ``prefix`` ending in ``suffix``, sorted."""
         prefix = _check_key(prefix).rstrip("/")
-        base = self.path(prefix)
-        if not self.fs.exists(base):
-            return []
-        names = sorted(posixpath.basename(p.rstrip("/")) for p in self.fs.ls(base, detail=False))
-        return [f"{prefix}/{n}" for n in names if n.endswith(suffix) and ".tmp-" not in n]
+        routed = self.scope.route(prefix)
+        base = self.physical(routed)
+        names = set()
+        if self.fs.exists(base):
+            names = {posixpath.basename(p.rstrip("/")) for p in self.fs.ls(base, detail=False)}
+        if self.stage is not None:
+            names |= {k.rsplit("/", 1)[1] for k in self.stage.keys if k.rsplit("/", 1)[0] == routed}
+        return [f"{prefix}/{n}" for n in sorted(names) if n.endswith(suffix) and ".tmp-" not in n]
 
     def open(self, key: str, mode: str = "rb"):
         if "w" in mode or "a" in mode:
             raise ValueError("use Lake.writer()/write_* for writes: they are atomic")
         return self.fs.open(self.path(key), mode)
+
+    def digest(self, keys: list[str]) -> str:
+        """sha256 over the named objects' bytes (each key and its content, in the given
+        order): the content identity behind an asset's data version."""
+        h = hashlib.sha256()
+        for key in keys:
+            h.update(key.encode() + b"\0")
+            with self.open(key) as f:
+                while chunk := f.read(1 << 22):
+                    h.update(chunk)
+        return h.hexdigest()
 
     def read_bytes(self, key: str) -> bytes:
         with self.open(key) as f:
@@ -114,8 +149,13 @@ class Lake:
     @contextmanager
     def writer(self, key: str) -> Iterator[io.BufferedWriter]:
         """A binary file handle whose content appears at ``key`` only when the block ends
-        without error. Locally: temp file + rename. Remotely: buffer + one put."""
-        target = self.path(key)
+        without error. Locally: temp file + rename. Remotely: buffer + one put. Inside a
+        transaction the object goes to the staging area, published at commit."""
+        if self.stage is not None:
+            routed = self.scope.route(_check_key(key))
+            target = self.stage.path(self, routed)
+        else:
+            routed, target = None, self.path(key)
         if self.is_local:
             folder = os.path.dirname(target)
             os.makedirs(folder, exist_ok=True)
@@ -136,6 +176,8 @@ class Lake:
             buf = io.BytesIO()
             yield buf  # type: ignore[misc]
             self.fs.pipe_file(target, buf.getvalue())
+        if routed is not None and self.stage is not None:
+            self.stage.keys.add(routed)
 
     def write_bytes(self, key: str, data: bytes) -> int:
         with self.writer(key) as f:
@@ -160,15 +202,65 @@ class Lake:
         return self.size(key)
 
     def remove(self, key: str) -> None:
+        if self.stage is not None:
+            raise ValueError(f"{key}: nothing is removed inside a transaction")
         if self.exists(key):
             self.fs.rm(self.path(key), recursive=True)
 
     def staging_dir(self) -> str:
         """A local scratch folder for tools that need a real path (e.g. DuckDB COPY)."""
-        base = os.path.join(self.root, ".staging") if self.is_local else tempfile.gettempdir()
+        base = os.path.join(self.root, STAGING) if self.is_local else tempfile.gettempdir()
         path = os.path.join(base, uuid.uuid4().hex)
         os.makedirs(path, exist_ok=True)
         return path
+
+    # -- publication -----------------------------------------------------------------------
+    @contextmanager
+    def transaction(self) -> Iterator[Lake]:
+        """A view of this lake whose writes are staged: reads see the staged objects, other
+        readers see the published ones until the block ends. The block ending normally
+        publishes every staged object (one rename, or one copy on S3, each); an exception
+        discards them and leaves the published lake exactly as it was."""
+        if self.stage is not None:
+            raise ValueError("transactions do not nest")
+        stage = _Stage(f"{STAGING}/txn-{uuid.uuid4().hex}")
+        view = replace(self, stage=stage)
+        try:
+            yield view
+        except BaseException:
+            self._discard(stage)
+            raise
+        self._commit(stage)
+
+    def _commit(self, stage: _Stage) -> None:
+        try:
+            for routed in sorted(stage.keys):
+                source, target = stage.path(self, routed), self.physical(routed)
+                if self.is_local:
+                    os.makedirs(os.path.dirname(target), exist_ok=True)
+                    os.replace(source, target)
+                else:
+                    self.fs.copy(source, target)  # one server-side copy: atomic per object
+        finally:
+            self._discard(stage)
+
+    def _discard(self, stage: _Stage) -> None:
+        base = self.physical(stage.prefix)
+        if self.is_local:
+            shutil.rmtree(base, ignore_errors=True)
+        elif self.fs.exists(base):
+            self.fs.rm(base, recursive=True)
+
+
+@dataclass
+class _Stage:
+    """Objects written inside one transaction, by routed key, under ``prefix``."""
+
+    prefix: str
+    keys: set[str] = field(default_factory=set)
+
+    def path(self, lake: Lake, routed: str) -> str:
+        return lake.physical(f"{self.prefix}/{routed}")
 
 
 def _check_key(key: str) -> str:

@@ -84,27 +84,47 @@ def test_cli_json_and_errors(question_lake, capsys) -> None:
     )
 
 
-def test_assets_materialise_index_and_report(question_lake, tmp_path) -> None:
+def test_assets_materialise_index_and_report(tmp_path) -> None:
     import dagster as dg
-
-    from kg_platform.assets.grounding import grounding_index, grounding_report
-    from kg_platform.resources.lake import LakeResource
-    from kg_platform_tests.conftest import require_reference
-
-    pubmedqa = str(require_reference("pubmedqa", "pqal_dev400.json"))
-    result = dg.materialize(
-        [grounding_index, grounding_report],
-        resources={"lake": LakeResource(root=question_lake.root)},
-        run_config={"ops": {"grounding_report": {"config": {"pubmedqa": pubmedqa}}}},
-    )
-    assert result.success
-    meta = result.asset_materializations_for_node("grounding_index")[0].metadata
     import polars as pl
 
-    terms = pl.from_arrow(question_lake.read_parquet("mesh/terms.parquet"))
+    from kg_platform.assets.grounding import grounding_index, grounding_report
+    from kg_platform.evaluation.question_sets import register_question_set
+    from kg_platform.resources.lake import LakeResource
+    from kg_platform.storage.lake import Lake
+    from kg_platform_tests.answer.graph_fixture import build_question_graph
+    from kg_platform_tests.conftest import require_reference
+
+    release, year = "pubmed26", "2024"
+    lake = Lake(str(tmp_path / "lake"))
+    scoped = lake.scoped(release=release, mesh_year=year)
+    build_question_graph(scoped)
+    pubmedqa = require_reference("pubmedqa", "pqal_dev400.json")
+    question_set = register_question_set(lake, "pubmedqa", pubmedqa)
+    assert question_set.startswith("pqal_dev400-")
+    resources = {"lake": LakeResource(root=lake.root)}
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions("mesh_years", [year])
+        instance.add_dynamic_partitions("pubmedqa_sets", [question_set])
+        indexed = dg.materialize(
+            [grounding_index], partition_key=year, instance=instance, resources=resources
+        )
+        assert indexed.success
+        result = dg.materialize(
+            [grounding_index, grounding_report],
+            selection=[grounding_report],
+            partition_key=dg.MultiPartitionKey({"question_set": question_set, "mesh_year": year}),
+            instance=instance,
+            resources=resources,
+        )
+        assert result.success
+    meta = indexed.asset_materializations_for_node("grounding_index")[0].metadata
+    terms = pl.from_arrow(lake.read_parquet(f"mesh/{year}/terms.parquet"))
     # one surface per distinct normalised term (no orthography rule fires on these 9)
     assert meta["surfaces"].value == terms["normalised"].n_unique() == 62
-    report = json.loads(question_lake.read_bytes("reports/grounding/report.json"))
+    assert lake.exists(f"grounding/{year}/surfaces.parquet")
+    folder = f"reports/grounding/{question_set}/{year}"
+    report = json.loads(lake.read_bytes(f"{folder}/report.json"))
     assert report["n"] == 400
     # nine descriptors: 11 of the dev questions name one of them, always rightly, none two
     assert report["ceiling"] == {
@@ -120,6 +140,7 @@ def test_assets_materialise_index_and_report(question_lake, tmp_path) -> None:
         0.0,
         1.0,
     )
-    assert question_lake.exists("reports/grounding/report.md")
+    assert (meta["question_set"].value, meta["mesh_year"].value) == (question_set, year)
+    assert lake.exists(f"{folder}/report.md")
     # the API now reads the precomputed index and answers the same
-    assert KnowledgeGraph.open(question_lake).ask(QUESTION).verdict.answerable
+    assert KnowledgeGraph.open(scoped).ask(QUESTION).verdict.answerable

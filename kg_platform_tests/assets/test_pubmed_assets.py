@@ -19,6 +19,7 @@ from kg_platform.resources.pubmed_source import PubmedSourceResource
 from kg_platform_tests.conftest import require_reference
 
 FILES = ["pubmed26n1334", "pubmed26n1335"]
+RELEASE = "pubmed26"
 
 
 @pytest.fixture
@@ -49,9 +50,15 @@ def checks_of(result) -> dict[str, bool]:
     return {e.check_name: e.passed for e in result.get_asset_check_evaluations()}
 
 
-def test_files_parse_with_checks_then_fold(tmp_path, mirror) -> None:
+def new_instance() -> dg.DagsterInstance:
     instance = dg.DagsterInstance.ephemeral()
     instance.add_dynamic_partitions("pubmed_files", FILES)
+    instance.add_dynamic_partitions("pubmed_releases", [RELEASE])
+    return instance
+
+
+def test_files_parse_with_checks_then_fold(tmp_path, mirror) -> None:
+    instance = new_instance()
     expected_articles = {"pubmed26n1334": 30, "pubmed26n1335": 30}
     for name in FILES:
         result = run(instance, tmp_path, mirror, [pubmed_xml, pubmed_tables], name)
@@ -71,7 +78,7 @@ def test_files_parse_with_checks_then_fold(tmp_path, mirror) -> None:
     assert meta_1335["rows_deletions"] == 6
     assert meta_1335["rows_citations"] == 1063
 
-    folded = run(instance, tmp_path, mirror, [corpus])
+    folded = run(instance, tmp_path, mirror, [corpus], RELEASE)
     assert folded.success
     assert checks_of(folded) == {
         "one_row_per_pmid": True,
@@ -79,14 +86,13 @@ def test_files_parse_with_checks_then_fold(tmp_path, mirror) -> None:
         "polars_recount": True,
         "edge_sources_in_articles": True,
     }
-    articles = pq.read_table(tmp_path / "lake" / "corpus" / "articles.parquet")
+    articles = pq.read_table(tmp_path / "lake" / "corpus" / RELEASE / "articles.parquet")
     pmids = articles.column("pmid").to_pylist()
     assert len(pmids) == len(set(pmids))
 
 
 def test_md5_mismatch_fails_alone_and_leaves_nothing(tmp_path, mirror) -> None:
-    instance = dg.DagsterInstance.ephemeral()
-    instance.add_dynamic_partitions("pubmed_files", FILES)
+    instance = new_instance()
     good = run(instance, tmp_path, mirror, [pubmed_xml, pubmed_tables], "pubmed26n1334")
     assert good.success
     before = (tmp_path / "lake/tables/articles/pubmed26n1334.parquet").read_bytes()
@@ -103,15 +109,14 @@ def test_md5_mismatch_fails_alone_and_leaves_nothing(tmp_path, mirror) -> None:
     assert (tmp_path / "lake/tables/articles/pubmed26n1334.parquet").read_bytes() == before
 
     # the fold refuses to run on partial input
-    folded = run(instance, tmp_path, mirror, [corpus])
+    folded = run(instance, tmp_path, mirror, [corpus], RELEASE)
     assert not folded.success
     message = failure_message(folded)
     assert "pubmed26n1335" in message and "not downloaded" in message
 
 
 def test_broken_xml_with_right_md5_fails_in_parse_naming_the_file(tmp_path, mirror) -> None:
-    instance = dg.DagsterInstance.ephemeral()
-    instance.add_dynamic_partitions("pubmed_files", FILES)
+    instance = new_instance()
     target = mirror / "updatefiles" / "pubmed26n1335.xml.gz"
     text = gzip.decompress(target.read_bytes())
     broken = gzip.compress(text[: len(text) // 2])

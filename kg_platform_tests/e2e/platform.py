@@ -58,9 +58,11 @@ class Platform:
         assert "errors" not in body, json.dumps(body["errors"], indent=1)[:3000]
         return body["data"]
 
-    def add_partitions(self, keys: list[str]) -> None:
+    def add_partitions(self, keys: list[str], definition: str = "pubmed_files") -> None:
         for key in keys:
-            data = self.graphql(ADD_PARTITION, {"sel": REPOSITORY, "key": key})
+            data = self.graphql(
+                ADD_PARTITION, {"sel": REPOSITORY, "key": key, "definition": definition}
+            )
             assert data["addDynamicPartition"]["__typename"] == "AddDynamicPartitionSuccess", data
 
     def set_nux_seen(self) -> None:
@@ -104,8 +106,8 @@ mutation Launch($params: LaunchBackfillParams!) {
 }"""
 
 ADD_PARTITION = """
-mutation Add($sel: RepositorySelector!, $key: String!) {
-  addDynamicPartition(repositorySelector: $sel, partitionsDefName: "pubmed_files",
+mutation Add($sel: RepositorySelector!, $key: String!, $definition: String!) {
+  addDynamicPartition(repositorySelector: $sel, partitionsDefName: $definition,
                       partitionKey: $key) {
     __typename
     ... on PythonError { message }

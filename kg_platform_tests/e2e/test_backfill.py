@@ -99,6 +99,7 @@ def clean_run(root: Path, url: str) -> dict[str, str]:
     }
     with dg.instance_for_test() as instance:
         instance.add_dynamic_partitions("pubmed_files", FILES)
+        instance.add_dynamic_partitions("pubmed_releases", ["pubmed26"])
         for name in FILES:
             result = dg.materialize(
                 [pubmed_xml, pubmed_tables],
@@ -107,7 +108,9 @@ def clean_run(root: Path, url: str) -> dict[str, str]:
                 instance=instance,
             )
             assert result.success
-        assert dg.materialize([corpus], resources=resources, instance=instance).success
+        assert dg.materialize(
+            [corpus], partition_key="pubmed26", resources=resources, instance=instance
+        ).success
     return content_hashes(root / "lake")
 
 
@@ -122,11 +125,7 @@ def test_failed_shard_is_backfilled_from_failure(tmp_path: Path) -> None:
                 {
                     "params": {
                         "partitionNames": FILES,
-                        "assetSelection": [
-                            {"path": ["pubmed_xml"]},
-                            {"path": ["pubmed_tables"]},
-                            {"path": ["corpus"]},
-                        ],
+                        "assetSelection": [{"path": ["pubmed_xml"]}, {"path": ["pubmed_tables"]}],
                         "title": "first build",
                     }
                 },
@@ -141,9 +140,6 @@ def test_failed_shard_is_backfilled_from_failure(tmp_path: Path) -> None:
                 tables_done = instance.get_materialized_partitions(dg.AssetKey("pubmed_tables"))
                 assert sorted(xml_done) == ["pubmed26n1334", "pubmed26n1336"]
                 assert sorted(tables_done) == ["pubmed26n1334", "pubmed26n1336"]
-                # corpus did not run on partial input
-                assert instance.get_latest_materialization_event(dg.AssetKey("corpus")) is None
-                assert not (platform.lake / "corpus").exists()
                 failed = [
                     r
                     for r in runs_of_backfill(instance, first["backfillId"])
@@ -171,29 +167,46 @@ def test_failed_shard_is_backfilled_from_failure(tmp_path: Path) -> None:
                     "COMPLETED",
                     "COMPLETED_SUCCESS",
                 )
-                # only the failed partition (and the corpus it unblocked) ran again
+                # only the failed partition ran again
                 rerun = sorted(
                     str(r.tags.get("dagster/partition"))
                     for r in runs_of_backfill(instance, second["backfillId"])
                 )
-                assert rerun == ["None", CORRUPT], rerun
+                assert rerun == [CORRUPT], rerun
                 assert (
                     sorted(instance.get_materialized_partitions(dg.AssetKey("pubmed_tables")))
                     == FILES
                 )
-                assert instance.get_latest_materialization_event(dg.AssetKey("corpus")) is not None
+                # then the release's corpus, a backfill of its one release partition
+                platform.add_partitions(["pubmed26"], "pubmed_releases")
+                third = platform.graphql(
+                    LAUNCH_BACKFILL,
+                    {
+                        "params": {
+                            "partitionNames": ["pubmed26"],
+                            "assetSelection": [{"path": ["corpus"]}],
+                            "title": "fold",
+                        }
+                    },
+                )["launchPartitionBackfill"]
+                assert third["__typename"] == "LaunchBackfillSuccess", third
+                assert platform.wait_for_backfill(third["backfillId"]) in (
+                    "COMPLETED",
+                    "COMPLETED_SUCCESS",
+                )
+                assert instance.get_materialized_partitions(dg.AssetKey("corpus")) == {"pubmed26"}
 
                 table_checks = check_statuses(instance, "pubmed_tables", TABLE_CHECKS)
                 assert table_checks == {
                     (check, name): "SUCCEEDED" for check in TABLE_CHECKS for name in FILES
                 }
                 assert check_statuses(instance, "corpus", CORPUS_CHECKS) == {
-                    (check, None): "SUCCEEDED" for check in CORPUS_CHECKS
+                    (check, "pubmed26"): "SUCCEEDED" for check in CORPUS_CHECKS
                 }
             finally:
                 instance.dispose()
         backfilled = content_hashes(platform.lake)
         clean = clean_run(tmp_path / "clean", url)
     assert sorted(backfilled) == sorted(clean)
-    assert len([k for k in clean if k.startswith("corpus/")]) == 6
+    assert len([k for k in clean if k.startswith("corpus/pubmed26/")]) == 6
     assert backfilled == clean

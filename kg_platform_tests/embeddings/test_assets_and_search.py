@@ -12,19 +12,23 @@ from kg_platform.storage.lake import Lake
 from kg_platform_tests.embeddings.corpus import FILES, write_corpus
 from kg_platform_tests.embeddings.models import tiny_encoder
 
+RELEASE = "pubmed26"  # the release of every file in FILES
+
 
 def test_shards_then_index_materialise_with_passing_checks_and_search_finds_a_title(
     tmp_path, capsys
 ):
-    lake = Lake(str(tmp_path / "lake"))
+    root = Lake(str(tmp_path / "lake"))
+    lake = root.scoped(release=RELEASE)  # corpus/pubmed26/, embeddings/*/pubmed26/
     corpus = write_corpus(lake, n=12)
     model = str(tiny_encoder().layout.path)
     resources = {
-        "lake": LakeResource(root=lake.root),
+        "lake": LakeResource(root=root.root),
         "encoder": EncoderResource(model_path=model, device="cpu", batch_size=8),
     }
     instance = dg.DagsterInstance.ephemeral()
     instance.add_dynamic_partitions("pubmed_files", list(FILES))
+    instance.add_dynamic_partitions("pubmed_releases", [RELEASE])
     for file in FILES[:2]:
         result = dg.materialize(
             [embedding_shards], partition_key=file, resources=resources, instance=instance
@@ -33,7 +37,9 @@ def test_shards_then_index_materialise_with_passing_checks_and_search_finds_a_ti
         checks = result.get_asset_check_evaluations()
         assert [c.passed for c in checks] == [True]
 
-    result = dg.materialize([embedding_index], resources=resources, instance=instance)
+    result = dg.materialize(
+        [embedding_index], partition_key=RELEASE, resources=resources, instance=instance
+    )
     assert result.success
     evaluations = {c.check_name: c for c in result.get_asset_check_evaluations()}
     assert {k: v.passed for k, v in evaluations.items()} == {
@@ -45,8 +51,10 @@ def test_shards_then_index_materialise_with_passing_checks_and_search_finds_a_ti
     third = corpus.filter(pl.col("file") == FILES[2], pl.col("has_abstract")).height
     assert gap["gap"].value == third == gap["explained_by_missing_shards"].value == 3
     assert len(lake.read_npy(INDEX_PMIDS)) == 6
+    assert (tmp_path / "lake/embeddings/index" / RELEASE / "pmids.npy").is_file()
 
-    # the search command over the same index: a title is its own nearest abstract's prefix
+    # the search command over the same index (the newest release with one, by default):
+    # a title is its own nearest abstract's prefix
     pmid, title = (
         corpus.filter(pl.col("file") == FILES[0], pl.col("has_abstract"))
         .select("pmid", "title")
@@ -61,7 +69,7 @@ def test_shards_then_index_materialise_with_passing_checks_and_search_finds_a_ti
                 "3",
                 "--json",
                 "--lake",
-                lake.root,
+                root.root,
                 "--model",
                 model,
                 "--device",
@@ -70,7 +78,10 @@ def test_shards_then_index_materialise_with_passing_checks_and_search_finds_a_ti
         )
         == 0
     )
-    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    captured = capsys.readouterr()
+    assert f"release {RELEASE}" in captured.err
+    out = json.loads(captured.out.strip().splitlines()[-1])
+    assert out["partition"] == {"release": RELEASE, "mesh_year": None}
     assert out["index_vectors"] == 6 and len(out["hits"]) == 3
     assert all(h["pmid"] in set(lake.read_npy(INDEX_PMIDS).tolist()) for h in out["hits"])
     scores = [h["score"] for h in out["hits"]]
@@ -82,6 +93,14 @@ def test_search_names_bad_input(tmp_path, capsys):
     assert main(["search", "   ", "--lake", str(tmp_path)]) == 2
     assert "question: empty" in capsys.readouterr().err
     assert main(["search", "aspirin", "--lake", str(tmp_path / "empty")]) == 2
-    assert "embeddings/index/vectors.f16.npy: not in the lake" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "empty/embeddings/index: no embedding index" in err
+    assert "materialise `embedding_index` first" in err
+    # a named release without an index: the release searched, then the missing matrix
+    empty = str(tmp_path / "empty")
+    assert main(["search", "aspirin", "--lake", empty, "--release", RELEASE]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"release {RELEASE}\n")
+    assert "embeddings/index/vectors.f16.npy: not in the lake" in err
     assert main(["search", "bad\x07bell", "--lake", str(tmp_path)]) == 2
     assert "control characters" in capsys.readouterr().err

@@ -1,6 +1,8 @@
 import argparse
+import base64
 import hashlib
 import json
+import re
 
 import dagster as dg
 import numpy as np
@@ -9,6 +11,7 @@ import pytest
 from kg_platform.commands.eval_allocation import add_eval_parser
 from kg_platform.evaluation.allocation_eval import (
     REPORT_FILES,
+    render_markdown,
     run_allocation_eval,
     summary,
     write_report,
@@ -156,7 +159,11 @@ def test_summary_and_report_files(result, tmp_path):
     full = json.loads(written["allocation.json"])
     assert full["questions_sha256"] == QUESTIONS_SHA256
     assert full["config"]["relational"]["on_overflow"] == "stop"
-    assert "| 2 | 170 | relational | 15/60 (25.0%)" in written["report.md"].decode()
+    report = written["report.md"].decode()
+    assert "| 2 | 170 | relational | 15/60 (25.0%)" in report
+    assert embedded_pngs(report) == [written["recovery.png"]]
+    assert not re.search(r"""(src=["']?|\]\()(?!data:)[^"')]*\.png""", report)
+    assert render_markdown(result) == report  # default: renders the same plot itself
 
 
 def test_loader_reads_python_literal_fields_and_names_bad_input(hotpotqa_path, tmp_path):
@@ -218,18 +225,41 @@ def test_cli_prints_json_writes_files_and_keeps_them_on_failure(hotpotqa_path, t
 
 def test_report_asset_writes_through_the_lake(hotpotqa_path, tmp_path):
     from kg_platform.assets.allocation import allocation_report
+    from kg_platform.evaluation.question_sets import register_question_set
     from kg_platform.resources.lake import LakeResource
+    from kg_platform.storage.lake import Lake
 
-    outcome = dg.materialize(
-        [allocation_report],
-        resources={"lake": LakeResource(root=str(tmp_path / "lake"))},
-        run_config={"ops": {"allocation_report": {"config": {"hotpotqa": str(hotpotqa_path)}}}},
-    )
+    lake_root = str(tmp_path / "lake")
+    question_set = register_question_set(Lake(lake_root), "hotpotqa", hotpotqa_path)
+    assert question_set == f"hotpot_dev_distractor_first60-{QUESTIONS_SHA256[:8]}"
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions("hotpotqa_sets", [question_set])
+        outcome = dg.materialize(
+            [allocation_report],
+            partition_key=dg.MultiPartitionKey(
+                {"question_set": question_set, "configuration": "matched_ceilings"}
+            ),
+            instance=instance,
+            resources={"lake": LakeResource(root=lake_root)},
+        )
     assert outcome.success
     checks = {e.check_name: e.passed for e in outcome.get_asset_check_evaluations()}
     assert checks == {"ceilings_respected": True, "identities_recorded": True}
     metadata = outcome.asset_materializations_for_node("allocation_report")[0].metadata
     assert "| 4 | 340 | relational | 37/60 (61.7%)" in metadata["report"].value
     assert metadata["questions_sha256"].value == QUESTIONS_SHA256
-    folder = tmp_path / "lake" / "reports" / "allocation"
+    assert metadata["question_set"].value == question_set
+    folder = tmp_path / "lake" / "reports" / "allocation" / question_set / "matched_ceilings"
     assert sorted(p.name for p in folder.iterdir()) == sorted(REPORT_FILES)
+    png = (folder / "recovery.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    assert embedded_pngs(metadata["report"].value) == [png]
+    assert embedded_pngs((folder / "report.md").read_text()) == [png]
+
+
+def embedded_pngs(markdown: str) -> list[bytes]:
+    """The PNGs a markdown report embeds as ``data:image/png;base64`` URIs."""
+    return [
+        base64.b64decode(m, validate=True)
+        for m in re.findall(r"data:image/png;base64,([A-Za-z0-9+/=]+)", markdown)
+    ]

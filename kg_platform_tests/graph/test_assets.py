@@ -12,17 +12,30 @@ from kg_platform.resources.lake import LakeResource
 from kg_platform.storage.lake import Lake
 from kg_platform_tests.graph.corpus import tiny_corpus
 
+RELEASE, YEAR = "pubmed26", "2024"
+
 
 def test_graph_and_profile_materialise_on_a_tmp_lake(lake: Lake) -> None:
-    tiny_corpus(lake)
-    result = dg.materialize(
-        [graph, corpus_profile],
-        resources={
-            "lake": LakeResource(root=lake.root),
-            "catalog": CatalogResource(database=":memory:"),
-        },
-    )
-    assert result.success
+    scoped = lake.scoped(release=RELEASE, mesh_year=YEAR)
+    tiny_corpus(scoped)
+    resources = {
+        "lake": LakeResource(root=lake.root),
+        "catalog": CatalogResource(database=":memory:"),
+    }
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions("pubmed_releases", [RELEASE])
+        instance.add_dynamic_partitions("mesh_years", [YEAR])
+        result = dg.materialize(
+            [graph],
+            partition_key=dg.MultiPartitionKey({"release": RELEASE, "mesh_year": YEAR}),
+            instance=instance,
+            resources=resources,
+        )
+        assert result.success
+        profiled = dg.materialize(
+            [corpus_profile], partition_key=RELEASE, instance=instance, resources=resources
+        )
+        assert profiled.success
     checks = {c.check_name: c.passed for c in result.get_asset_check_evaluations()}
     assert checks == {"graph_invariants": True, "graph_recount": True}
     meta = result.asset_materializations_for_node("graph")[0].metadata
@@ -30,16 +43,21 @@ def test_graph_and_profile_materialise_on_a_tmp_lake(lake: Lake) -> None:
     assert meta["dangling_citations"].value == 2
     assert meta["unknown_descriptors"].value == 1
     assert meta["published"].value is True
-    store = KGStore.open(lake)
+    assert meta["corpus_partition"].value == RELEASE
+    assert meta["mesh_partition"].value == YEAR
+    store = KGStore.open(scoped)
     assert store.build_id == meta["build_id"].value
     assert store.cites(store.idx(30)).tolist() == [0, 1]
 
-    profile = result.asset_materializations_for_node("corpus_profile")[0].metadata
+    profile = profiled.asset_materializations_for_node("corpus_profile")[0].metadata
     assert profile["retention"].value == 0.8
     assert profile["retention_recent_1_of_4"].value == 0.8
     assert "**in-corpus retention 80.0%**" in profile["report"].value
-    saved = json.loads(lake.read_bytes("reports/corpus_profile/profile.json"))
+    saved = json.loads(lake.read_bytes(f"reports/corpus_profile/{RELEASE}/profile.json"))
     assert saved["articles"] == 5
-    assert lake.exists("reports/corpus_profile/profile.png")
-    assert lake.exists("reports/corpus_profile/report.md")
-    assert json.loads(lake.read_bytes(layout.CURRENT_POINTER))["build_id"] == store.build_id
+    assert lake.exists(f"reports/corpus_profile/{RELEASE}/profile.png")
+    assert lake.exists(f"reports/corpus_profile/{RELEASE}/report.md")
+    pointer = json.loads(lake.read_bytes(f"graph/{RELEASE}/{YEAR}/current.json"))
+    assert pointer["build_id"] == store.build_id
+    assert json.loads(scoped.read_bytes(layout.CURRENT_POINTER)) == pointer
+    assert layout.published_pairs(lake) == [(RELEASE, YEAR)]

@@ -1,6 +1,8 @@
 from __future__ import annotations
 
+import base64
 import json
+import re
 
 from kg_platform.graph.profile import (
     DecadeRow,
@@ -40,5 +42,18 @@ def test_profile_of_the_tiny_corpus(lake: Lake) -> None:
     assert "**in-corpus retention 80.0%**" in markdown
     assert "| most recent 1/8 | 1 | 2021 | 3 | 2 | 66.7% |" in markdown
     assert "| 2020s | 2 | 50.0% | 50.0% | 2.50 |" in markdown
-    assert render_png(p)[:8] == b"\x89PNG\r\n\x1a\n"
+    png = render_png(p)
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    assert render_png(p) == png  # deterministic: the asset renders the plot twice
+    for report in (markdown, render_markdown(p, png)):
+        assert embedded_pngs(report) == [png]
+        assert not re.search(r"""(src=["']?|\]\()(?!data:)[^"')]*\.png""", report)
     assert json.loads(render_json(p))["slices"][2]["retention"] == 0.777778
+
+
+def embedded_pngs(markdown: str) -> list[bytes]:
+    """The PNGs a markdown report embeds as ``data:image/png;base64`` URIs."""
+    return [
+        base64.b64decode(m, validate=True)
+        for m in re.findall(r"data:image/png;base64,([A-Za-z0-9+/=]+)", markdown)
+    ]

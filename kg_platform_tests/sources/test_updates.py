@@ -59,7 +59,10 @@ def test_sensor_first_run_no_change_and_new_files(tmp_path: Path) -> None:
         ]
         assert [
             (r.partitions_def_name, r.partition_keys) for r in first.dynamic_partitions_requests
-        ] == [("pubmed_files", ["pubmed26n1334", "pubmed26n1335"])]
+        ] == [
+            ("pubmed_files", ["pubmed26n1334", "pubmed26n1335"]),
+            ("pubmed_releases", ["pubmed26"]),
+        ]
         assert json.loads(first.cursor) == {"requested": ["pubmed26n1334", "pubmed26n1335"]}
         assert instance.get_dynamic_partitions("pubmed_files") == ["pubmed26n1334", "pubmed26n1335"]
 
@@ -138,10 +141,12 @@ def test_daily_fold_waits_for_every_file(tmp_path: Path) -> None:
         )
         waiting = pubmed_daily_fold(context)
         assert isinstance(waiting, dg.SkipReason)
-        assert waiting.skip_message == "1 of 2 files not parsed yet (first: pubmed26n1335)"
+        assert waiting.skip_message == (
+            "pubmed26: 1 of 2 files not parsed yet (first: pubmed26n1335)"
+        )
         instance.report_runless_asset_event(
             dg.AssetMaterialization("pubmed_tables", partition="pubmed26n1335")
         )
         ready = pubmed_daily_fold(context)
         assert isinstance(ready, dg.RunRequest)
-        assert ready.run_key == "corpus-2026-01-02-2"
+        assert (ready.run_key, ready.partition_key) == ("corpus-pubmed26-2026-01-02-2", "pubmed26")

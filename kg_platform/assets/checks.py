@@ -1,0 +1,109 @@
+"""One check contract for every asset: domain check outcomes (anything with ``name``,
+``passed`` and ``details`` / ``description`` / ``metadata``) become Dagster check results,
+and a failed blocking check stops the step before its staged output is published."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import dagster as dg
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A check decided in the asset itself (the domain types carry their own)."""
+
+    name: str
+    passed: bool
+    details: str
+
+
+def _metadata(outcome: Any, extra: Mapping[str, Any]) -> dict[str, Any]:
+    metadata: dict[str, Any] = dict(extra)
+    details = getattr(outcome, "details", None) or getattr(outcome, "description", None)
+    if details:
+        metadata["details"] = str(details)[:4000]
+    for key, value in (getattr(outcome, "metadata", None) or {}).items():
+        metadata[key] = value if isinstance(value, int | float | str | bool) else str(value)[:4000]
+    return metadata
+
+
+def blocking_checks(context: dg.AssetExecutionContext) -> set[str]:
+    return {spec.name for spec in context.assets_def.check_specs if spec.blocking}
+
+
+def check_results(
+    context: dg.AssetExecutionContext,
+    outcomes: Iterable[Any],
+    what: str,
+    extra: Mapping[str, Any] | None = None,
+) -> list[dg.AssetCheckResult]:
+    """The outcomes as check results; when a blocking one failed, record them all (so the
+    UI and the instance show which failed, for this partition) and fail the step, naming
+    the check and the input. Call it inside the lake transaction: the raise discards the
+    staged output and the last good one stays published."""
+    outcomes = list(outcomes)
+    blocking = blocking_checks(context)
+    partition = context.partition_key if context.has_partition_key else None
+    # Dagster records check results without the partition in their metadata: name it here
+    extra = {**({"partition": partition} if partition else {}), **(extra or {})}
+    failed = [o for o in outcomes if o.name in blocking and not o.passed]
+    if failed:
+        for o in outcomes:
+            context.log_event(
+                dg.AssetCheckEvaluation(
+                    asset_key=context.asset_key,
+                    check_name=o.name,
+                    passed=bool(o.passed),
+                    metadata=_metadata(o, extra),
+                    severity=dg.AssetCheckSeverity.ERROR
+                    if o.name in blocking
+                    else dg.AssetCheckSeverity.WARN,
+                    blocking=o.name in blocking,
+                    partition=partition,
+                )
+            )
+        causes = "; ".join(
+            f"{o.name} ({(_metadata(o, {}).get('details') or 'failed')[:300]})" for o in failed
+        )
+        raise dg.Failure(
+            description=f"{what}: blocking check failed: {causes}; "
+            f"the published {context.asset_key.to_user_string()} is unchanged",
+            allow_retries=False,
+        )
+    return [
+        dg.AssetCheckResult(
+            check_name=o.name,
+            passed=bool(o.passed),
+            metadata=_metadata(o, extra),
+            severity=dg.AssetCheckSeverity.ERROR
+            if o.name in blocking
+            else dg.AssetCheckSeverity.WARN,
+        )
+        for o in outcomes
+    ]
+
+
+def data_version(digest: str) -> dg.DataVersion:
+    """A data version from a content digest (Lake.digest), so an unchanged output leaves
+    everything downstream fresh and a changed one marks it stale."""
+    return dg.DataVersion(digest[:16])
+
+
+def latest_data_version(
+    context: dg.AssetExecutionContext, asset: str, partition: str | None
+) -> str | None:
+    """The data version of the latest materialisation of ``asset[partition]``."""
+    result = context.instance.fetch_materializations(
+        dg.AssetRecordsFilter(
+            asset_key=dg.AssetKey(asset), asset_partitions=[partition] if partition else None
+        ),
+        limit=1,
+    )
+    if not result.records:
+        return None
+    materialization = result.records[0].asset_materialization
+    tags = (materialization.tags or {}) if materialization else {}
+    return tags.get("dagster/data_version")

@@ -1,0 +1,105 @@
+"""`kg status [--lake DIR]`: per release, MeSH year and graph build, what is materialised,
+failed, missing or stale, read from the persistent Dagster instance (as the UI reads it)."""
+
+from __future__ import annotations
+
+import argparse
+from collections import Counter
+
+STATES = ("fresh", "stale", "failed", "missing", "in progress")
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("status", help="what is materialised, failed, missing or stale")
+    p.add_argument("--lake", default=None)
+    p.set_defaults(func=run_status)
+
+
+def stale_resolver(instance, asset_graph):
+    """Dagster's own staleness resolver (the one the UI asks) over this code's asset graph."""
+    from dagster._core.asset_graph_view.asset_graph_view import AssetGraphView, TemporalContext
+    from dagster._core.definitions.data_version import CachingStaleStatusResolver
+    from dagster._time import get_current_datetime
+
+    view = AssetGraphView(
+        temporal_context=TemporalContext(effective_dt=get_current_datetime(), last_event_id=None),
+        instance=instance,
+        asset_graph=asset_graph,
+    )
+    return CachingStaleStatusResolver(instance, asset_graph, loading_context=view)
+
+
+def partition_states(instance, asset_graph) -> dict[str, dict[str, str]]:
+    """asset -> partition key -> one of STATES, for every partition of every partitioned
+    asset (unpartitioned assets under the key '')."""
+    from dagster._core.definitions.data_version import StaleStatus
+    from dagster._core.storage.partition_status_cache import AssetPartitionStatus
+
+    resolver = stale_resolver(instance, asset_graph)
+    states: dict[str, dict[str, str]] = {}
+    for key in sorted(asset_graph.get_all_asset_keys(), key=lambda k: k.to_user_string()):
+        node = asset_graph.get(key)
+        if not node.is_materializable:
+            continue
+        partitions_def = node.partitions_def
+        if partitions_def is None:
+            keys: list[str | None] = [None]
+            status_of = {}
+        else:
+            keys = list(partitions_def.get_partition_keys(dynamic_partitions_store=instance))
+            status_of = (
+                instance.get_status_by_partition(key, keys, partitions_def) or {} if keys else {}
+            )
+        per: dict[str, str] = {}
+        for partition in keys:
+            status = status_of.get(partition) if partition is not None else None
+            if status == AssetPartitionStatus.FAILED:
+                per[partition or ""] = "failed"
+                continue
+            if status == AssetPartitionStatus.IN_PROGRESS:
+                per[partition or ""] = "in progress"
+                continue
+            stale = resolver.get_status(key, partition)
+            per[partition or ""] = {
+                StaleStatus.FRESH: "fresh",
+                StaleStatus.STALE: "stale",
+                StaleStatus.MISSING: "missing",
+            }[stale]
+        states[key.to_user_string()] = per
+    return states
+
+
+def other_source_tables(lake, files: set[str]) -> list[str]:
+    """Per-file tables in the lake whose file is no partition of the current source."""
+    return sorted(
+        {k.rsplit("/", 1)[1].removesuffix(".parquet") for k in lake.list("tables/articles")} - files
+    )
+
+
+def run_status(args: argparse.Namespace) -> int:
+    from kg_platform.assets.partitions import pubmed_files
+    from kg_platform.commands.build import prepare_instance
+    from kg_platform.definitions import build_definitions
+    from kg_platform.settings import Settings
+    from kg_platform.storage.lake import Lake
+
+    settings = Settings.load()
+    instance = prepare_instance(settings)
+    asset_graph = build_definitions(settings).resolve_asset_graph()
+    states = partition_states(instance, asset_graph)
+    print(f"instance {settings.dagster_home}; lake {args.lake}")
+    for asset, per in states.items():
+        counts = Counter(per.values())
+        summary = ", ".join(f"{counts[s]} {s}" for s in STATES if counts[s]) or "no partitions"
+        print(f"{asset}: {summary}")
+        for partition, state in sorted(per.items()):
+            if state != "fresh" or len(per) <= 8:
+                print(f"  {partition or '(unpartitioned)'}: {state}")
+    files = set(instance.get_dynamic_partitions(pubmed_files.name))
+    others = other_source_tables(Lake(args.lake), files)
+    if others:
+        print(
+            f"stale: {len(others)} files' tables from another source, no longer partitions "
+            f"(first: {', '.join(others[:5])})"
+        )
+    return 0

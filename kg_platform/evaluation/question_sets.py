@@ -1,0 +1,50 @@
+"""Question sets as lake objects, keyed by file name plus a content-hash prefix.
+
+``kg build`` registers the reference question files it finds; each becomes one
+``questions/<kind>/<key><suffix>`` object (``pqal_dev400-1a2b3c4d``) and one partition of
+the reports that read it, so a changed file is a new partition, never a silent overwrite.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+from kg_platform.storage.lake import Lake
+
+KINDS = ("pubmedqa", "hotpotqa")
+
+
+def question_set_key(path: str | Path) -> str:
+    path = Path(path)
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()[:8]
+    stem = path.name.split(".")[0].replace(" ", "_")
+    return f"{stem}-{digest}"
+
+
+def lake_key(kind: str, key: str) -> str:
+    if kind not in KINDS:
+        raise ValueError(f"question set kind {kind!r}: expected one of {KINDS}")
+    return f"questions/{kind}/{key}.json"
+
+
+def register_question_set(lake: Lake, kind: str, path: str | Path) -> str:
+    """Copy ``path`` into the lake under its key (once); returns the key."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such question file")
+    key = question_set_key(path)
+    target = lake_key(kind, key)
+    if not lake.exists(target):
+        lake.copy_in(target, str(path))
+    return key
+
+
+def question_set_object(lake: Lake, kind: str, key: str) -> str:
+    """The lake key of a registered question set, or a clear error naming it."""
+    target = lake_key(kind, key)
+    if not lake.exists(target):
+        raise FileNotFoundError(
+            f"question set {key}: {lake.path(target)} is missing; register it with `kg build`"
+        )
+    return target
