@@ -30,6 +30,22 @@ def require_reference(*parts: str) -> Path:
     return path
 
 
+def use_kg_home(monkeypatch: pytest.MonkeyPatch, home: Path) -> Path:
+    """Point the platform's settings at ``home`` only: no lake, source or instance from the
+    environment leaks in."""
+    monkeypatch.setenv("KG_HOME", str(home))
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    for var in ("KG_LAKE", "KG_CATALOG", "KG_PUBMED_SOURCE", "KG_MESH_SOURCE"):
+        monkeypatch.delenv(var, raising=False)
+    return home
+
+
+@pytest.fixture
+def kg_home(tmp_path, monkeypatch) -> Path:
+    """A fresh KG_HOME (lake, instance, sources) for one test."""
+    return use_kg_home(monkeypatch, tmp_path / "kg")
+
+
 @pytest.fixture(scope="session")
 def reference_data() -> Path:
     return require_reference()

@@ -30,6 +30,10 @@ def _metadata(outcome: Any, extra: Mapping[str, Any]) -> dict[str, Any]:
     return metadata
 
 
+def _severity(outcome: Any, blocking: set[str]) -> dg.AssetCheckSeverity:
+    return dg.AssetCheckSeverity.ERROR if outcome.name in blocking else dg.AssetCheckSeverity.WARN
+
+
 def blocking_checks(context: dg.AssetExecutionContext) -> set[str]:
     return {spec.name for spec in context.assets_def.check_specs if spec.blocking}
 
@@ -58,9 +62,7 @@ def check_results(
                     check_name=o.name,
                     passed=bool(o.passed),
                     metadata=_metadata(o, extra),
-                    severity=dg.AssetCheckSeverity.ERROR
-                    if o.name in blocking
-                    else dg.AssetCheckSeverity.WARN,
+                    severity=_severity(o, blocking),
                     blocking=o.name in blocking,
                     partition=partition,
                 )
@@ -78,9 +80,7 @@ def check_results(
             check_name=o.name,
             passed=bool(o.passed),
             metadata=_metadata(o, extra),
-            severity=dg.AssetCheckSeverity.ERROR
-            if o.name in blocking
-            else dg.AssetCheckSeverity.WARN,
+            severity=_severity(o, blocking),
         )
         for o in outcomes
     ]

@@ -54,7 +54,27 @@ def release_of(file: str) -> str:
 
 
 def files_of_release(files: list[str], release: str) -> list[str]:
-    return sorted(f for f in files if FILE_KEY.match(f) and release_of(f) == release)
+    return sorted(_files_in(files, {release}))
+
+
+def _files_in(files, releases: set[str]) -> list[str]:
+    return [f for f in files if FILE_KEY.match(f) and release_of(f) in releases]
+
+
+def _releases_of(files) -> set[str]:
+    return {release_of(f) for f in files if FILE_KEY.match(f)}
+
+
+def _keys(partitions_def, current_time, dynamic_partitions_store) -> list[str]:
+    return list(
+        partitions_def.get_partition_keys(
+            current_time=current_time, dynamic_partitions_store=dynamic_partitions_store
+        )
+    )
+
+
+def _subset(partitions_def, keys):
+    return partitions_def.empty_subset().with_partition_keys(sorted(keys))
 
 
 class FilesOfRelease(dg.PartitionMapping):
@@ -73,13 +93,10 @@ class FilesOfRelease(dg.PartitionMapping):
         current_time: datetime | None = None,
         dynamic_partitions_store: DynamicPartitionsStore | None = None,
     ) -> UpstreamPartitionsResult:
+        files = _keys(upstream_partitions_def, current_time, dynamic_partitions_store)
         releases = set(downstream_partitions_subset.get_partition_keys())
-        files = upstream_partitions_def.get_partition_keys(
-            current_time=current_time, dynamic_partitions_store=dynamic_partitions_store
-        )
-        wanted = [f for f in files if FILE_KEY.match(f) and release_of(f) in releases]
         return UpstreamPartitionsResult(
-            partitions_subset=upstream_partitions_def.empty_subset().with_partition_keys(wanted),
+            partitions_subset=_subset(upstream_partitions_def, _files_in(files, releases)),
             required_but_nonexistent_subset=upstream_partitions_def.empty_subset(),
         )
 
@@ -91,26 +108,16 @@ class FilesOfRelease(dg.PartitionMapping):
         current_time: datetime | None = None,
         dynamic_partitions_store: DynamicPartitionsStore | None = None,
     ):
-        releases = {
-            release_of(f)
-            for f in upstream_partitions_subset.get_partition_keys()
-            if FILE_KEY.match(f)
-        }
-        known = set(
-            downstream_partitions_def.get_partition_keys(
-                current_time=current_time, dynamic_partitions_store=dynamic_partitions_store
-            )
-        )
-        return downstream_partitions_def.empty_subset().with_partition_keys(
-            sorted(releases & known)
-        )
+        known = _keys(downstream_partitions_def, current_time, dynamic_partitions_store)
+        releases = _releases_of(upstream_partitions_subset.get_partition_keys())
+        return _subset(downstream_partitions_def, releases & set(known))
 
     @property
     def description(self) -> str:
         return "Each release (pubmedYY) reads the files named pubmedYYnNNNN."
 
 
-class ReleaseOfFile(FilesOfRelease):
+class ReleaseOfFile(dg.PartitionMapping):
     """The reverse direction: a file partition reads its own release (``pubmed26n0001`` ->
     ``pubmed26``), e.g. an embedding shard reading its release's corpus."""
 
@@ -126,25 +133,11 @@ class ReleaseOfFile(FilesOfRelease):
         current_time: datetime | None = None,
         dynamic_partitions_store: DynamicPartitionsStore | None = None,
     ) -> UpstreamPartitionsResult:
-        releases = sorted(
-            {
-                release_of(f)
-                for f in downstream_partitions_subset.get_partition_keys()
-                if FILE_KEY.match(f)
-            }
-        )
-        known = set(
-            upstream_partitions_def.get_partition_keys(
-                current_time=current_time, dynamic_partitions_store=dynamic_partitions_store
-            )
-        )
+        known = set(_keys(upstream_partitions_def, current_time, dynamic_partitions_store))
+        releases = _releases_of(downstream_partitions_subset.get_partition_keys())
         return UpstreamPartitionsResult(
-            partitions_subset=upstream_partitions_def.empty_subset().with_partition_keys(
-                [r for r in releases if r in known]
-            ),
-            required_but_nonexistent_subset=upstream_partitions_def.empty_subset().with_partition_keys(
-                [r for r in releases if r not in known]
-            ),
+            partitions_subset=_subset(upstream_partitions_def, releases & known),
+            required_but_nonexistent_subset=_subset(upstream_partitions_def, releases - known),
         )
 
     def get_downstream_partitions_for_partitions(
@@ -155,34 +148,20 @@ class ReleaseOfFile(FilesOfRelease):
         current_time: datetime | None = None,
         dynamic_partitions_store: DynamicPartitionsStore | None = None,
     ):
+        files = _keys(downstream_partitions_def, current_time, dynamic_partitions_store)
         releases = set(upstream_partitions_subset.get_partition_keys())
-        files = downstream_partitions_def.get_partition_keys(
-            current_time=current_time, dynamic_partitions_store=dynamic_partitions_store
-        )
-        return downstream_partitions_def.empty_subset().with_partition_keys(
-            [f for f in files if FILE_KEY.match(f) and release_of(f) in releases]
-        )
+        return _subset(downstream_partitions_def, _files_in(files, releases))
 
     @property
     def description(self) -> str:
         return "Each file (pubmedYYnNNNN) reads its release pubmedYY."
 
 
-def dimensions(context: dg.AssetExecutionContext) -> dict[str, str]:
-    """The partition key of a run as named dimensions ({} when unpartitioned)."""
-    if not context.has_partition_key:
-        return {}
-    key = context.partition_key
-    if isinstance(key, dg.MultiPartitionKey):
-        return dict(key.keys_by_dimension)
-    return {"key": key}
-
-
 def scope_for(context: dg.AssetExecutionContext) -> Scope:
     """The lake folders this run's partition reads and writes (kg_platform.storage.scope)."""
     partitions_def = context.assets_def.partitions_def
     key = context.partition_key
-    if partitions_def in (pubmed_files,):
+    if partitions_def == pubmed_files:
         return Scope(release=release_of(key))
     if partitions_def == pubmed_releases:
         return Scope(release=key, report=key)

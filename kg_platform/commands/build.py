@@ -103,10 +103,6 @@ class Stage:
     keys: frozenset  # AssetKeys run together, one run per partition key
     partitions_def: object  # their shared PartitionsDefinition (None: unpartitioned)
 
-    @property
-    def partitioned(self) -> bool:
-        return self.partitions_def is not None
-
 
 def plan_stages(asset_graph, selected: set) -> list[Stage]:
     """Group the selected assets into runs: assets sharing a partitions definition run
@@ -126,12 +122,16 @@ def plan_stages(asset_graph, selected: set) -> list[Stage]:
     for key in sorted(selected, key=lambda k: (depth(k), k.to_user_string())):
         node = asset_graph.get(key)
         parents = [p for p in node.parent_keys if p in selected]
-        last_parent = max((where[p] for p in parents), default=-1)
-        joined = None
-        for i in range(len(stage_keys) - 1, -1, -1):
-            if stage_defs[i] == node.partitions_def and i >= last_parent:
-                joined = i
-                break
+        # the latest stage of the same partitions that is not before any parent's stage
+        first_allowed = max((where[p] for p in parents), default=0)
+        joined = next(
+            (
+                i
+                for i in range(len(stage_keys) - 1, first_allowed - 1, -1)
+                if stage_defs[i] == node.partitions_def
+            ),
+            None,
+        )
         if joined is None:
             stage_keys.append(set())
             stage_defs.append(node.partitions_def)

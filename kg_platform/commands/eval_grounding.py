@@ -8,7 +8,7 @@ import sys
 
 import polars as pl
 
-from kg_platform.commands.partition_args import add_partition_args, scoped_lake
+from kg_platform.commands.partition_args import add_partition_args, may_hold_graph, scoped_lake
 from kg_platform.evaluation.grounding_eval import evaluate_with_mesh, load_pubmedqa, render_report
 from kg_platform.graph.store import KGStore
 from kg_platform.storage.lake import Lake
@@ -62,7 +62,7 @@ def run_eval_grounding(args: argparse.Namespace) -> int:
         print(f"kg eval grounding: {error}", file=sys.stderr)
         return 2
     counts, n_articles = None, None
-    if lake is not None and (build["release"] is not None or not lake.scope.mesh_year):
+    if lake is not None and may_hold_graph(lake):
         try:
             from kg_platform.answer.api import graph_article_counts
 

@@ -10,7 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from kg_platform.commands.eval_grounding import mesh_frames
-from kg_platform.commands.partition_args import add_partition_args
+from kg_platform.commands.partition_args import add_partition_args, may_hold_graph
 from kg_platform.evaluation.grounding_eval import heading_index, load_pubmedqa
 from kg_platform.evaluation.hybrid_eval import (
     DEFAULT_THRESHOLDS,
@@ -63,7 +63,7 @@ def run_eval_hybrid(args: argparse.Namespace) -> int:
         print(f"kg eval hybrid: {error}", file=sys.stderr)
         return 2
     store, counts, n_articles = None, None, None
-    if lake is not None and (build["release"] is not None or not lake.scope.mesh_year):
+    if lake is not None and may_hold_graph(lake):
         try:
             from kg_platform.answer.api import graph_article_counts
 

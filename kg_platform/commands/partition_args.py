@@ -42,3 +42,9 @@ def scoped_lake(
     if not quiet:
         print(f"graph build: release {release}, MeSH {year}", file=sys.stderr)
     return root.scoped(release=release, mesh_year=year), {"release": release, "mesh_year": year}
+
+
+def may_hold_graph(lake: Lake) -> bool:
+    """Whether a graph build can be read through this view: an unpartitioned lake, or one
+    scoped to a release (a MeSH-only scope has no graph)."""
+    return lake.scope.empty or lake.scope.release is not None

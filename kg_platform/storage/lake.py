@@ -151,11 +151,8 @@ class Lake:
         """A binary file handle whose content appears at ``key`` only when the block ends
         without error. Locally: temp file + rename. Remotely: buffer + one put. Inside a
         transaction the object goes to the staging area, published at commit."""
-        if self.stage is not None:
-            routed = self.scope.route(_check_key(key))
-            target = self.stage.path(self, routed)
-        else:
-            routed, target = None, self.path(key)
+        routed = self.scope.route(_check_key(key)) if self.stage is not None else None
+        target = self.stage.path(self, routed) if routed is not None else self.path(key)
         if self.is_local:
             folder = os.path.dirname(target)
             os.makedirs(folder, exist_ok=True)
@@ -176,7 +173,7 @@ class Lake:
             buf = io.BytesIO()
             yield buf  # type: ignore[misc]
             self.fs.pipe_file(target, buf.getvalue())
-        if routed is not None and self.stage is not None:
+        if routed is not None:
             self.stage.keys.add(routed)
 
     def write_bytes(self, key: str, data: bytes) -> int:

@@ -13,7 +13,7 @@ import dagster as dg
 import pytest
 
 from kg_platform.cli import main
-from kg_platform_tests.conftest import require_reference
+from kg_platform_tests.conftest import require_reference, use_kg_home
 
 SELECT = "key:pubmed_xml or key:pubmed_tables or key:corpus or key:mesh_tables or key:graph"
 
@@ -37,10 +37,7 @@ def two_releases(tmp_path_factory):
     """One folder, one instance, one lake: pubmed24's samples, then pubmed25's."""
     home = tmp_path_factory.mktemp("two") / "kg"
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("KG_HOME", str(home))
-        mp.delenv("DAGSTER_HOME", raising=False)
-        for var in ("KG_LAKE", "KG_CATALOG", "KG_PUBMED_SOURCE", "KG_MESH_SOURCE"):
-            mp.delenv(var, raising=False)
+        use_kg_home(mp, home)
         samples = require_reference("pubmed", "samples")
         assert build("--pubmed-source", str(samples / "pubmed24"), "--select", SELECT) == 0
         first = lake_hashes(home / "lake", "corpus/pubmed24", "graph/pubmed24")
@@ -122,15 +119,6 @@ def test_changed_release_makes_only_its_graph_stale(two_releases, tmp_path) -> N
         for r in ("pubmed24", "pubmed25")
     }
     assert {r: s.name for r, s in status.items()} == {"pubmed24": "FRESH", "pubmed25": "STALE"}
-
-
-@pytest.fixture
-def kg_home(tmp_path, monkeypatch):
-    monkeypatch.setenv("KG_HOME", str(tmp_path / "kg"))
-    monkeypatch.delenv("DAGSTER_HOME", raising=False)
-    for var in ("KG_LAKE", "KG_CATALOG", "KG_PUBMED_SOURCE", "KG_MESH_SOURCE"):
-        monkeypatch.delenv(var, raising=False)
-    return tmp_path / "kg"
 
 
 def duplicate_first_record(path: Path) -> None:

@@ -6,22 +6,12 @@ import re
 from dataclasses import replace
 
 import dagster as dg
-import pytest
 
 from kg_platform.cli import main
 from kg_platform.pubmed import tables as pubmed_tables_domain
 from kg_platform_tests.conftest import require_reference
 
 PUBMED_STAGE = "key:pubmed_xml or key:pubmed_tables or key:corpus"
-
-
-@pytest.fixture
-def kg_home(tmp_path, monkeypatch):
-    monkeypatch.setenv("KG_HOME", str(tmp_path / "kg"))
-    monkeypatch.delenv("DAGSTER_HOME", raising=False)
-    for var in ("KG_LAKE", "KG_CATALOG", "KG_PUBMED_SOURCE", "KG_MESH_SOURCE"):
-        monkeypatch.delenv(var, raising=False)
-    return tmp_path / "kg"
 
 
 def build_pubmed_stage(*extra: str) -> int:
