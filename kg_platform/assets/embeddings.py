@@ -3,8 +3,7 @@
 import dagster as dg
 
 from kg_platform.assets.partitions import (
-    FilesOfRelease,
-    ReleaseOfFile,
+    FILES_TO_RELEASE,
     mesh_years,
     pubmed_files,
     pubmed_releases,
@@ -25,7 +24,7 @@ from kg_platform.resources.lake import LakeResource
 
 @dg.asset(
     partitions_def=pubmed_files,
-    deps=[dg.AssetDep("corpus", partition_mapping=ReleaseOfFile())],
+    deps=[dg.AssetDep("corpus", partition_mapping=FILES_TO_RELEASE)],
     code_version="2",
     pool="gpu",
     group_name="embeddings",
@@ -87,7 +86,7 @@ INDEX_CHECKS = {
 
 @dg.asset(
     partitions_def=pubmed_releases,
-    deps=[dg.AssetDep("embedding_shards", partition_mapping=FilesOfRelease()), "corpus"],
+    deps=[dg.AssetDep("embedding_shards", partition_mapping=FILES_TO_RELEASE), "corpus"],
     code_version="2",
     pool="gpu",
     group_name="embeddings",

@@ -4,7 +4,7 @@
   PubMed source (``kg build`` and the update sensor add them, ``kg build`` drops the keys of
   a previous source, whose tables then show as stale in ``kg status``);
 - release (``pubmed26``): the file name's ``pubmedYY``; a release's assets read exactly
-  its own files, through :class:`FilesOfRelease`;
+  its own files (:func:`files_of_release`), declared to Dagster as FILES_TO_RELEASE;
 - MeSH year (``2024``): the year of the MeSH source's files;
 - graph build: release x MeSH year;
 - question set x configuration for evaluation reports; a question set key is the file
@@ -14,18 +14,10 @@
 from __future__ import annotations
 
 import re
-from datetime import datetime
-from typing import TYPE_CHECKING
 
 import dagster as dg
-from dagster._core.definitions.partitions.mapping.partition_mapping import (
-    UpstreamPartitionsResult,
-)
 
 from kg_platform.storage.scope import Scope
-
-if TYPE_CHECKING:
-    from dagster._core.instance import DynamicPartitionsStore
 
 FILE_KEY = re.compile(r"^(pubmed\d{2})n\d{4}$")
 
@@ -54,107 +46,15 @@ def release_of(file: str) -> str:
 
 
 def files_of_release(files: list[str], release: str) -> list[str]:
-    return sorted(_files_in(files, {release}))
+    """The files of ``release`` among ``files``, sorted: what a release's assets read."""
+    return sorted(f for f in files if FILE_KEY.match(f) and release_of(f) == release)
 
 
-def _files_in(files, releases: set[str]) -> list[str]:
-    return [f for f in files if FILE_KEY.match(f) and release_of(f) in releases]
-
-
-def _releases_of(files) -> set[str]:
-    return {release_of(f) for f in files if FILE_KEY.match(f)}
-
-
-def _keys(partitions_def, current_time, dynamic_partitions_store) -> list[str]:
-    return list(
-        partitions_def.get_partition_keys(
-            current_time=current_time, dynamic_partitions_store=dynamic_partitions_store
-        )
-    )
-
-
-def _subset(partitions_def, keys):
-    return partitions_def.empty_subset().with_partition_keys(sorted(keys))
-
-
-class FilesOfRelease(dg.PartitionMapping):
-    """Each release partition (``pubmed26``) reads the file partitions named ``pubmed26n*``;
-    each file feeds only its own release."""
-
-    def validate_partition_mapping(self, upstream_partitions_def, downstream_partitions_def):
-        if not isinstance(upstream_partitions_def, dg.DynamicPartitionsDefinition):
-            raise dg.DagsterInvalidDefinitionError("FilesOfRelease maps from file partitions")
-
-    def get_upstream_mapped_partitions_result_for_partitions(
-        self,
-        downstream_partitions_subset,
-        downstream_partitions_def,
-        upstream_partitions_def,
-        current_time: datetime | None = None,
-        dynamic_partitions_store: DynamicPartitionsStore | None = None,
-    ) -> UpstreamPartitionsResult:
-        files = _keys(upstream_partitions_def, current_time, dynamic_partitions_store)
-        releases = set(downstream_partitions_subset.get_partition_keys())
-        return UpstreamPartitionsResult(
-            partitions_subset=_subset(upstream_partitions_def, _files_in(files, releases)),
-            required_but_nonexistent_subset=upstream_partitions_def.empty_subset(),
-        )
-
-    def get_downstream_partitions_for_partitions(
-        self,
-        upstream_partitions_subset,
-        upstream_partitions_def,
-        downstream_partitions_def,
-        current_time: datetime | None = None,
-        dynamic_partitions_store: DynamicPartitionsStore | None = None,
-    ):
-        known = _keys(downstream_partitions_def, current_time, dynamic_partitions_store)
-        releases = _releases_of(upstream_partitions_subset.get_partition_keys())
-        return _subset(downstream_partitions_def, releases & set(known))
-
-    @property
-    def description(self) -> str:
-        return "Each release (pubmedYY) reads the files named pubmedYYnNNNN."
-
-
-class ReleaseOfFile(dg.PartitionMapping):
-    """The reverse direction: a file partition reads its own release (``pubmed26n0001`` ->
-    ``pubmed26``), e.g. an embedding shard reading its release's corpus."""
-
-    def validate_partition_mapping(self, upstream_partitions_def, downstream_partitions_def):
-        if not isinstance(downstream_partitions_def, dg.DynamicPartitionsDefinition):
-            raise dg.DagsterInvalidDefinitionError("ReleaseOfFile maps to file partitions")
-
-    def get_upstream_mapped_partitions_result_for_partitions(
-        self,
-        downstream_partitions_subset,
-        downstream_partitions_def,
-        upstream_partitions_def,
-        current_time: datetime | None = None,
-        dynamic_partitions_store: DynamicPartitionsStore | None = None,
-    ) -> UpstreamPartitionsResult:
-        known = set(_keys(upstream_partitions_def, current_time, dynamic_partitions_store))
-        releases = _releases_of(downstream_partitions_subset.get_partition_keys())
-        return UpstreamPartitionsResult(
-            partitions_subset=_subset(upstream_partitions_def, releases & known),
-            required_but_nonexistent_subset=_subset(upstream_partitions_def, releases - known),
-        )
-
-    def get_downstream_partitions_for_partitions(
-        self,
-        upstream_partitions_subset,
-        upstream_partitions_def,
-        downstream_partitions_def,
-        current_time: datetime | None = None,
-        dynamic_partitions_store: DynamicPartitionsStore | None = None,
-    ):
-        files = _keys(downstream_partitions_def, current_time, dynamic_partitions_store)
-        releases = set(upstream_partitions_subset.get_partition_keys())
-        return _subset(downstream_partitions_def, _files_in(files, releases))
-
-    @property
-    def description(self) -> str:
-        return "Each file (pubmedYYnNNNN) reads its release pubmedYY."
+# file <-> release dependencies. Dagster's UI and daemon only honour its built-in mappings
+# (a custom one is replaced by an identity mapping there, and a backfill of `corpus` or
+# `embedding_shards` is then refused), so the declared mapping is the built-in "all"; the
+# file keys are those of one source, and each release's asset picks its own files by name.
+FILES_TO_RELEASE = dg.AllPartitionMapping()
 
 
 def scope_for(context: dg.AssetExecutionContext) -> Scope:

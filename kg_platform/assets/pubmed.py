@@ -6,7 +6,7 @@ import dagster as dg
 
 from kg_platform.assets.checks import check_results, data_version
 from kg_platform.assets.partitions import (
-    FilesOfRelease,
+    FILES_TO_RELEASE,
     files_of_release,
     pubmed_files,
     pubmed_releases,
@@ -150,7 +150,7 @@ def release_files(lake, release: str, names: list[str]) -> list[str]:
 
 @dg.asset(
     partitions_def=pubmed_releases,
-    deps=[dg.AssetDep(pubmed_tables, partition_mapping=FilesOfRelease())],
+    deps=[dg.AssetDep(pubmed_tables, partition_mapping=FILES_TO_RELEASE)],
     group_name="pubmed",
     kinds={"duckdb", "parquet"},
     code_version=CODE_VERSION,

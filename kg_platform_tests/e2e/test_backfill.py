@@ -114,23 +114,6 @@ def clean_run(root: Path, url: str) -> dict[str, str]:
     return content_hashes(root / "lake")
 
 
-def fold_release_partition(instance, lake: Path, catalog: Path, url: str) -> None:
-    from kg_platform.assets.pubmed import corpus
-    from kg_platform.resources.catalog import CatalogResource
-    from kg_platform.resources.lake import LakeResource
-    from kg_platform.resources.pubmed_source import PubmedSourceResource
-
-    resources = {
-        "lake": LakeResource(root=str(lake)),
-        "catalog": CatalogResource(database=str(catalog)),
-        "pubmed_source": PubmedSourceResource(base=url),
-    }
-    result = dg.materialize(
-        [corpus], partition_key="pubmed26", resources=resources, instance=instance
-    )
-    assert result.success
-
-
 def test_failed_shard_is_backfilled_from_failure(tmp_path: Path) -> None:
     make_mirror(tmp_path / "mirror")
     with serve_mirror(tmp_path / "mirror") as (url, mirror_state):
@@ -194,9 +177,23 @@ def test_failed_shard_is_backfilled_from_failure(tmp_path: Path) -> None:
                     sorted(instance.get_materialized_partitions(dg.AssetKey("pubmed_tables")))
                     == FILES
                 )
-                # then the release's corpus, in the same instance and lake
-                instance.add_dynamic_partitions("pubmed_releases", ["pubmed26"])
-                fold_release_partition(instance, platform.lake, tmp_path / "catalog.duckdb", url)
+                # then the release's corpus: a backfill of its one release partition
+                platform.add_partitions(["pubmed26"], "pubmed_releases")
+                fold = platform.graphql(
+                    LAUNCH_BACKFILL,
+                    {
+                        "params": {
+                            "partitionNames": ["pubmed26"],
+                            "assetSelection": [{"path": ["corpus"]}],
+                            "title": "fold",
+                        }
+                    },
+                )["launchPartitionBackfill"]
+                assert fold["__typename"] == "LaunchBackfillSuccess", fold
+                assert platform.wait_for_backfill(fold["backfillId"]) in (
+                    "COMPLETED",
+                    "COMPLETED_SUCCESS",
+                )
                 assert instance.get_materialized_partitions(dg.AssetKey("corpus")) == {"pubmed26"}
 
                 table_checks = check_statuses(instance, "pubmed_tables", TABLE_CHECKS)
