@@ -124,3 +124,100 @@ def test_materialise_one_partition_from_the_ui(tmp_path: Path) -> None:
             name: "SUCCEEDED" for name in CHECKS
         }
     assert (ARTIFACTS / "ui_pubmed_tables_checks.png").stat().st_size > 10_000
+
+
+MATERIALIZED = """
+query Materialized($key: AssetKeyInput!) {
+  assetNodeOrError(assetKey: $key) {
+    ... on AssetNode {
+      assetPartitionStatuses {
+        ... on DefaultPartitionStatuses { materializedPartitions }
+      }
+    }
+  }
+}"""
+
+
+def test_partitions_reports_and_one_mesh_year_from_the_ui(tmp_path: Path, monkeypatch) -> None:
+    """The partition dimensions on the graph's page, a report's inline plot loaded, and one
+    MeSH year launched from the Materialize dialog: exactly that partition is built."""
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"{CHROMIUM} is missing: apt-get install -y chromium (.ci/run does this)")
+    from playwright.sync_api import expect, sync_playwright
+
+    from kg_platform.evaluation.question_sets import register_question_set
+    from kg_platform.storage.lake import Lake
+
+    # the nine-descriptor NLM XML sample: MeSH 2020, built in seconds
+    monkeypatch.setenv("KG_MESH_SOURCE", str(require_reference("mesh", "xml")))
+    hotpotqa = require_reference("hotpotqa", "hotpot_dev_distractor_first60.json")
+    shutil.copytree(require_reference("pubmed", "mirror"), tmp_path / "mirror")
+    with (
+        serve_mirror(tmp_path / "mirror") as (url, _),
+        running_platform(tmp_path / "platform", url) as platform,
+    ):
+        platform.set_nux_seen()
+        question_set = register_question_set(Lake(str(platform.lake)), "hotpotqa", hotpotqa)
+        platform.add_partitions([question_set], "hotpotqa_sets")
+        platform.add_partitions(["2019", "2020"], "mesh_years")
+        report = platform.graphql(
+            LAUNCH_BACKFILL,
+            {
+                "params": {
+                    "partitionNames": [f"matched_ceilings|{question_set}"],
+                    "assetSelection": [{"path": ["allocation_report"]}],
+                }
+            },
+        )["launchPartitionBackfill"]
+        assert report["__typename"] == "LaunchBackfillSuccess", report
+        assert platform.wait_for_backfill(report["backfillId"]) in (
+            "COMPLETED",
+            "COMPLETED_SUCCESS",
+        )
+        ARTIFACTS.mkdir(exist_ok=True)
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(
+                executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True
+            )
+            page = browser.new_page(viewport={"width": 1400, "height": 900})
+            try:
+                page.set_default_timeout(60_000)
+                # 1. the graph's two partition dimensions
+                page.goto(f"{platform.url}/assets/graph?view=partitions")
+                expect(page.get_by_placeholder(re.compile("Filter by mesh_year"))).to_be_visible()
+                expect(page.get_by_placeholder(re.compile("Filter by release"))).to_be_visible()
+                # 2. the allocation report's markdown, its plot loaded inline
+                page.goto(f"{platform.url}/assets/allocation_report")
+                page.get_by_text("[Show Markdown]").first.click()
+                image = page.get_by_role("dialog").locator("img").first
+                image.wait_for()
+                page.wait_for_function("(img) => img.complete", arg=image.element_handle())
+                assert image.evaluate("img => img.naturalWidth") > 0
+                assert str(image.get_attribute("src")).startswith("data:image/png;base64,")
+                page.keyboard.press("Escape")
+                # 3. one MeSH year from the Materialize dialog
+                page.goto(f"{platform.url}/assets/mesh_tables")
+                page.get_by_role("button", name="Materialize…").first.click()
+                dialog = page.get_by_role("dialog")
+                dialog.get_by_text("Select a partition or create one").click()
+                page.locator("span", has_text="2020").first.click()
+                page.keyboard.press("Escape")
+                launch = page.get_by_role("button", name="Launch 1 run")
+                expect(launch).to_be_enabled()
+                launch.click()
+                toast = page.get_by_role("region", name=re.compile("Notifications"))
+                run_link = toast.locator('a[href*="/runs/"]').first
+                run_link.wait_for()
+                page.goto(platform.url + str(run_link.get_attribute("href")))
+                expect(page.get_by_text("Success", exact=True).first).to_be_visible(timeout=240_000)
+                page.screenshot(path=str(ARTIFACTS / "ui_mesh_year_run.png"), full_page=True)
+            except BaseException:
+                page.screenshot(path=str(ARTIFACTS / "ui_partitions_failure.png"), full_page=True)
+                raise
+            finally:
+                browser.close()
+        data = platform.graphql(MATERIALIZED, {"key": {"path": ["mesh_tables"]}})
+        statuses = data["assetNodeOrError"]["assetPartitionStatuses"]
+        assert statuses["materializedPartitions"] == ["2020"]
+    assert (platform.lake / "mesh" / "2020" / "descriptors.parquet").exists()
+    assert not (platform.lake / "mesh" / "2019").exists()
