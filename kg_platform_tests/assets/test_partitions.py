@@ -10,6 +10,7 @@ import shutil
 from pathlib import Path
 
 import dagster as dg
+import pyarrow.parquet as pq
 import pytest
 
 from kg_platform.cli import main
@@ -232,3 +233,46 @@ def test_stage_plan_on_a_small_asset_graph() -> None:
     stages = plan_stages(graph, set(graph.get_all_asset_keys()))
     names = [sorted(k.to_user_string() for k in s.keys) for s in stages]
     assert names == [["vocabulary"], ["tables", "xml"], ["fold", "index"], ["shards"]]
+
+
+def test_demo_source_then_the_mirror_each_mesh_year_beside_the_other(kg_home, tmp_path) -> None:
+    """A synthetic release in NLM's format (the demo's source) against one MeSH year, then the
+    real 2026 mirror against another, in one folder: both exit 0; the second build leaves
+    the first MeSH year's tables, graph and grounding report byte-identical."""
+    from kg_platform.mesh.source import resolve_mesh_source
+    from kg_platform.pubmed.synthetic import write_synthetic_release
+
+    tsv = require_reference("mesh", "tsv")
+    # the same thesaurus under a 2023 name: a second MeSH year partition
+    mesh_2023 = tmp_path / "mesh2023"
+    mesh_2023.mkdir()
+    for kind in ("descriptors", "supplementary"):
+        shutil.copy(tsv / f"mesh2024_{kind}.tsv.gz", mesh_2023 / f"mesh2023_{kind}.tsv.gz")
+    synthetic = tmp_path / "synthetic"
+    write_synthetic_release(
+        synthetic,
+        2_000,
+        n_baseline_files=2,
+        n_update_files=1,
+        mesh_vocabulary=resolve_mesh_source(str(mesh_2023)).descriptor_vocabulary(),
+    )
+    select = SELECT + " or key:grounding_index or key:grounding_report"
+    args = ["build", "--select", select, "--pubmed-source"]
+    assert main([*args, str(synthetic), "--mesh-source", str(mesh_2023)]) == 0
+    lake = kg_home / "lake"
+    first = lake_hashes(lake, "mesh/2023", "graph/pubmed26/2023", "reports/grounding")
+    assert any(k.startswith("graph/pubmed26/2023/") for k in first)
+    assert main([*args, str(require_reference("pubmed", "mirror")), "--mesh-source", str(tsv)]) == 0
+    assert lake_hashes(lake, "mesh/2023", "graph/pubmed26/2023") == {
+        k: v for k, v in first.items() if not k.startswith("reports/")
+    }
+    reports = lake_hashes(lake, "reports/grounding")
+    assert {k: v for k, v in reports.items() if "/2023/" in k} == {
+        k: v for k, v in first.items() if k.startswith("reports/")
+    }
+    assert sorted({k.split("/")[3] for k in reports}) == ["2023", "2024"]
+    instance = dg.DagsterInstance.from_config(str(kg_home / "dagster"))
+    assert instance.get_dynamic_partitions("pubmed_files") == ["pubmed26n1334", "pubmed26n1335"]
+    assert instance.get_dynamic_partitions("mesh_years") == ["2023", "2024"]
+    # the release's corpus is the mirror's now: its 60 articles, none of the synthetic ones
+    assert pq.read_metadata(lake / "corpus" / "pubmed26" / "articles.parquet").num_rows == 60
