@@ -21,9 +21,9 @@ def scoped_lake(
     was used on stderr unless ``quiet``. Without ``need_graph``, a lake holding MeSH tables
     but no graph yet gives its newest MeSH year and no release."""
     root = Lake(args.lake)
-    unpartitioned = not args.release and not args.mesh_year and root.exists(CURRENT_POINTER)
-    if unpartitioned and not published_pairs(root):
-        # a lake written by the domain functions directly (a notebook, a test): one graph
+    asked = args.release or args.mesh_year
+    if not asked and not published_pairs(root) and _unpartitioned(root, need_graph):
+        # a lake written by the domain functions directly (a notebook, a test)
         return root, {"release": None, "mesh_year": None}
     try:
         release, year = choose_pair(root, args.release, args.mesh_year)
@@ -31,17 +31,19 @@ def scoped_lake(
         years = [
             k.rsplit("/", 1)[1] for k in root.list("mesh") if root.exists(f"{k}/manifest.json")
         ]
-        if not need_graph and not years and root.exists("mesh/descriptors.parquet"):
-            return root, {"release": None, "mesh_year": None}  # unpartitioned MeSH tables
         if need_graph or args.release or not years:
             raise
-        year = args.mesh_year or max(years)
-        if not quiet:
-            print(f"MeSH {year} (no graph built)", file=sys.stderr)
-        return root.scoped(mesh_year=year), {"release": None, "mesh_year": year}
+        release, year = None, args.mesh_year or years[-1]
     if not quiet:
-        print(f"graph build: release {release}, MeSH {year}", file=sys.stderr)
+        used = f"graph build: release {release}, MeSH {year}" if release else f"MeSH {year}"
+        print(used if release else f"{used} (no graph built)", file=sys.stderr)
     return root.scoped(release=release, mesh_year=year), {"release": release, "mesh_year": year}
+
+
+def _unpartitioned(root: Lake, need_graph: bool) -> bool:
+    if root.exists(CURRENT_POINTER):
+        return True
+    return not need_graph and root.exists("mesh/descriptors.parquet")
 
 
 def may_hold_graph(lake: Lake) -> bool:
