@@ -36,6 +36,18 @@ def test_shards_then_index_materialise_with_passing_checks_and_search_finds_a_ti
         assert result.success
         checks = result.get_asset_check_evaluations()
         assert [c.passed for c in checks] == [True]
+    # backfilling one shard again keeps its verified shard and touches no other file
+    shards = tmp_path / "lake" / "embeddings" / "shards" / RELEASE
+    before = {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in sorted(shards.iterdir())}
+    again = dg.materialize(
+        [embedding_shards], partition_key=FILES[0], resources=resources, instance=instance
+    )
+    assert again.success
+    metadata = again.get_asset_materialization_events()[0].materialization.metadata
+    assert (metadata["embedded_now"].value, metadata["kept_verified"].value) == (0, 1)
+    assert {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in sorted(shards.iterdir())} == (
+        before
+    )
 
     result = dg.materialize(
         [embedding_index], partition_key=RELEASE, resources=resources, instance=instance
