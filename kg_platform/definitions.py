@@ -22,6 +22,13 @@ STAGES = [
 ]
 
 
+# Steps of a run in their own processes; forkserver starts each from a server that has
+# already imported this module (Dagster preloads the job's module), not a fresh interpreter.
+EXECUTOR = dg.multiprocess_executor.configured(
+    {"start_method": {"forkserver": {}}}, name="multiprocess_forkserver"
+)
+
+
 def build_resources(settings: Settings) -> dict[str, dg.ConfigurableResource]:
     return {
         "lake": LakeResource(root=settings.lake),
@@ -36,7 +43,7 @@ def build_definitions(settings: Settings | None = None) -> dg.Definitions:
     settings = settings or Settings.load()
     return dg.Definitions.merge(
         *STAGES,
-        dg.Definitions(resources=build_resources(settings), executor=dg.multiprocess_executor),
+        dg.Definitions(resources=build_resources(settings), executor=EXECUTOR),
     )
 
 

@@ -44,8 +44,25 @@ CORPUS_CHECKS = [
 CODE_VERSION = "2"
 
 
+@dg.observable_source_asset(partitions_def=pubmed_files, group_name="pubmed")
+def pubmed_source_file(
+    context: dg.OpExecutionContext, pubmed_source: PubmedSourceResource
+) -> dg.DataVersionsByPartition:
+    """One file as NLM publishes it, observed (never copied) through its ``.md5``: the md5
+    is the file's data version. Partitioned by **file**. When a file changes at the source,
+    its `pubmed_xml` partition turns stale, so a rebuild fetches that file again and only
+    that file; `kg build` observes the source before it asks for anything."""
+    source = pubmed_source.get()
+    wanted = set(context.instance.get_dynamic_partitions(pubmed_files.name))
+    files = [f for f in source.list_files() if f.name in wanted]
+    return dg.DataVersionsByPartition(
+        {name: dg.DataVersion(md5) for name, md5 in source.published_md5s(files).items()}
+    )
+
+
 @dg.asset(
     partitions_def=pubmed_files,
+    deps=[pubmed_source_file],
     pool="ncbi",
     group_name="pubmed",
     kinds={"xml"},
@@ -212,4 +229,11 @@ pubmed_file_job = dg.define_asset_job(
     description="Download, verify and parse one PubMed file.",
 )
 
-defs = dg.Definitions(assets=[pubmed_xml, pubmed_tables, corpus], jobs=[pubmed_file_job])
+# observe the source's md5s (also a job in the UI): a changed file turns its partitions stale
+observe_pubmed_source = dg.define_asset_job(
+    "observe_pubmed_source", selection=dg.AssetSelection.assets(pubmed_source_file.key)
+)
+defs = dg.Definitions(
+    assets=[pubmed_source_file, pubmed_xml, pubmed_tables, corpus],
+    jobs=[pubmed_file_job, observe_pubmed_source],
+)

