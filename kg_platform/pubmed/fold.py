@@ -40,6 +40,13 @@ CORPUS_TABLES: dict[str, str] = {
 }
 CHILD_TABLES = [t for t in CORPUS_TABLES if t != "articles"]
 
+# DuckDB's memory for the fold; past it the sorts and joins spill to the fold's staging folder.
+# The articles sort carries every abstract (~60 GB for a 40M-record baseline), so without a
+# limit it grows to DuckDB's default of 80% of RAM. Measured by benchmarks/build.py
+# --fold-records: at 1M records a 1 GB limit held RSS at 1.2 GiB for 1.4x the CPU.
+FOLD_MEMORY_LIMIT_ENV = "KG_FOLD_MEMORY_LIMIT"
+DEFAULT_FOLD_MEMORY_LIMIT = "4GB"
+
 
 def table_key(table: str, file: str) -> str:
     return f"tables/{table}/{file}.parquet"
@@ -80,10 +87,17 @@ def _check_files(lake: Lake, files: list[str]) -> None:
                 )
 
 
-def _connect(lake: Lake, con: duckdb.DuckDBPyConnection | None) -> duckdb.DuckDBPyConnection:
+def _connect(
+    lake: Lake, con: duckdb.DuckDBPyConnection | None, spill_dir: str
+) -> duckdb.DuckDBPyConnection:
+    """The caller's connection as it is, or a new one bounded to the fold's memory limit."""
     if con is not None:
         return con
-    con = duckdb.connect()
+    limit = os.environ.get(FOLD_MEMORY_LIMIT_ENV) or DEFAULT_FOLD_MEMORY_LIMIT
+    try:
+        con = duckdb.connect(config={"memory_limit": limit, "temp_directory": spill_dir})
+    except duckdb.Error as exc:
+        raise ValueError(f"{FOLD_MEMORY_LIMIT_ENV}={limit!r}: not a DuckDB memory limit") from exc
     if not lake.is_local:
         con.register_filesystem(lake.fs)
     return con
@@ -112,44 +126,44 @@ def fold_release(
     """
     _check_files(lake, files)
     own_connection = con is None
-    con = _connect(lake, con)
-    tables = [*CORPUS_TABLES, "deletions"]
-    order = pa.table(
-        {
-            "path": [lake.path(table_key(t, f)) for t in tables for f in files],
-            "file_ord": pa.array([n for _ in tables for n in range(len(files))], pa.int32()),
-        }
-    )
-    con.register("fold_order", order)
-
-    def per_file(table: str) -> str:
-        # file_ord from the path each row came from; file_row_number keeps row order stable
-        paths = _sql_list([lake.path(table_key(table, f)) for f in files])
-        return (
-            f"SELECT t.* EXCLUDE (filename), o.file_ord FROM read_parquet({paths}, "
-            f"filename=true, file_row_number=true) t JOIN fold_order o ON t.filename = o.path"
-        )
-
-    # the winner per PMID from keys only: titles and abstracts are read once, at the output
-    _run(
-        con,
-        "CREATE OR REPLACE TEMP TABLE fold_winners AS "
-        f"SELECT pmid, version, file_ord FROM ({per_file('articles')}) "
-        "QUALIFY row_number() OVER (PARTITION BY pmid ORDER BY file_ord DESC, version DESC) = 1",
-    )
-    _run(
-        con,
-        "CREATE OR REPLACE TEMP TABLE fold_deletions AS "
-        f"SELECT pmid, max(file_ord) AS deleted_ord FROM ({per_file('deletions')}) GROUP BY pmid",
-    )
-    _run(
-        con,
-        "CREATE OR REPLACE TEMP TABLE fold_survivors AS "
-        "SELECT w.* FROM fold_winners w LEFT JOIN fold_deletions d USING (pmid) "
-        "WHERE d.deleted_ord IS NULL OR d.deleted_ord <= w.file_ord",
-    )
     staging = lake.staging_dir()
     try:
+        con = _connect(lake, con, spill_dir=os.path.join(staging, "spill"))
+        tables = [*CORPUS_TABLES, "deletions"]
+        order = pa.table(
+            {
+                "path": [lake.path(table_key(t, f)) for t in tables for f in files],
+                "file_ord": pa.array([n for _ in tables for n in range(len(files))], pa.int32()),
+            }
+        )
+        con.register("fold_order", order)
+
+        def per_file(table: str) -> str:
+            # file_ord from the path each row came from; file_row_number keeps row order stable
+            paths = _sql_list([lake.path(table_key(table, f)) for f in files])
+            return (
+                f"SELECT t.* EXCLUDE (filename), o.file_ord FROM read_parquet({paths}, "
+                f"filename=true, file_row_number=true) t JOIN fold_order o ON t.filename = o.path"
+            )
+
+        # the winner per PMID from keys only: titles and abstracts are read once, at the output
+        _run(
+            con,
+            "CREATE OR REPLACE TEMP TABLE fold_winners AS "
+            f"SELECT pmid, version, file_ord FROM ({per_file('articles')}) "
+            "QUALIFY row_number() OVER (PARTITION BY pmid ORDER BY file_ord DESC, version DESC) = 1",
+        )
+        _run(
+            con,
+            "CREATE OR REPLACE TEMP TABLE fold_deletions AS "
+            f"SELECT pmid, max(file_ord) AS deleted_ord FROM ({per_file('deletions')}) GROUP BY pmid",
+        )
+        _run(
+            con,
+            "CREATE OR REPLACE TEMP TABLE fold_survivors AS "
+            "SELECT w.* FROM fold_winners w LEFT JOIN fold_deletions d USING (pmid) "
+            "WHERE d.deleted_ord IS NULL OR d.deleted_ord <= w.file_ord",
+        )
         rows: dict[str, int] = {}
         for table, pmid_col in CORPUS_TABLES.items():
             query = (
@@ -177,12 +191,12 @@ def fold_release(
             lake.copy_in(corpus_key(table), os.path.join(staging, f"{table}.parquet"))
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-        if own_connection:
-            con.close()
-        else:
+        if not own_connection:
             # leave the caller's connection as it was (temp fold_* tables aside)
             with contextlib.suppress(duckdb.Error):
                 con.unregister("fold_order")
+        elif con is not None:
+            con.close()
     return FoldResult(
         rows=rows,
         deleted=int(deleted),
