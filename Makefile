@@ -21,7 +21,8 @@ demo: $(STAMP)  ## set up and run the main job end to end on the embedded defaul
 
 ui: $(STAMP)  ## the Dagster UI on 127.0.0.1:3000 over the same instance and lake
 	mkdir -p $(DAGSTER_HOME)
-	cp dagster.yaml $(DAGSTER_HOME)/dagster.yaml
+	# the instance's own dagster.yaml when there is one (kg build's, or Postgres from kg workers)
+	test -f $(DAGSTER_HOME)/dagster.yaml || cp dagster.yaml $(DAGSTER_HOME)/dagster.yaml
 	# dagster dev = webserver + daemon, so backfills, the update sensor and the schedule run
 	$(BIN)/dagster dev -h 127.0.0.1 -p 3000 -w workspace.yaml
 

@@ -4,6 +4,7 @@ resources bound from kg_platform.settings (environment, then `.kg/sources.json`)
 import dagster as dg
 
 from kg_platform.assets import allocation, embeddings, graph, grounding, mesh, pubmed, updates
+from kg_platform.orchestration.executor import executor_for
 from kg_platform.resources.catalog import CatalogResource
 from kg_platform.resources.encoder import EncoderResource
 from kg_platform.resources.lake import LakeResource
@@ -43,7 +44,9 @@ def build_definitions(settings: Settings | None = None) -> dg.Definitions:
     settings = settings or Settings.load()
     return dg.Definitions.merge(
         *STAGES,
-        dg.Definitions(resources=build_resources(settings), executor=EXECUTOR),
+        dg.Definitions(
+            resources=build_resources(settings), executor=executor_for(settings, EXECUTOR)
+        ),
     )
 
 

@@ -27,6 +27,11 @@ class Settings:
     dagster_home: Path
     pubmed_source: str
     mesh_source: str
+    # `multiprocess` (one machine) or `celery` (steps on the workers of `kg workers start`,
+    # or of KG_CELERY_BROKER); the default follows a running `kg workers` deployment
+    executor: str = "multiprocess"
+    celery_broker: str = ""
+    celery_backend: str = ""
 
     @classmethod
     def load(cls) -> Settings:
@@ -39,6 +44,8 @@ class Settings:
         def pick(env: str, key: str, default: str) -> str:
             return os.environ.get(env) or recorded.get(key) or default
 
+        deployment = running_deployment(home)
+        broker = os.environ.get("KG_CELERY_BROKER") or (deployment.broker_url if deployment else "")
         return cls(
             home=home,
             lake=pick("KG_LAKE", "lake", str(home / "lake")),
@@ -46,6 +53,10 @@ class Settings:
             dagster_home=Path(os.environ.get("DAGSTER_HOME") or home / "dagster"),
             pubmed_source=pick("KG_PUBMED_SOURCE", "pubmed_source", NLM_PUBMED_URL),
             mesh_source=pick("KG_MESH_SOURCE", "mesh_source", NLM_MESH_URL),
+            executor=os.environ.get("KG_EXECUTOR") or ("celery" if deployment else "multiprocess"),
+            celery_broker=broker,
+            celery_backend=os.environ.get("KG_CELERY_BACKEND")
+            or (deployment.backend_url if deployment else broker),
         )
 
     def record(self) -> None:
@@ -60,6 +71,15 @@ class Settings:
         tmp = self.home / "sources.json.tmp"
         tmp.write_text(json.dumps(payload, indent=2) + "\n")
         tmp.replace(self.home / "sources.json")
+
+
+def running_deployment(home: Path):
+    """The `kg workers` deployment of `home` while its broker runs, else None."""
+    from kg_platform.orchestration.state import load_deployment
+
+    deployment = load_deployment(home)
+    redis = deployment.process("redis") if deployment else None
+    return deployment if redis is not None and redis.alive() else None
 
 
 def reference_data_dir() -> Path:

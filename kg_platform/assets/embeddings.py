@@ -18,6 +18,7 @@ from kg_platform.embeddings.index import (
     check_sample_against_shards,
 )
 from kg_platform.embeddings.shards import embed_shards
+from kg_platform.orchestration.queues import embedding_queue_tags
 from kg_platform.resources.encoder import EncoderResource
 from kg_platform.resources.lake import LakeResource
 
@@ -28,6 +29,7 @@ from kg_platform.resources.lake import LakeResource
     code_version="2",
     pool="gpu",
     group_name="embeddings",
+    op_tags=embedding_queue_tags(),
     kinds={"numpy", "torch"},
     # a backfill hands several files to one run, so super-batches span files
     backfill_policy=dg.BackfillPolicy.multi_run(max_partitions_per_run=16),
@@ -90,6 +92,7 @@ INDEX_CHECKS = {
     code_version="2",
     pool="gpu",
     group_name="embeddings",
+    op_tags=embedding_queue_tags(),
     kinds={"numpy"},
     check_specs=[
         dg.AssetCheckSpec(name, asset="embedding_index", description=description)
@@ -152,6 +155,7 @@ def embedding_index(
     deps=["mesh_tables"],
     code_version="2",
     group_name="embeddings",
+    op_tags=embedding_queue_tags(),
     kinds={"numpy"},
     check_specs=[
         dg.AssetCheckSpec(

@@ -13,6 +13,7 @@ from kg_platform.assets.partitions import (
     scope_for,
 )
 from kg_platform.assets.table_metadata import table_metadata
+from kg_platform.orchestration.queues import parse_queue_tags
 from kg_platform.pubmed import tables as pubmed_tables_domain
 from kg_platform.pubmed.fold import CORPUS_TABLES, corpus_key, fold_checks, fold_release
 from kg_platform.pubmed.source import (
@@ -66,6 +67,7 @@ def pubmed_source_file(
     pool="ncbi",
     group_name="pubmed",
     kinds={"xml"},
+    op_tags=parse_queue_tags(),
     code_version=CODE_VERSION,
 )
 def pubmed_xml(
@@ -99,6 +101,7 @@ def pubmed_xml(
     deps=[pubmed_xml],
     group_name="pubmed",
     kinds={"parquet"},
+    op_tags=parse_queue_tags(),
     code_version=CODE_VERSION,
     check_specs=[
         dg.AssetCheckSpec(name, asset="pubmed_tables", description=desc, blocking=True)

@@ -1,0 +1,24 @@
+"""Imported once by each Celery worker's parent process (`celery worker -I`), so every
+prefork child, one per step, starts with dagster, the assets and their libraries loaded and
+only reads `kg_platform.definitions` (and with it the current kg settings) itself."""
+
+import warnings
+
+# Dagster flags beta parameters (backfill_policy) on every import; not the operator's concern
+warnings.filterwarnings("ignore", message=r".*is currently in (beta|preview)")
+
+import dagster  # noqa: E402, F401
+import dagster_celery.tasks  # noqa: E402, F401
+import dagster_postgres  # noqa: E402, F401
+
+from kg_platform.assets import (  # noqa: E402, F401
+    allocation,
+    embeddings,
+    graph,
+    grounding,
+    mesh,
+    pubmed,
+    updates,
+)
+from kg_platform.resources import catalog, encoder, lake, pubmed_source  # noqa: E402, F401
+from kg_platform.resources import mesh as mesh_resource  # noqa: E402, F401

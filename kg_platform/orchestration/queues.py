@@ -1,0 +1,37 @@
+"""Which Celery queue a step goes to (the `dagster-celery/queue` op tag; the multiprocess
+executor ignores it): per-file parses to `parse`, embeddings to `gpu` while a worker serves
+it, everything else to dagster-celery's default `dagster`."""
+
+from __future__ import annotations
+
+import os
+
+from kg_platform.orchestration.state import DEFAULT_QUEUE, GPU_QUEUE, PARSE_QUEUE
+
+QUEUE_TAG = "dagster-celery/queue"
+
+
+def queue_tags(queue: str) -> dict[str, str]:
+    return {QUEUE_TAG: queue}
+
+
+def parse_queue_tags() -> dict[str, str]:
+    return queue_tags(PARSE_QUEUE)
+
+
+def gpu_served() -> bool:
+    """KG_GPU_QUEUE=1/0 when set (a cluster says so), else whether a worker of the local
+    deployment listens on `gpu` (`kg workers start` adds it only where torch sees a GPU)."""
+    forced = os.environ.get("KG_GPU_QUEUE")
+    if forced is not None:
+        return forced.strip().lower() in ("1", "true", "yes")
+    from kg_platform.settings import kg_home, running_deployment
+
+    deployment = running_deployment(kg_home())
+    return deployment is not None and deployment.serves(GPU_QUEUE)
+
+
+def embedding_queue_tags() -> dict[str, str]:
+    # a step sent to a queue nobody serves would wait forever: without a GPU worker,
+    # embeddings run with everything else
+    return queue_tags(GPU_QUEUE if gpu_served() else DEFAULT_QUEUE)
