@@ -1,0 +1,155 @@
+"""K-fold cross-fitting: every question is scored by a model that never saw its label.
+
+Training is a function of (question set, seed, recipe); the recipe's type says which reader
+is trained (``ClassifierRecipe``, ``CueRecipe``, ``MajorityRecipe``), so one cross-fitting
+loop serves them all, controls included.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from kg_platform.answer.readers.base import (
+    LABEL_INDEX,
+    LABELS,
+    LabelledQuestion,
+    Reader,
+    check_posteriors,
+)
+
+CandidatesFn = Callable[[LabelledQuestion], Sequence[str]]
+
+
+def train_reader(examples: Sequence[LabelledQuestion], seed: int, recipe: Any) -> Reader:
+    """Train the reader the recipe describes on ``examples``."""
+    # imported here: the reader modules import this one for cross_fit_posteriors
+    from kg_platform.answer.readers.classifier import ClassifierRecipe, train_classifier
+    from kg_platform.answer.readers.controls import MajorityRecipe, train_majority
+    from kg_platform.answer.readers.cues import CueRecipe, train_cue_reader
+
+    if isinstance(recipe, ClassifierRecipe):
+        return train_classifier(examples, seed, recipe)
+    if isinstance(recipe, CueRecipe):
+        return train_cue_reader(examples, seed, recipe)
+    if isinstance(recipe, MajorityRecipe):
+        return train_majority(examples, seed, recipe)
+    raise ValueError(f"recipe {recipe!r}: no reader is trained from a {type(recipe).__name__}")
+
+
+def assign_folds(examples: Sequence[LabelledQuestion], k: int, seed: int) -> np.ndarray:
+    """Fold of each example (0..k-1), stratified by label. A function of the set of qids,
+    their labels and the seed only: the input order does not matter."""
+    if k < 2:
+        raise ValueError(f"k={k}: cross-fitting needs at least 2 folds")
+    if len(examples) < k:
+        raise ValueError(f"k={k}: only {len(examples)} examples, fewer than the folds")
+    qids = [ex.qid for ex in examples]
+    if len(set(qids)) != len(qids):
+        raise ValueError("examples: question ids are not unique")
+    order = sorted(range(len(examples)), key=lambda i: qids[i])
+    rng = np.random.default_rng(seed)
+    folds = np.empty(len(examples), dtype=np.int64)
+    offset = 0
+    for label in LABELS:
+        members = np.array([i for i in order if examples[i].label == label], dtype=np.int64)
+        members = members[rng.permutation(len(members))]
+        # continue the round robin across labels so fold sizes differ by at most one
+        folds[members] = (np.arange(len(members)) + offset) % k
+        offset += len(members)
+    return folds
+
+
+@dataclass(frozen=True)
+class CrossFit:
+    """Out-of-fold posteriors: ``posteriors[i]`` scores ``examples[i]``'s candidates with
+    the model of fold ``folds[i]``, which was trained on the other folds only."""
+
+    qids: tuple[str, ...]
+    folds: np.ndarray
+    posteriors: tuple[np.ndarray, ...]
+    reader_names: tuple[str, ...]
+
+    def first(self) -> np.ndarray:
+        """(n, 3): the posterior of each question's first candidate."""
+        return np.stack([p[0] for p in self.posteriors]).astype(np.float32)
+
+
+def cross_fit_posteriors(
+    examples: Sequence[LabelledQuestion],
+    k: int,
+    seed: int,
+    recipe: Any,
+    candidates_fn: CandidatesFn,
+    on_fold: Callable[[int, Reader], None] | None = None,
+) -> CrossFit:
+    """Split ``examples`` into ``k`` stratified folds; for each fold train the recipe's
+    reader on the other folds (seed ``seed + fold``) and score the fold's questions on
+    ``candidates_fn(question)``. ``on_fold(fold, reader)`` sees each trained model."""
+    examples = list(examples)
+    folds = assign_folds(examples, k, seed)
+    posteriors: list[np.ndarray | None] = [None] * len(examples)
+    names = []
+    for fold in range(k):
+        held_out = np.flatnonzero(folds == fold)
+        train = [examples[i] for i in np.flatnonzero(folds != fold)]
+        held_qids = {examples[i].qid for i in held_out}
+        if any(ex.qid in held_qids for ex in train):
+            raise AssertionError(f"fold {fold}: a held-out question is in its training set")
+        reader = train_reader(train, seed + fold, recipe)
+        names.append(reader.name)
+        for i, scored in zip(
+            held_out, _score_fold(reader, examples, held_out, candidates_fn), strict=True
+        ):
+            posteriors[i] = scored
+        if on_fold is not None:
+            on_fold(fold, reader)
+    return CrossFit(
+        qids=tuple(ex.qid for ex in examples),
+        folds=folds,
+        posteriors=tuple(p for p in posteriors if p is not None),
+        reader_names=tuple(names),
+    )
+
+
+def _score_fold(
+    reader: Reader,
+    examples: list[LabelledQuestion],
+    held_out: np.ndarray,
+    candidates_fn: CandidatesFn,
+) -> list[np.ndarray]:
+    texts = [list(candidates_fn(examples[i])) for i in held_out]
+    score_pairs = getattr(reader, "score_pairs", None)
+    if score_pairs is None:
+        return [
+            check_posteriors(reader.posteriors(examples[i].question, t), len(t), reader.name)
+            for i, t in zip(held_out, texts, strict=True)
+        ]
+    # one batched pass over the fold's (question, text) pairs, split back per question
+    questions = [examples[i].question for i, t in zip(held_out, texts, strict=True) for _ in t]
+    flat = score_pairs(questions, [text for t in texts for text in t])
+    bounds = np.cumsum([0] + [len(t) for t in texts])
+    return [flat[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+
+
+def accuracy(posteriors: np.ndarray, examples: Sequence[LabelledQuestion]) -> float:
+    """Share of questions whose argmax label is the gold label."""
+    gold = np.array([LABEL_INDEX[ex.label] for ex in examples])
+    return float((np.asarray(posteriors).argmax(axis=1) == gold).mean())
+
+
+def macro_f1(posteriors: np.ndarray, examples: Sequence[LabelledQuestion]) -> float:
+    """Mean over the three labels of F1 of the argmax decision (0 for a label never
+    predicted nor present)."""
+    gold = np.array([LABEL_INDEX[ex.label] for ex in examples])
+    predicted = np.asarray(posteriors).argmax(axis=1)
+    scores = []
+    for c in range(len(LABELS)):
+        tp = int(((predicted == c) & (gold == c)).sum())
+        fp = int(((predicted == c) & (gold != c)).sum())
+        fn = int(((predicted != c) & (gold == c)).sum())
+        scores.append(0.0 if tp == 0 else 2 * tp / (2 * tp + fp + fn))
+    return float(np.mean(scores))
