@@ -195,6 +195,10 @@ def run_build(args: argparse.Namespace) -> int:
         raise ValueError(f"--jobs {args.jobs}: must be at least 1")
     # validate every source before anything is downloaded, recorded or run
     settings = choose_pubmed(args, Settings.load())
+    from kg_platform.storage.lake import Lake
+
+    # the lake first (an S3 bucket that does not exist, or no credentials, is named here)
+    Lake(settings.lake).exists("sources.json")
     names = None if synthetic_pending(settings) else release_files(settings, args.files)
     settings = choose_mesh(args, settings)
     from kg_platform.mesh.source import mesh_year, resolve_mesh_source
@@ -259,6 +263,7 @@ def run_build(args: argparse.Namespace) -> int:
                 todo,
                 title=f"kg build {keys.release} x MeSH {keys.mesh_year}",
                 tags={build_run.BUILD_TAG: settings.lake},
+                run_config=build_run.run_config_for(settings.executor),
             )
             print(f"backfill {backfill_id} submitted (it shows in the UI under Runs > Backfills)")
             result = build_run.wait_for_backfill(
@@ -377,14 +382,17 @@ def print_summary(settings, keys, result, todo: set, log_path: Path, started: fl
 
 
 def never_run(result, todo: set) -> list[str]:
-    """asset [partition] of the request that no run of the backfill attempted."""
-    if result is None:
+    """asset [partition] of the request that the backfill neither materialised nor ran and
+    saw fail: what a failure upstream blocked (from Dagster's own backfill record)."""
+    if result is None or result.backfill is None:
         return []
-    attempted = {(a, r.partition) for r in result.runs for a in r.assets}
+    data = result.backfill.asset_backfill_data
+    done = set(data.materialized_subset.iterate_asset_partitions()) if data else set()
+    failed_runs = {(a, r.partition) for r in result.runs if r.status != "SUCCESS" for a in r.assets}
     return sorted(
         f"{ap.asset_key.to_user_string()} [{ap.partition_key}]"
         for ap in todo
-        if (ap.asset_key.to_user_string(), ap.partition_key) not in attempted
+        if ap not in done and (ap.asset_key.to_user_string(), ap.partition_key) not in failed_runs
     )
 
 

@@ -85,7 +85,18 @@ def daemon_serves(instance) -> bool:
     return all(s.healthy for s in statuses.values())
 
 
-def submit_backfill(instance, asset_graph, partitions: set, title: str, tags: dict) -> str:
+def run_config_for(executor: str) -> dict:
+    """The backfill's run config: quiet console logs, and each run's steps inside the run's
+    process (one run per partition: the run queue gives the parallelism). Celery runs keep
+    the Celery executor's own config."""
+    if executor == "celery":
+        return QUIET
+    return {**QUIET, "execution": {"config": {"in_process": {}}}}
+
+
+def submit_backfill(
+    instance, asset_graph, partitions: set, title: str, tags: dict, run_config: dict | None = None
+) -> str:
     from dagster._core.definitions.assets.graph.asset_graph_subset import AssetGraphSubset
     from dagster._core.execution.backfill import PartitionBackfill
     from dagster._core.utils import make_new_backfill_id
@@ -99,7 +110,7 @@ def submit_backfill(instance, asset_graph, partitions: set, title: str, tags: di
         asset_graph_subset=subset,
         title=title,
         description=None,
-        run_config=QUIET,
+        run_config=run_config if run_config is not None else QUIET,
     )
     instance.add_backfill(backfill)
     return backfill.backfill_id
