@@ -1,5 +1,5 @@
 """`kg eval hybrid --pubmedqa PATH [--thresholds T ...] [--json] [--lake DIR | --mesh-source PATH]
-[--cache DIR] [--report-dir DIR]`."""
+[--cache DIR] [--report-dir DIR] [--model PATH] [--device D]`."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ import argparse
 import json
 import sys
 from dataclasses import replace
-from pathlib import Path
 
 from kg_platform.commands.eval_grounding import mesh_frames
 from kg_platform.commands.partition_args import add_partition_args, may_hold_graph
@@ -43,11 +42,16 @@ def add_eval_parser(subparsers: argparse._SubParsersAction) -> None:
     source.add_argument("--mesh-source", help="MeSH folder/URL to build the tables from")
     parser.add_argument(
         "--cache",
-        default=".kg/cache/concept_index",
+        default=None,
         help="where a concept index embedded here is kept for the next run "
-        "(used when the lake has no concept_index of the same model)",
+        "(used when the lake has no concept_index of the same model; "
+        "default $KG_HOME/cache/concept_index)",
     )
-    parser.add_argument("--report-dir", help="also write report.md and report.json here")
+    parser.add_argument(
+        "--report-dir", help="also write report.md and report.json here (a folder or lake URL)"
+    )
+    parser.add_argument("--model", default="", help="local model folder (default: packaged)")
+    parser.add_argument("--device", default="auto")
     add_partition_args(parser)
     parser.set_defaults(func=run_eval_hybrid)
 
@@ -72,9 +76,11 @@ def run_eval_hybrid(args: argparse.Namespace) -> int:
         except FileNotFoundError:
             pass  # no graph: roles from MeSH structure alone, pair selection not measured
     from kg_platform.embeddings.encoder import Encoder
+    from kg_platform.settings import kg_home
 
-    encoder = Encoder()
-    concepts, info = provide_concept_index(frames["terms"], encoder, lake, args.cache)
+    encoder = Encoder(args.model, device=args.device)
+    cache = args.cache or str(kg_home() / "cache" / "concept_index")
+    concepts, info = provide_concept_index(frames["terms"], encoder, lake, cache)
     descriptors, tree, terms = frames["descriptors"], frames["tree"], frames["terms"]
     roles = assign_roles(descriptors, tree, RoleConfig(), counts, n_articles)
     role_of = dict(zip(roles["ui"].to_list(), roles["role"].to_list(), strict=True))
@@ -85,10 +91,12 @@ def run_eval_hybrid(args: argparse.Namespace) -> int:
     result = replace(result, concept_index=info)
     report = render_report(result, args.pubmedqa)
     if args.report_dir:
-        folder = Path(args.report_dir)
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / "report.md").write_text(report)
-        (folder / "report.json").write_text(json.dumps(result.to_json(), indent=1))
+        from kg_platform.storage.lake import Lake
+
+        # through the lake: a folder or s3://bucket/prefix, each file written atomically
+        folder = Lake(args.report_dir)
+        folder.write_bytes("report.md", report.encode())
+        folder.write_bytes("report.json", json.dumps(result.to_json(), indent=1).encode())
     payload = {**result.to_json(), "partition": build}
     print(json.dumps(payload) if args.json else report, end="\n" if args.json else "")
     return 0

@@ -2,6 +2,11 @@
 
 Every write is atomic: local files are written under a temporary name in the same folder and
 renamed; S3 objects are written with a single put, so a reader never sees half an object.
+
+On S3, endpoint, region and credentials come from the environment only (botocore reads
+AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY itself); nothing of them is stored. Arrays that are
+memory-mapped are first copied into a local cache keyed by the object's ETag
+(``$KG_HOME/cache/lake``), since an S3 object cannot be mapped.
 """
 
 from __future__ import annotations
@@ -28,14 +33,30 @@ from kg_platform.storage.scope import Scope
 STAGING = ".staging"  # scratch and staged outputs, inside the lake root
 
 
+class LakeError(ValueError):
+    """A lake that cannot be reached or used (endpoint, bucket, credentials), named with the
+    URL and the cause."""
+
+
 def s3_storage_options_from_env() -> dict[str, Any]:
     """s3fs options from the environment: endpoint (AWS_ENDPOINT_URL or KG_S3_ENDPOINT_URL)
-    and credentials (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, read by botocore itself)."""
+    and region (AWS_REGION, else AWS_DEFAULT_REGION as botocore reads it). Credentials
+    (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY) are left to botocore, so they never appear in
+    the options, the settings or a run's config."""
     endpoint = os.environ.get("KG_S3_ENDPOINT_URL") or os.environ.get("AWS_ENDPOINT_URL")
-    options: dict[str, Any] = {}
+    client_kwargs: dict[str, Any] = {}
     if endpoint:
-        options["client_kwargs"] = {"endpoint_url": endpoint}
-    return options
+        client_kwargs["endpoint_url"] = endpoint
+    if os.environ.get("AWS_REGION"):
+        client_kwargs["region_name"] = os.environ["AWS_REGION"]
+    return {"client_kwargs": client_kwargs} if client_kwargs else {}
+
+
+def default_cache_dir() -> str:
+    """Where S3 objects are copied to be memory-mapped: ``$KG_HOME/cache/lake``."""
+    from kg_platform.settings import kg_home
+
+    return str(kg_home() / "cache" / "lake")
 
 
 @dataclass
@@ -52,6 +73,10 @@ class Lake:
     scope: Scope = field(default_factory=Scope)
     # set on the view a transaction hands out: writes land here until commit
     stage: _Stage | None = field(default=None, compare=False, repr=False)
+    # local copies of remote objects for memory-mapping (default: $KG_HOME/cache/lake)
+    cache_dir: str | None = field(default=None, compare=False, repr=False)
+    # the bucket of an S3 lake was seen to exist (checked once, on the first miss)
+    _bucket_seen: bool = field(default=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         protocol, _ = fsspec.core.split_protocol(self.root)
@@ -91,17 +116,81 @@ class Lake:
         return self.physical(routed)
 
     def local_path(self, key: str) -> str:
-        """A local filesystem path for memory-mapping; only for a local lake."""
-        if not self.is_local:
-            raise ValueError(f"{self.root}: lake is not local; {key} cannot be memory-mapped")
-        return self.path(key)
+        """A local filesystem path for memory-mapping: the file itself on a local lake; on
+        S3, a copy in the cache folder named by the object's URL, ETag and size, downloaded
+        once (a changed object has another ETag, so a stale copy is never used)."""
+        if self.is_local:
+            return self.path(key)
+        url = self.path(key)
+        with self._named(url):
+            info = self.fs.info(url)
+        tag = str(info.get("ETag") or info.get("LastModified") or "").strip('"')
+        name = hashlib.sha256(f"{url}\0{tag}\0{info['size']}".encode()).hexdigest()[:32]
+        folder = os.path.join(self.cache_dir or default_cache_dir(), name)
+        target = os.path.join(folder, posixpath.basename(url))
+        if os.path.isfile(target) and os.path.getsize(target) == int(info["size"]):
+            return target
+        os.makedirs(folder, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".download-")
+        try:
+            with os.fdopen(fd, "wb") as out, self._named(url), self.fs.open(url, "rb") as src:
+                shutil.copyfileobj(src, out, 1 << 22)
+            os.replace(tmp, target)  # concurrent readers each see a whole copy or none
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
+        return target
+
+    @contextmanager
+    def _named(self, where: str) -> Iterator[None]:
+        """Remote errors say which object and lake they concern: a missing bucket, refused
+        credentials or an unreachable endpoint become one line naming ``where``. A missing
+        key stays a plain FileNotFoundError, which callers name with what to build."""
+        if self.is_local:
+            yield
+            return
+        from botocore.exceptions import BotoCoreError
+
+        endpoint = self.storage_options.get("client_kwargs", {}).get("endpoint_url")
+        at = f" (endpoint {endpoint})" if endpoint else ""
+        try:
+            yield
+        except FileNotFoundError as exc:
+            if "bucket" not in str(exc).lower():
+                raise
+            raise FileNotFoundError(f"{where}: {_first_line(exc)}{at}") from exc
+        except PermissionError as exc:
+            raise PermissionError(f"{where}: access refused: {_first_line(exc)}{at}") from exc
+        except (BotoCoreError, OSError) as exc:
+            raise LakeError(f"{where}: {type(exc).__name__}: {_first_line(exc)}{at}") from exc
+
+    def _require_bucket(self) -> None:
+        """An S3 lake whose bucket is missing is an error, not an empty lake."""
+        if self.is_local or self._bucket_seen:
+            return
+        bucket = self.root.split("://", 1)[1].split("/", 1)[0]
+        with self._named(self.root):
+            found = self.fs.exists(bucket)
+        if not found:
+            endpoint = self.storage_options.get("client_kwargs", {}).get("endpoint_url")
+            at = f" at {endpoint}" if endpoint else ""
+            raise FileNotFoundError(f"{self.root}: bucket {bucket!r} does not exist{at}")
+        self._bucket_seen = True
 
     # -- reads ---------------------------------------------------------------------------
     def exists(self, key: str) -> bool:
-        return self.fs.exists(self.path(key))
+        path = self.path(key)
+        with self._named(path):
+            found = self.fs.exists(path)
+        if not found:
+            self._require_bucket()
+        return found
 
     def size(self, key: str) -> int:
-        return int(self.fs.size(self.path(key)))
+        path = self.path(key)
+        with self._named(path):
+            return int(self.fs.size(path))
 
     def list(self, prefix: str, suffix: str = "") -> list[str]:
         """Keys directly under ``prefix`` ending in ``suffix``, sorted."""
@@ -109,8 +198,12 @@ class Lake:
         routed = self.scope.route(prefix)
         base = self.physical(routed)
         names = set()
-        if self.fs.exists(base):
-            names = {posixpath.basename(p.rstrip("/")) for p in self.fs.ls(base, detail=False)}
+        with self._named(base):
+            found = self.fs.exists(base)
+            if found:
+                names = {posixpath.basename(p.rstrip("/")) for p in self.fs.ls(base, detail=False)}
+        if not found:
+            self._require_bucket()
         if self.stage is not None:
             names |= {k.rsplit("/", 1)[1] for k in self.stage.keys if k.rsplit("/", 1)[0] == routed}
         return [f"{prefix}/{n}" for n in sorted(names) if n.endswith(suffix) and ".tmp-" not in n]
@@ -118,7 +211,9 @@ class Lake:
     def open(self, key: str, mode: str = "rb"):
         if "w" in mode or "a" in mode:
             raise ValueError("use Lake.writer()/write_* for writes: they are atomic")
-        return self.fs.open(self.path(key), mode)
+        path = self.path(key)
+        with self._named(path):
+            return self.fs.open(path, mode)
 
     def digest(self, keys: list[str]) -> str:
         """sha256 over the named objects' bytes (each key and its content, in the given
@@ -140,8 +235,9 @@ class Lake:
             return pq.read_table(f, columns=columns)
 
     def read_npy(self, key: str, mmap: bool = True) -> np.ndarray:
-        if self.is_local:
-            return np.load(self.path(key), mmap_mode="r" if mmap else None)
+        """The array; memory-mapped read-only when ``mmap`` (on S3 from the local cache)."""
+        if self.is_local or mmap:
+            return np.load(self.local_path(key), mmap_mode="r" if mmap else None)
         with self.open(key) as f:
             return np.load(io.BytesIO(f.read()))
 
@@ -172,7 +268,8 @@ class Lake:
         else:
             buf = io.BytesIO()
             yield buf  # type: ignore[misc]
-            self.fs.pipe_file(target, buf.getvalue())
+            with self._named(target):
+                self.fs.pipe_file(target, buf.getvalue())  # one PUT: whole or absent
         if routed is not None:
             self.stage.keys.add(routed)
 
@@ -202,7 +299,8 @@ class Lake:
         if self.stage is not None:
             raise ValueError(f"{key}: nothing is removed inside a transaction")
         if self.exists(key):
-            self.fs.rm(self.path(key), recursive=True)
+            with self._named(self.path(key)):
+                self.fs.rm(self.path(key), recursive=True)
 
     def staging_dir(self) -> str:
         """A local scratch folder for tools that need a real path (e.g. DuckDB COPY)."""
@@ -237,7 +335,10 @@ class Lake:
                     os.makedirs(os.path.dirname(target), exist_ok=True)
                     os.replace(source, target)
                 else:
-                    self.fs.copy(source, target)  # one server-side copy: atomic per object
+                    # one server-side CopyObject per object: it appears whole or not at all
+                    # (cp_file, not copy: no listing, and a key is never taken for a folder)
+                    with self._named(target):
+                        self.fs.cp_file(source, target)
         finally:
             self._discard(stage)
 
@@ -245,8 +346,10 @@ class Lake:
         base = self.physical(stage.prefix)
         if self.is_local:
             shutil.rmtree(base, ignore_errors=True)
-        elif self.fs.exists(base):
-            self.fs.rm(base, recursive=True)
+            return
+        with self._named(base):
+            if self.fs.exists(base):
+                self.fs.rm(base, recursive=True)
 
 
 @dataclass
@@ -258,6 +361,11 @@ class _Stage:
 
     def path(self, lake: Lake, routed: str) -> str:
         return lake.physical(f"{self.prefix}/{routed}")
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return text.splitlines()[0]
 
 
 def _check_key(key: str) -> str:
