@@ -21,8 +21,19 @@ Each phase's seconds (wall and CPU) and peak RSS are extrapolated linearly in re
 OOM killer. ``--lake DIR`` keeps the tables and reuses them for the same N. The last line
 printed is one JSON object.
 
+``--files N`` writes N synthetic NLM baseline files (``--records-per-file``, default 30,000;
+cached under ``--work DIR`` and reused) and builds their pubmed_xml, pubmed_tables and the
+corpus four ways, each timed from a fresh KG_HOME: ``serial`` (``dg.materialize`` per file in
+this process, the old ``kg build``), ``multiprocess`` (the real ``kg build --jobs``: one
+backfill the daemon loops run), ``celery`` (``kg workers start --workers --jobs``, the same
+``kg build`` on the Celery executor, ``kg workers stop``) and ``celery_s3`` (the same into an
+S3 lake: ``--s3-lake``, by default a local moto server). A way that cannot run reports
+``<way>_s: null`` and ``<way>_skipped`` with the reason. ``per_file_step_s`` is the median
+wall time of the per-file runs in the instance's run records (the serial instance's).
+
     .venv/bin/python benchmarks/build.py --fold-records 1000000
     .venv/bin/python benchmarks/build.py --fold-records 5000000 --duckdb-memory-limit 1GB
+    .venv/bin/python benchmarks/build.py --files 16 --work /tmp/kg-build-files
 """
 
 from __future__ import annotations
@@ -455,6 +466,265 @@ def fold_records(args: argparse.Namespace) -> dict:
     return result
 
 
+# -- --files N: the per-file steps four ways -----------------------------------------------------
+FILE_RECORDS = 30_000
+FILE_SELECTION = "key:pubmed_xml or key:pubmed_tables or key:corpus"
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _mesh_source() -> str:
+    from kg_platform.settings import reference_data_dir
+
+    return str(reference_data_dir() / "mesh")
+
+
+def _synthetic_files(work: str, n_files: int, per_file: int) -> tuple[str, float | None]:
+    """N baseline files of ``per_file`` records each in NLM's layout, cached under ``work``;
+    the seconds writing them took (None when reused)."""
+    from kg_platform.mesh.source import resolve_mesh_source
+    from kg_platform.pubmed.synthetic import write_synthetic_release
+
+    source = os.path.join(work, f"source-{n_files}x{per_file}")
+    done = os.path.join(source, "done.json")
+    if os.path.exists(done):
+        return source, None
+    shutil.rmtree(source, ignore_errors=True)
+    t = time.perf_counter()
+    write_synthetic_release(
+        source,
+        n_files * per_file,
+        n_baseline_files=n_files,
+        n_update_files=0,
+        mesh_vocabulary=resolve_mesh_source(_mesh_source()).descriptor_vocabulary(),
+    )
+    seconds = time.perf_counter() - t
+    with open(done, "w") as f:
+        json.dump({"files": n_files, "records_per_file": per_file, "seconds": seconds}, f)
+    return source, seconds
+
+
+def _file_run_seconds(instance, names: list[str]) -> list[float]:
+    """Wall seconds of each successful per-file run (pubmed_xml + pubmed_tables of one file),
+    from the instance's run records."""
+    import dagster as dg
+
+    records = instance.get_run_records(dg.RunsFilter(statuses=[dg.DagsterRunStatus.SUCCESS]))
+    return [
+        r.end_time - r.start_time
+        for r in records
+        if r.dagster_run.tags.get("dagster/partition") in names and r.start_time and r.end_time
+    ]
+
+
+def _settings(source: str, home: str):
+    from pathlib import Path
+
+    from kg_platform.settings import Settings
+
+    return Settings(
+        home=Path(home),
+        lake=os.path.join(home, "lake"),
+        catalog=os.path.join(home, "catalog.duckdb"),
+        dagster_home=Path(home) / "dagster",
+        pubmed_source=source,
+        mesh_source=_mesh_source(),
+    )
+
+
+def files_serial(source: str, home: str, names: list[str]) -> dict:
+    """The old ``kg build``: ``dg.materialize`` of pubmed_xml + pubmed_tables per file, one
+    after another in this process, then the corpus; a temporary instance."""
+    import dagster as dg
+
+    from kg_platform.assets.partitions import pubmed_files, pubmed_releases, release_of
+    from kg_platform.definitions import build_definitions
+
+    defs = build_definitions(_settings(source, home))
+    assets, resources = list(defs.assets or []), dict(defs.resources or {})
+    release = release_of(names[0])
+    t = time.perf_counter()
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions(pubmed_files.name, names)
+        instance.add_dynamic_partitions(pubmed_releases.name, [release])
+        for name in names:
+            dg.materialize(
+                assets,
+                selection=["pubmed_xml", "pubmed_tables"],
+                partition_key=name,
+                instance=instance,
+                resources=resources,
+            )
+        per_file = _file_run_seconds(instance, names)
+        dg.materialize(
+            assets,
+            selection=["corpus"],
+            partition_key=release,
+            instance=instance,
+            resources=resources,
+        )
+    return {"seconds": time.perf_counter() - t, "per_file_run_s": per_file}
+
+
+def _kg(home: str, args: list[str], extra_env: dict[str, str] | None = None) -> float:
+    """``kg <args>`` with this KG_HOME; its wall seconds (a failure raises with its tail)."""
+    env = {**os.environ, "KG_HOME": home, "DAGSTER_HOME": os.path.join(home, "dagster")}
+    env.pop("KG_EXECUTOR", None)
+    env.update(extra_env or {})
+    t = time.perf_counter()
+    done = subprocess.run(
+        [os.path.join(os.path.dirname(sys.executable), "kg"), *args],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode != 0:
+        tail = (done.stdout + done.stderr).strip().splitlines()[-4:]
+        raise RuntimeError(f"kg {' '.join(args)}: exit {done.returncode}: {' | '.join(tail)}")
+    return time.perf_counter() - t
+
+
+def _instance_file_runs(home: str, names: list[str]) -> list[float]:
+    import dagster as dg
+    from dagster._core.instance.ref import InstanceRef
+
+    with dg.DagsterInstance.from_ref(
+        InstanceRef.from_dir(os.path.join(home, "dagster"))
+    ) as instance:
+        return _file_run_seconds(instance, names)
+
+
+def files_kg_build(source: str, home: str, names: list[str], jobs: int, lake: str) -> dict:
+    """The real ``kg build`` of the per-file steps and the corpus: one backfill the daemon
+    loops run with ``--jobs`` runs at once."""
+    build = [
+        "build",
+        "--pubmed-source",
+        source,
+        "--mesh-source",
+        _mesh_source(),
+        "--lake",
+        lake,
+        "--select",
+        FILE_SELECTION,
+        "--jobs",
+        str(jobs),
+    ]
+    seconds = _kg(home, build)
+    return {"seconds": seconds, "per_file_run_s": _instance_file_runs(home, names)}
+
+
+def files_celery(source: str, home: str, names: list[str], workers: int, lake: str) -> dict:
+    """``kg workers start`` (Redis, Postgres, N workers), the same ``kg build`` on the Celery
+    executor, ``kg workers stop``."""
+    _kg(home, ["workers", "start", "--workers", str(workers)])
+    try:
+        return files_kg_build(source, home, names, workers, lake)
+    finally:
+        _kg(home, ["workers", "stop"])
+
+
+def _moto_lake() -> tuple[str, object]:
+    """A real S3 server (moto) on 127.0.0.1 with a fresh bucket, set in this environment (the
+    kg subprocesses inherit it); the lake URL and the server."""
+    import logging
+
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one log line per S3 request
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    endpoint = f"http://{host}:{port}"
+    os.environ.update(
+        {
+            "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_DEFAULT_REGION": "us-east-1",
+            "AWS_ENDPOINT_URL": endpoint,
+        }
+    )
+    boto3.client("s3", endpoint_url=endpoint).create_bucket(Bucket="kg-bench")
+    return "s3://kg-bench/kg", server
+
+
+def files_celery_s3(source: str, home: str, names: list[str], workers: int, lake: str) -> dict:
+    """The Celery build into an S3 lake: ``lake`` or, for ``moto``, a local moto server."""
+    server = None
+    if lake == "moto":
+        lake, server = _moto_lake()
+    try:
+        return {**files_celery(source, home, names, workers, lake), "lake": lake}
+    finally:
+        if server is not None:
+            server.stop()
+
+
+def _median(values: list[float]) -> float | None:
+    ordered = sorted(values)
+    if not ordered:
+        return None
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+def files_mode(args: argparse.Namespace) -> dict:
+    from kg_platform.pubmed.source import PubmedSource, current_release
+
+    work = os.path.abspath(args.work or tempfile.mkdtemp(prefix="kg-build-files-"))
+    os.makedirs(work, exist_ok=True)
+    source, generated_s = _synthetic_files(work, args.files, args.records_per_file)
+    names = [f.name for f in current_release(PubmedSource(source).list_files())]
+    result: dict = {
+        "benchmark": "build",
+        "mode": "files",
+        "files": len(names),
+        "records_per_file": args.records_per_file,
+        "generated_s": None if generated_s is None else round(generated_s, 1),
+        "cores": os.cpu_count(),
+        "load_average": [round(x, 2) for x in os.getloadavg()],
+    }
+
+    def fresh(way: str) -> str:
+        home = os.path.join(work, way)
+        shutil.rmtree(home, ignore_errors=True)
+        os.makedirs(home)
+        return home
+
+    runs: dict[str, dict] = {}
+    ways = {
+        "serial": lambda h: files_serial(source, h, names),
+        "multiprocess": lambda h: files_kg_build(source, h, names, args.jobs, f"{h}/lake"),
+        "celery": lambda h: files_celery(source, h, names, args.jobs, f"{h}/lake"),
+    }
+    if args.s3_lake:
+        ways["celery_s3"] = lambda h: files_celery_s3(source, h, names, args.jobs, args.s3_lake)
+    for way in ("serial", "multiprocess", "celery", "celery_s3"):
+        if way in args.skip or way not in ways:
+            reason = "--skip" if way in args.skip else "no --s3-lake given (s3://bucket/prefix)"
+            result[f"{way}_s"], result[f"{way}_skipped"] = None, reason
+            continue
+        try:
+            runs[way] = ways[way](fresh(way))
+        except Exception as exc:  # noqa: BLE001 - a way that cannot run is reported, not faked
+            result[f"{way}_s"], result[f"{way}_skipped"] = None, f"{type(exc).__name__}: {exc}"
+            continue
+        result[f"{way}_s"] = round(runs[way]["seconds"], 1)
+        result[f"{way}_per_file_step_s"] = _median(runs[way]["per_file_run_s"])
+        print(json.dumps({"way": way, **runs[way]}), flush=True)
+    serial = result.get("serial_s")
+    for way in ("multiprocess", "celery"):
+        got = result.get(f"{way}_s")
+        result[f"speedup_{way}"] = _ratio(serial, got) if serial and got else None
+    steps = runs.get("serial", {}).get("per_file_run_s") or next(
+        (r["per_file_run_s"] for r in runs.values() if r["per_file_run_s"]), []
+    )
+    result["per_file_step_s"] = None if not steps else round(_median(steps), 2)
+    result["load_average_after"] = [round(x, 2) for x in os.getloadavg()]
+    return result
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     mode = parser.add_mutually_exclusive_group()
@@ -463,6 +733,30 @@ def main() -> int:
         type=int,
         metavar="N",
         help="run the fold and the graph build alone on N synthetic records",
+    )
+    mode.add_argument(
+        "--files",
+        type=int,
+        metavar="N",
+        help="build the same N synthetic NLM files serially, with kg build --jobs, on Celery",
+    )
+    parser.add_argument(
+        "--records-per-file", type=int, default=FILE_RECORDS, help="--files: records per file"
+    )
+    parser.add_argument("--work", help="--files: folder that caches the synthetic files")
+    parser.add_argument("--jobs", type=int, default=2, help="--files: runs or workers at once")
+    parser.add_argument(
+        "--s3-lake",
+        default="moto",
+        help="--files: s3://bucket/prefix for the Celery S3 run (default: a local moto server; "
+        "'' skips it)",
+    )
+    parser.add_argument(
+        "--skip",
+        action="append",
+        default=[],
+        choices=["serial", "multiprocess", "celery", "celery_s3"],
+        help="--files: a way not to run",
     )
     parser.add_argument("--workdir", default=None, help="scratch folder (default: a temp dir)")
     parser.add_argument("--keep", action="store_true", help="keep the scratch lake")
@@ -494,8 +788,14 @@ def main() -> int:
         # skip interpreter teardown: after fold_checks it can abort in a native library's
         # thread shutdown ("terminate called without an active exception") once the JSON is out
         os._exit(0)
+    if args.files is not None:
+        if args.files < 1:
+            parser.error("--files must be at least 1")
+        result = files_mode(args)
+        print(json.dumps(result))
+        return 0
     if args.fold_records is None:
-        parser.error("give a mode: --fold-records N")
+        parser.error("give a mode: --fold-records N or --files N")
     if args.fold_records < 1:
         parser.error("--fold-records must be at least 1")
     result = fold_records(args)

@@ -16,11 +16,14 @@ import contextlib
 import hashlib
 import os
 import shutil
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import duckdb
+import numpy as np
 import polars as pl
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from kg_platform.storage.lake import Lake
 
@@ -207,80 +210,169 @@ def fold_release(
 
 
 # -- the independent recount ---------------------------------------------------------------
-def _scan(lake: Lake, table: str, files: list[str], columns: list[str]) -> pl.LazyFrame:
-    """One table of every file with its file_ord, read by Polars (not DuckDB)."""
+# Polars and numpy, never DuckDB; one per-file table at a time, so the peak follows the
+# articles (a few integers per record) and never the child tables' rows (~800M citations
+# for a 40M-record baseline).
+def _read(lake: Lake, key: str, columns: list[str]) -> pl.DataFrame:
+    return pl.from_arrow(lake.read_parquet(key, columns=columns))
+
+
+def _batches(lake: Lake, key: str, columns: list[str]) -> Iterator[pa.RecordBatch]:
+    """A Parquet table of the lake (local, staged or S3) one row group at a time."""
+    with lake.open(key) as f:
+        yield from pq.ParquetFile(f).iter_batches(columns=columns)
+
+
+def _file_codes(files: pl.Series, names: dict[str, int]) -> np.ndarray:
+    """The file names as int32 codes, new names added to ``names`` (name -> code)."""
+    for name in files.unique().to_list():
+        names.setdefault(name, len(names))
+    return files.replace_strict(names, return_dtype=pl.Int32).to_numpy()
+
+
+# PMIDs run to ~42M, so a byte per possible PMID is a 42 MB set with O(1) lookups; past
+# this bound (never seen in PubMed) the set falls back to a sorted array and binary search
+PMID_BITMAP_MAX = 200_000_000
+
+
+class PmidSet:
+    """A set of PMIDs for membership of many values at once (numpy, no hashing)."""
+
+    def __init__(self, pmids: np.ndarray) -> None:
+        self._top = int(pmids.max()) if len(pmids) else -1
+        if 0 <= self._top <= PMID_BITMAP_MAX and (not len(pmids) or pmids.min() >= 0):
+            self._bitmap: np.ndarray | None = np.zeros(self._top + 1, dtype=bool)
+            self._bitmap[pmids] = True
+            self._sorted = None
+        else:
+            self._bitmap, self._sorted = None, np.unique(pmids)
+
+    def missing(self, values: np.ndarray) -> int:
+        """How many of ``values`` are not in the set."""
+        if self._bitmap is not None:
+            inside = (values >= 0) & (values <= self._top)
+            return len(values) - int(self._bitmap[values[inside]].sum())
+        if self._sorted is None or not len(self._sorted):
+            return len(values)
+        at = np.searchsorted(self._sorted, values).clip(max=len(self._sorted) - 1)
+        return int((self._sorted[at] != values).sum())
+
+
+def survivors_digest(
+    pmid: np.ndarray, version: np.ndarray, file_code: np.ndarray, names: dict[str, int]
+) -> str:
+    """md5 over the sorted (pmid, version, file) of the surviving records: three numpy
+    columns, the file as its rank among the distinct names in use, which the digest lists."""
+    used = np.unique(file_code)
+    by_code = {code: name for name, code in names.items()}
+    in_use = sorted(by_code[int(c)] for c in used)
+    rank = np.zeros(max(names.values(), default=0) + 1, dtype="<i4")
+    rank[[names[n] for n in in_use]] = np.arange(len(in_use), dtype="<i4")
+    file_rank = rank[file_code]
+    order = np.lexsort((file_rank, version, pmid))
+    digest = hashlib.md5(usedforsecurity=False)
+    digest.update(np.ascontiguousarray(pmid[order], dtype="<i8").tobytes())
+    digest.update(np.ascontiguousarray(version[order], dtype="<i8").tobytes())
+    digest.update(np.ascontiguousarray(file_rank[order]).tobytes())
+    digest.update("\n".join(in_use).encode())
+    return digest.hexdigest()
+
+
+def _records(lake: Lake, files: list[str], names: dict[str, int]) -> pl.DataFrame:
+    """(pmid, version, file_code, file_ord) of every record of every file."""
     frames = []
     for ord_, file in enumerate(files):
-        key = table_key(table, file)
-        if lake.is_local:
-            frame = pl.scan_parquet(lake.local_path(key)).select(columns)
-        else:
-            frame = pl.from_arrow(lake.read_parquet(key, columns=columns)).lazy()
-        frames.append(frame.with_columns(pl.lit(ord_, pl.Int32).alias("file_ord")))
+        frame = _read(lake, table_key("articles", file), ["pmid", "version", "file"])
+        frames.append(
+            pl.DataFrame(
+                {
+                    "pmid": frame["pmid"],
+                    "version": frame["version"],
+                    "file_code": _file_codes(frame["file"], names),
+                    "file_ord": np.full(frame.height, ord_, dtype=np.int32),
+                }
+            )
+        )
     return pl.concat(frames, how="vertical")
-
-
-def survivors_digest(frame: pl.DataFrame) -> str:
-    """md5 over the sorted (pmid, version, file) of the surviving records."""
-    text = "\n".join(
-        f"{p}:{v}:{f}"
-        for p, v, f in frame.select("pmid", "version", "file").sort("pmid").iter_rows()
-    )
-    return hashlib.md5(text.encode(), usedforsecurity=False).hexdigest()
 
 
 def recount_fold_polars(lake: Lake, files: list[str]) -> dict[str, object]:
     """The fold again, in Polars, from the per-file tables: rows per table, deleted count,
     dangling citations and a digest of the surviving (pmid, version, file)."""
     _check_files(lake, files)
+    names: dict[str, int] = {}
     records = (
-        _scan(lake, "articles", files, ["pmid", "version", "file"])
-        .collect()
+        _records(lake, files, names)
         # latest file first, then highest version: the first row per PMID wins
         .sort(["pmid", "file_ord", "version"], descending=[False, True, True])
         .unique(subset="pmid", keep="first", maintain_order=True)
     )
-    last_deletion = (
-        _scan(lake, "deletions", files, ["pmid"])
-        .group_by("pmid")
-        .agg(pl.col("file_ord").max().alias("deleted_ord"))
-        .collect()
+    deletions = pl.concat(
+        [
+            _read(lake, table_key("deletions", f), ["pmid"]).with_columns(
+                pl.lit(n, pl.Int32).alias("file_ord")
+            )
+            for n, f in enumerate(files)
+        ]
     )
+    last_deletion = deletions.group_by("pmid").agg(pl.col("file_ord").max().alias("deleted_ord"))
     joined = records.join(last_deletion, on="pmid", how="left")
-    removed = joined.filter(pl.col("deleted_ord") > pl.col("file_ord"))
+    removed = joined.filter(pl.col("deleted_ord") > pl.col("file_ord")).height
+    # the survivors grouped by the file their record came from, for one file at a time below
     survivors = joined.filter(
         pl.col("deleted_ord").is_null() | (pl.col("deleted_ord") <= pl.col("file_ord"))
-    ).select("pmid", "version", "file", "file_ord")
-    keys = survivors.select("pmid", "version", "file_ord")
-    rows = {"articles": survivors.height}
+    ).sort("file_ord")
+    del records, joined
+    starts = np.searchsorted(survivors["file_ord"].to_numpy(), np.arange(len(files) + 1))
+    survivor_pmids = PmidSet(survivors["pmid"].to_numpy())
+    rows = {"articles": survivors.height, **dict.fromkeys(CHILD_TABLES, 0)}
     dangling = 0
-    for table in CHILD_TABLES:
-        pmid_col = CORPUS_TABLES[table]
-        cols = [pmid_col, "version"] + (["cited_pmid"] if table == "citations" else [])
-        kept = (
-            _scan(lake, table, files, cols)
-            .join(
-                keys.lazy().rename({"pmid": pmid_col}),
-                on=[pmid_col, "version", "file_ord"],
-                how="inner",
-            )
-            .collect()
+    for ord_, file in enumerate(files):
+        keys = survivors.slice(starts[ord_], starts[ord_ + 1] - starts[ord_]).select(
+            "pmid", "version"
         )
-        rows[table] = kept.height
-        if table == "citations":
-            dangling = kept.filter(~pl.col("cited_pmid").is_in(survivors["pmid"].implode())).height
+        for table in CHILD_TABLES:
+            pmid_col = CORPUS_TABLES[table]
+            cols = [pmid_col, "version"] + (["cited_pmid"] if table == "citations" else [])
+            kept = _read(lake, table_key(table, file), cols).join(
+                keys.rename({"pmid": pmid_col}), on=[pmid_col, "version"], how="inner"
+            )
+            rows[table] += kept.height
+            if table == "citations":
+                dangling += survivor_pmids.missing(kept["cited_pmid"].to_numpy())
     return {
         "rows": rows,
-        "deleted": removed.height,
+        "deleted": removed,
         "deletions_listed": last_deletion.height,
         "dangling_citations": dangling,
-        "survivors_digest": survivors_digest(survivors),
+        "survivors_digest": survivors_digest(
+            survivors["pmid"].to_numpy(),
+            survivors["version"].to_numpy(),
+            survivors["file_code"].to_numpy(),
+            names,
+        ),
     }
 
 
 # -- checks on the written corpus ------------------------------------------------------------
 def _corpus(lake: Lake, table: str, columns: list[str]) -> pl.DataFrame:
     return pl.from_arrow(lake.read_parquet(corpus_key(table), columns=columns))
+
+
+def _written_digest(lake: Lake) -> str:
+    """survivors_digest of corpus/articles.parquet as written, read one row group at a time."""
+    names: dict[str, int] = {}
+    pmid, version, file_code = [], [], []
+    for batch in _batches(lake, corpus_key("articles"), ["pmid", "version", "file"]):
+        frame = pl.from_arrow(batch)
+        pmid.append(frame["pmid"].to_numpy())
+        version.append(frame["version"].to_numpy())
+        file_code.append(_file_codes(frame["file"], names))
+    if not pmid:
+        return survivors_digest(*(np.zeros(0, dtype=t) for t in ("<i8", "<i4", "<i4")), names)
+    return survivors_digest(
+        np.concatenate(pmid), np.concatenate(version), np.concatenate(file_code), names
+    )
 
 
 def check_one_row_per_pmid(lake: Lake) -> tuple[bool, str]:
@@ -294,7 +386,14 @@ def check_no_deleted_pmid(lake: Lake, files: list[str]) -> tuple[bool, str]:
     order = pl.DataFrame({"file": files, "record_ord": list(range(len(files)))})
     articles = _corpus(lake, "articles", ["pmid", "file"]).join(order, on="file", how="left")
     unknown = articles.filter(pl.col("record_ord").is_null()).height
-    deletions = _scan(lake, "deletions", files, ["pmid"]).collect()
+    deletions = pl.concat(
+        [
+            _read(lake, table_key("deletions", f), ["pmid"]).with_columns(
+                pl.lit(n, pl.Int32).alias("file_ord")
+            )
+            for n, f in enumerate(files)
+        ]
+    )
     present = articles.join(deletions, on="pmid").filter(pl.col("file_ord") > pl.col("record_ord"))
     bad = present["pmid"].unique().sort().to_list()
     details = f"{len(bad)} deleted PMIDs present" + (f": {bad[:10]}" if bad else "")
@@ -306,7 +405,7 @@ def check_no_deleted_pmid(lake: Lake, files: list[str]) -> tuple[bool, str]:
 def check_recount(lake: Lake, files: list[str], result: FoldResult) -> tuple[bool, str]:
     """DuckDB's fold (as written) against the Polars recount."""
     recount = recount_fold_polars(lake, files)
-    written = survivors_digest(_corpus(lake, "articles", ["pmid", "version", "file"]))
+    written = _written_digest(lake)
     ours = {
         "rows": result.rows,
         "deleted": result.deleted,
@@ -319,12 +418,16 @@ def check_recount(lake: Lake, files: list[str], result: FoldResult) -> tuple[boo
 
 
 def check_edge_sources_in_articles(lake: Lake) -> tuple[bool, str]:
-    pmids = _corpus(lake, "articles", ["pmid"])["pmid"].implode()
+    """Every child row's PMID is a corpus article; the child tables are read one row group
+    at a time against the set of article PMIDs."""
+    pmids = PmidSet(_corpus(lake, "articles", ["pmid"])["pmid"].to_numpy())
     orphans = {}
     for table in CHILD_TABLES:
         col = CORPUS_TABLES[table]
-        frame = _corpus(lake, table, [col])
-        orphans[table] = frame.filter(~pl.col(col).is_in(pmids)).height
+        orphans[table] = sum(
+            pmids.missing(batch.column(0).to_numpy())
+            for batch in _batches(lake, corpus_key(table), [col])
+        )
     bad = {t: n for t, n in orphans.items() if n}
     return not bad, (f"rows without a corpus article: {bad}" if bad else "all edge sources found")
 

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import gzip
 import xml.etree.ElementTree as ET
+from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 import pytest
 
 from kg_platform.pubmed.fold import (
+    PmidSet,
     check_edge_sources_in_articles,
     check_no_deleted_pmid,
     check_one_row_per_pmid,
@@ -256,3 +259,67 @@ def test_missing_tables_fail_before_anything_is_written(tmp_path: Path) -> None:
     assert lake.read_bytes(corpus_key("articles")) == before
     with pytest.raises(ValueError, match="files listed twice: pubmed26n1334"):
         fold_release(lake, names * 2)
+
+
+def test_each_check_names_exactly_what_a_corrupted_corpus_gets_wrong(tmp_path: Path) -> None:
+    """The checks stream the child tables and hash numpy columns; on a corrupted corpus each
+    still fails with the exact figures, worked out here from the frames."""
+    mirror = require_reference("pubmed", "mirror")
+    lake = Lake(str(tmp_path / "lake"))
+    names = load_tables(
+        lake,
+        [
+            mirror / "baseline" / "pubmed26n1334.xml.gz",
+            mirror / "updatefiles" / "pubmed26n1335.xml.gz",
+        ],
+    )
+    result = fold_release(lake, names)
+    assert check_recount(lake, names, result)[0]
+    # DuckDB's own figures wrong: each wrong field named with both values
+    wrong = replace(
+        result,
+        rows={**result.rows, "citations": 1348},
+        deleted=1,
+        dangling_citations=1347,
+    )
+    passed, details = check_recount(lake, names, wrong)
+    right = {**result.rows, "citations": 1349}
+    assert (passed, details) == (
+        False,
+        f"rows: duckdb {wrong.rows} != polars {right}; deleted: duckdb 1 != polars 0; "
+        "dangling_citations: duckdb 1347 != polars 1348",
+    )
+    # one article as if from the other file: the survivors' digest changes, nothing else
+    articles = corpus_frame(lake, "articles")
+    first_file = articles["file"][0]
+    moved = articles.with_columns(
+        pl.when(pl.int_range(pl.len()) == 0)
+        .then(pl.lit(next(n for n in names if n != first_file)))
+        .otherwise(pl.col("file"))
+        .alias("file")
+    )
+    lake.write_parquet(corpus_key("articles"), moved.to_arrow())
+    passed, details = check_recount(lake, names, result)
+    assert not passed and details.startswith("survivors_digest: duckdb ")
+    assert details.count("!=") == 1
+    # the first article dropped: its child rows are counted per table
+    dropped = articles["pmid"][0]
+    lake.write_parquet(corpus_key("articles"), articles.slice(1).to_arrow())
+    orphans = {}
+    for table in ["mesh_edges", "citations", "corrections", "chemicals", "pubtypes"]:
+        col = "citing_pmid" if table == "citations" else "pmid"
+        orphans[table] = corpus_frame(lake, table).filter(pl.col(col) == dropped).height
+    orphans = {t: n for t, n in orphans.items() if n}
+    assert orphans["mesh_edges"] > 0
+    assert check_edge_sources_in_articles(lake) == (
+        False,
+        f"rows without a corpus article: {orphans}",
+    )
+    assert check_one_row_per_pmid(lake) == (True, "59 rows, 0 duplicated PMIDs")
+
+
+def test_pmid_set_bitmap_and_sorted_fallback() -> None:
+    assert PmidSet(np.array([5, 3, 3])).missing(np.array([3, 4, 5, -1, 99])) == 3
+    # a PMID past the bitmap's bound: the sorted array answers the same
+    assert PmidSet(np.array([5, 3, 10**12])).missing(np.array([3, 4, 10**12, -1])) == 2
+    assert PmidSet(np.array([], dtype=np.int64)).missing(np.array([1, 2])) == 2
