@@ -92,6 +92,25 @@ def check_texts(texts: Sequence[str], reader: str) -> list[str]:
     return texts
 
 
+def check_pairs(questions: Sequence[str], texts: Sequence[str], reader: str) -> None:
+    if len(questions) != len(texts):
+        raise ValueError(f"reader {reader}: {len(questions)} questions, {len(texts)} texts")
+
+
+class PairReader:
+    """A reader that scores many (question, text) pairs at once: ``posteriors`` is
+    ``score_pairs`` with the question repeated for every text."""
+
+    name: str
+
+    def posteriors(self, question: str, texts: Sequence[str]) -> np.ndarray:
+        texts = check_texts(texts, self.name)
+        return self.score_pairs([question] * len(texts), texts)
+
+    def score_pairs(self, questions: Sequence[str], texts: Sequence[str]) -> np.ndarray:
+        raise NotImplementedError
+
+
 def training_set_hash(examples: Sequence[LabelledQuestion]) -> str:
     """sha256 over the examples sorted by qid: qid, label, question, context and results.
     The same set in any order hashes the same; any changed label or text changes it."""

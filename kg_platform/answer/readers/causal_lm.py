@@ -20,8 +20,9 @@ import numpy as np
 
 from kg_platform.answer.readers.base import (
     LABELS,
+    PairReader,
+    check_pairs,
     check_posteriors,
-    check_texts,
     normalise_rows,
     truncate,
 )
@@ -64,7 +65,7 @@ def label_token_ids(tokenizer: Any, source: str = "tokenizer") -> tuple[tuple[in
     return tuple(ids_per_label)
 
 
-class CausalLMReader:
+class CausalLMReader(PairReader):
     """A local causal LM read at the answer position; ``posteriors`` is the reader contract."""
 
     def __init__(
@@ -136,16 +137,11 @@ class CausalLMReader:
         )
         return list(encoded["input_ids"])
 
-    def posteriors(self, question: str, texts: Sequence[str]) -> np.ndarray:
-        texts = check_texts(texts, self.name)
-        return self.score_pairs([question] * len(texts), texts)
-
     def score_pairs(self, questions: Sequence[str], texts: Sequence[str]) -> np.ndarray:
         """Posteriors of many (question, text) pairs, in length-sorted batches."""
         import torch
 
-        if len(questions) != len(texts):
-            raise ValueError(f"reader {self.name}: {len(questions)} questions, {len(texts)} texts")
+        check_pairs(questions, texts, self.name)
         prompts = [self.prompt_ids(q, t) for q, t in zip(questions, texts, strict=True)]
         out = np.zeros((len(prompts), len(LABELS)), dtype=np.float64)
         order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))

@@ -24,8 +24,9 @@ import numpy as np
 from kg_platform.answer.readers.base import (
     LABELS,
     LabelledQuestion,
+    PairReader,
+    check_pairs,
     check_posteriors,
-    check_texts,
     label_indices,
     normalise_rows,
     training_set_hash,
@@ -76,7 +77,7 @@ class ClassifierRecipe:
         return asdict(self)
 
 
-class CrossEncoderClassifier:
+class CrossEncoderClassifier(PairReader):
     """A loaded or freshly trained classifier; ``posteriors`` is the reader contract."""
 
     def __init__(
@@ -98,16 +99,11 @@ class CrossEncoderClassifier:
         self.columns = _label_columns(model.config)
         self.name = str(metadata.get("name", READER_KIND))
 
-    def posteriors(self, question: str, texts: Sequence[str]) -> np.ndarray:
-        texts = check_texts(texts, self.name)
-        return self.score_pairs([question] * len(texts), texts)
-
     def score_pairs(self, questions: Sequence[str], texts: Sequence[str]) -> np.ndarray:
         """Posteriors of many (question, text) pairs at once, batched by length."""
         import torch
 
-        if len(questions) != len(texts):
-            raise ValueError(f"reader {self.name}: {len(questions)} questions, {len(texts)} texts")
+        check_pairs(questions, texts, self.name)
         texts = [truncate(t, self.recipe.truncation_chars) for t in texts]
         out = np.zeros((len(texts), len(LABELS)), dtype=np.float64)
         order = sorted(range(len(texts)), key=lambda i: len(questions[i]) + len(texts[i]))

@@ -20,8 +20,9 @@ import numpy as np
 from kg_platform.answer.readers.base import (
     LABELS,
     LabelledQuestion,
+    PairReader,
+    check_pairs,
     check_posteriors,
-    check_texts,
     normalise_rows,
     training_set_hash,
     truncate,
@@ -64,7 +65,7 @@ def cue_text(example: LabelledQuestion, recipe: CueRecipe) -> str:
     return example.context
 
 
-class CueReader:
+class CueReader(PairReader):
     """Fitted vectorisers and logistic regression; ``posteriors`` is the reader contract."""
 
     def __init__(
@@ -85,13 +86,8 @@ class CueReader:
         t = self.text_vectoriser.transform(texts)
         return hstack([q, t]).tocsr()
 
-    def posteriors(self, question: str, texts: Sequence[str]) -> np.ndarray:
-        texts = check_texts(texts, self.name)
-        return self.score_pairs([question] * len(texts), texts)
-
     def score_pairs(self, questions: Sequence[str], texts: Sequence[str]) -> np.ndarray:
-        if len(questions) != len(texts):
-            raise ValueError(f"reader {self.name}: {len(questions)} questions, {len(texts)} texts")
+        check_pairs(questions, texts, self.name)
         if not texts:
             return np.zeros((0, len(LABELS)), dtype=np.float32)
         probs = self.model.predict_proba(self.features(questions, texts))
