@@ -32,6 +32,8 @@ class Settings:
     executor: str = "multiprocess"
     celery_broker: str = ""
     celery_backend: str = ""
+    # a local reader folder (KG_READER) that answers `kg ask` and the demo's examples; ""
+    reader: str = ""
 
     @classmethod
     def load(cls) -> Settings:
@@ -57,6 +59,7 @@ class Settings:
             celery_broker=broker,
             celery_backend=os.environ.get("KG_CELERY_BACKEND")
             or (deployment.backend_url if deployment else broker),
+            reader=reader_folder(),
         )
 
     def record(self) -> None:
@@ -80,6 +83,12 @@ def running_deployment(home: Path):
     deployment = load_deployment(home)
     redis = deployment.process("redis") if deployment else None
     return deployment if redis is not None and redis.alive() else None
+
+
+def reader_folder() -> str:
+    """The reader folder `kg ask` and `kg build`'s examples use without `--reader`:
+    KG_READER, or "" (no reader: the question path stops at evidence)."""
+    return os.environ.get("KG_READER", "").strip()
 
 
 def reference_data_dir() -> Path:

@@ -35,7 +35,7 @@ def use_kg_home(monkeypatch: pytest.MonkeyPatch, home: Path) -> Path:
     environment leaks in."""
     monkeypatch.setenv("KG_HOME", str(home))
     monkeypatch.delenv("DAGSTER_HOME", raising=False)
-    for var in ("KG_LAKE", "KG_CATALOG", "KG_PUBMED_SOURCE", "KG_MESH_SOURCE"):
+    for var in ("KG_LAKE", "KG_CATALOG", "KG_PUBMED_SOURCE", "KG_MESH_SOURCE", "KG_READER"):
         monkeypatch.delenv(var, raising=False)
     return home
 

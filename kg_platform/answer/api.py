@@ -6,6 +6,10 @@ sentence encoder: it embeds the question for the dense ranker when the lake has 
 embedding index (``embeddings/index``), and the question's spans for the hybrid grounder
 when asked for (``AskConfig.hybrid_threshold``, needs ``concept_index``). Without an index
 the evidence is ordered by the structural score, and the answer says which ranker ran.
+
+With a reader (``KnowledgeGraph.open(lake, reader=...)``) an answerable question is then
+read: the reader reads the top evidence articles and gives a label, its probability and the
+PMIDs it read (``answer/reading.py``); a refusal is never read.
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ import numpy as np
 import polars as pl
 
 from kg_platform.answer.ladder import LadderConfig, LadderInput, Verdict, run_ladder
+from kg_platform.answer.readers.base import Reader
+from kg_platform.answer.reading import Reading, read_evidence, refused
 from kg_platform.answer.titles import TitleLookup
 from kg_platform.embeddings.encoder import Encoder
 from kg_platform.embeddings.index import INDEX_MANIFEST
@@ -43,7 +49,8 @@ from kg_platform.storage.lake import Lake
 
 # 2: adds `ranker`, `signals` (top level and in `verdict`), `grounder` and evidence
 # `similarity` to version 1; nothing of version 1 was removed, renamed or reordered
-SCHEMA_VERSION = 2
+# 3: adds `answer` and `answer_reason` at the end; every version-2 key stays in place
+SCHEMA_VERSION = 3
 RANKERS = ("auto", "dense", "structural")
 MAX_QUESTION_CHARS = 1000
 
@@ -80,12 +87,20 @@ class AskConfig:
     ranker: str = "auto"
     # None: lexical grounding only; a cosine in (0, 1]: add dense span links (concept_index)
     hybrid_threshold: float | None = None
+    # the reader reads the first `reader_k` readable evidence articles, each cut to
+    # `reader_chars` characters of title + abstract, and averages their posteriors
+    reader_k: int = 3
+    reader_chars: int = 3000
 
     def __post_init__(self) -> None:
         if self.ranker not in RANKERS:
             raise ValueError(f"ranker {self.ranker!r}: expected one of {RANKERS}")
         if self.hybrid_threshold is not None and not 0.0 < self.hybrid_threshold <= 1.0:
             raise ValueError(f"hybrid threshold {self.hybrid_threshold}: must be in (0, 1]")
+        if self.reader_k < 1:
+            raise ValueError(f"reader k {self.reader_k}: must be at least 1")
+        if self.reader_chars < 1:
+            raise ValueError(f"reader chars {self.reader_chars}: must be at least 1")
 
 
 @dataclass(frozen=True)
@@ -142,6 +157,7 @@ class Answer:
     graph_build: str
     ranker: str = "structural"
     grounder: dict[str, object] = field(default_factory=lambda: {"kind": "lexical"})
+    reading: Reading = field(default_factory=Reading)
 
     def to_json(self) -> dict:
         def pair(p: ConceptPair) -> dict:
@@ -166,6 +182,8 @@ class Answer:
             "ranker": self.ranker,
             "signals": self.verdict.to_json()["signals"],
             "grounder": dict(self.grounder),
+            "answer": self.reading.to_json(),
+            "answer_reason": self.reading.reason_json(),
         }
 
 
@@ -204,12 +222,14 @@ class KnowledgeGraph:
         store: KGStore,
         config: AskConfig = AskConfig(),
         semantic: SemanticRanker | None = None,
+        reader: Reader | None = None,
     ) -> None:
         self.lake = lake
         self.grounder = grounder
         self.store = store
         self.config = config
         self.semantic = semantic
+        self.reader = reader
         self.title_lookup = TitleLookup(lake, layout.CORPUS_INPUTS["articles"])
         self.roles = dict(
             zip(
@@ -225,10 +245,12 @@ class KnowledgeGraph:
         lake: Lake | str,
         config: AskConfig = AskConfig(),
         encoder: Encoder | None = None,
+        reader: Reader | None = None,
     ) -> KnowledgeGraph:
         """Open the published graph, MeSH tables and (when there and wanted) the embedding
         index and concept index. ``encoder`` defaults to the packaged all-MiniLM-L6-v2,
-        loaded only when the dense ranker or the hybrid grounder needs it."""
+        loaded only when the dense ranker or the hybrid grounder needs it. ``reader``
+        (e.g. ``readers.loading.load_reader(folder)``) answers what the ladder lets through."""
         lake = Lake(lake) if isinstance(lake, str) else lake
         store = KGStore.open(lake)
         lexical, descriptors, tree = load_grounder(lake)
@@ -256,7 +278,7 @@ class KnowledgeGraph:
             grounder = HybridGrounder(
                 lexical, encoder, ConceptIndex.open(lake), config.hybrid_threshold
             )
-        return cls(lake, grounder, roles, store, config, semantic)
+        return cls(lake, grounder, roles, store, config, semantic, reader)
 
     @property
     def ranker(self) -> str:
@@ -342,6 +364,8 @@ class KnowledgeGraph:
             titles = self._titles([p.terminal.pmid for p in paths])
             evidence = tuple(Evidence(p, titles.get(p.terminal.pmid)) for p in paths)
         clock.lap("rank")
+        reading = self._read(text, verdict, evidence)
+        clock.lap("read")
         return Answer(
             question=text,
             as_of=as_of,
@@ -354,6 +378,21 @@ class KnowledgeGraph:
             graph_build=self.store.build_id,
             ranker=self.ranker,
             grounder=self.grounder_description,
+            reading=reading,
+        )
+
+    def _read(self, question: str, verdict: Verdict, evidence: tuple[Evidence, ...]) -> Reading:
+        if not verdict.answerable:
+            return refused()
+        if self.reader is None:
+            return Reading()
+        return read_evidence(
+            self.reader,
+            question,
+            [e.path.terminal.pmid for e in evidence],
+            self.title_lookup,
+            self.config.reader_k,
+            self.config.reader_chars,
         )
 
     def _similarity(

@@ -1,4 +1,4 @@
-"""Titles of evidence articles, read from corpus/articles.parquet by row group.
+"""Titles (and texts) of evidence articles, read from corpus/articles.parquet by row group.
 
 An answer shows the title of each of its top paths' terminal articles: a handful of PMIDs
 out of the whole corpus. The fold writes the articles table sorted by PMID in row groups of
@@ -8,6 +8,8 @@ by binary search over the groups' smallest PMIDs, and reads only the ``pmid`` an
 ``title`` columns of those groups. Reading with a PMID filter instead costs a footer parse
 and a dataset scan plan on every question (``benchmarks/titles.py`` compares the two).
 A file written otherwise (unsorted, or without statistics) is read with a filter, as before.
+
+``texts`` reads the same row groups for what a reader reads: title and abstract together.
 """
 
 from __future__ import annotations
@@ -23,14 +25,14 @@ from kg_platform.storage.lake import Lake
 
 
 class TitleLookup:
-    """PMID -> title over one articles file; opened on first use, then kept."""
+    """PMID -> title (or text) over one articles file; opened on first use, then kept."""
 
     def __init__(self, lake: Lake, key: str) -> None:
         self.lake, self.key = lake, key
         self._lock = threading.Lock()
         self._opened = False
         self._file: pq.ParquetFile | None = None
-        self._has_title = False
+        self._columns: frozenset[str] = frozenset()
         self._group_min: np.ndarray | None = None  # None: no usable statistics
 
     def _open(self) -> None:
@@ -45,31 +47,56 @@ class TitleLookup:
                 f"{self.lake.path(self.key)}: not a readable Parquet file ({error}); "
                 "rematerialise `corpus`"
             ) from None
-        self._has_title = "title" in parquet.schema_arrow.names
+        self._columns = frozenset(parquet.schema_arrow.names)
         self._file = parquet
         self._group_min = _sorted_group_minimums(parquet)
         self._opened = True
 
     def titles(self, pmids: list[int]) -> dict[int, str | None]:
         """Title of each PMID found (a corpus without titles gives none)."""
-        if not pmids:
+        table = self._rows(pmids, ["title"])
+        if table is None:
             return {}
+        return dict(zip(table["pmid"].to_pylist(), table["title"].to_pylist(), strict=True))
+
+    def texts(self, pmids: list[int]) -> dict[int, str]:
+        """Title and abstract of each PMID found, joined by a newline and stripped: "" for an
+        article with neither (or a corpus with neither column); absent PMIDs are not keys."""
+        table = self._rows(pmids, ["title", "abstract"])
+        if table is None:
+            return {}
+        parts = [
+            table[c].to_pylist() if c in table.column_names else [None] * table.num_rows
+            for c in ("title", "abstract")
+        ]
+        return {
+            pmid: "\n".join(p.strip() for p in (title, abstract) if p and p.strip())
+            for pmid, title, abstract in zip(table["pmid"].to_pylist(), *parts, strict=True)
+        }
+
+    def _rows(self, pmids: list[int], wanted: list[str]) -> pa.Table | None:
+        """The ``pmid`` and those of ``wanted`` columns the file has, for the rows of
+        ``pmids``; None without a corpus or without any of ``wanted``."""
+        if not pmids:
+            return None
         with self._lock:
             if not self._opened:
                 self._open()
-            if self._file is None or not self._has_title:
-                return {}
+            if self._file is None:
+                return None
+            columns = ["pmid", *(c for c in wanted if c in self._columns)]
+            if len(columns) == 1:
+                return None
             if self._group_min is None:
-                table = self._file.read(columns=["pmid", "title"])
+                table = self._file.read(columns=columns)
             else:
-                wanted = np.asarray(pmids, dtype=np.int64)
-                groups = np.searchsorted(self._group_min, wanted, side="right") - 1
+                keys = np.asarray(pmids, dtype=np.int64)
+                groups = np.searchsorted(self._group_min, keys, side="right") - 1
                 groups = np.unique(groups[groups >= 0]).tolist()
-                table = self._file.read_row_groups(groups, columns=["pmid", "title"])
-        # keep the wanted rows in Arrow: a row group holds thousands of titles
+                table = self._file.read_row_groups(groups, columns=columns)
+        # keep the wanted rows in Arrow: a row group holds thousands of articles
         pmid = table["pmid"]
-        table = table.filter(pc.is_in(pmid, value_set=pa.array(pmids, type=pmid.type)))
-        return dict(zip(table["pmid"].to_pylist(), table["title"].to_pylist(), strict=True))
+        return table.filter(pc.is_in(pmid, value_set=pa.array(pmids, type=pmid.type)))
 
 
 def _sorted_group_minimums(parquet: pq.ParquetFile) -> np.ndarray | None:

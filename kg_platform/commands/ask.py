@@ -1,5 +1,5 @@
 """`kg ask "question" [--as-of YEAR] [--json] [--top-k N] [--lake DIR] [--hybrid THRESHOLD]
-[--ranker auto|dense|structural]`."""
+[--ranker auto|dense|structural] [--reader DIR]`."""
 
 from __future__ import annotations
 
@@ -8,7 +8,9 @@ import json
 import sys
 
 from kg_platform.answer.api import RANKERS, Answer, AskConfig, KnowledgeGraph, QuestionError
+from kg_platform.answer.readers.base import Reader
 from kg_platform.commands.partition_args import add_partition_args, scoped_lake
+from kg_platform.settings import reader_folder
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -32,6 +34,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         choices=RANKERS,
         default="auto",
         help="auto: dense when the lake has an embedding index, else structural",
+    )
+    parser.add_argument(
+        "--reader",
+        default=None,
+        metavar="DIR",
+        help="a local reader folder (cue reader, sequence classifier or causal LM) that "
+        "answers yes/no/maybe from the top evidence (default: KG_READER; none: evidence only)",
     )
     parser.set_defaults(func=run_ask)
 
@@ -66,16 +75,36 @@ def render_text(answer: Answer) -> str:
                 f"  PMID {e.path.terminal.pmid} ({e.path.terminal.year}) {e.title or ''}{sim}"
             )
             lines.append(f"    {e.path.render()}")
+    lines.append(answer.reading.render())
     timings = ", ".join(f"{k} {v:.1f}" for k, v in answer.timings_ms.items())
     lines.append(f"Timings (ms): {timings}")
     return "\n".join(lines) + "\n"
 
 
+def open_reader(folder: str | None) -> Reader | None:
+    """The reader of ``--reader DIR``, else of KG_READER, else None; a ValueError names
+    the folder and where it came from."""
+    from kg_platform.answer.readers.loading import load_reader
+
+    source = "--reader"
+    if folder is None:
+        folder, source = reader_folder(), "KG_READER"
+        if not folder:
+            return None
+    if not folder.strip():
+        raise ValueError(f"{source}: no folder given")
+    try:
+        return load_reader(folder)
+    except ValueError as error:
+        raise ValueError(f"{source}: {error}") from None
+
+
 def run_ask(args: argparse.Namespace) -> int:
     try:
         config = AskConfig(ranker=args.ranker, hybrid_threshold=args.hybrid)
+        reader = open_reader(args.reader)
         lake, build = scoped_lake(args, quiet=args.json)
-        answer = KnowledgeGraph.open(lake, config).ask(
+        answer = KnowledgeGraph.open(lake, config, reader=reader).ask(
             args.question, as_of=args.as_of, top_k=args.top_k
         )
     except (QuestionError, FileNotFoundError, ValueError) as error:

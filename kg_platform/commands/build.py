@@ -378,7 +378,7 @@ def print_summary(settings, keys, result, todo: set, log_path: Path, started: fl
     if result is not None and result.backfill is not None:
         print(f"backfill {result.backfill_id}: {result.status.lower()}")
     if not failed and not failed_checks:
-        print_examples(lake)
+        print_examples(lake, settings.reader)
 
 
 def never_run(result, todo: set) -> list[str]:
@@ -396,11 +396,14 @@ def never_run(result, todo: set) -> list[str]:
     )
 
 
-def print_examples(lake) -> None:
+def print_examples(lake, reader_folder: str = "") -> None:
     """A few questions this build answers, made from its own graph (nothing when no graph
-    and MeSH tables have been built yet)."""
+    and MeSH tables have been built yet), each with its answer when ``reader_folder``
+    (KG_READER) holds a reader, else one line saying how to get one."""
     from kg_platform.answer.api import KnowledgeGraph
     from kg_platform.answer.examples import answerable_examples
+    from kg_platform.answer.readers.loading import load_reader
+    from kg_platform.answer.reading import READER_HINT
 
     try:
         kg = KnowledgeGraph.open(lake)
@@ -410,7 +413,20 @@ def print_examples(lake) -> None:
     except (OSError, ValueError) as error:
         print(f"no example questions: {error}")  # the build itself stands
         return
-    if examples:
-        print("questions this graph answers, e.g.:")
-        for question in examples:
-            print(f'  kg ask "{question}"')
+    if not examples:
+        return
+    answers: list[str] = []
+    if reader_folder:
+        try:
+            # read only the chosen examples, not every candidate tried above
+            kg.reader = load_reader(reader_folder)
+            answers = [kg.ask(q).reading.render() for q in examples]
+        except ValueError as error:
+            print(f"no answers: KG_READER: {error}")  # the questions still stand
+    print("questions this graph answers, e.g.:")
+    for i, question in enumerate(examples):
+        print(f'  kg ask "{question}"')
+        if answers:
+            print(f"    {answers[i]}")
+    if not reader_folder:
+        print(f"answers: {READER_HINT}")

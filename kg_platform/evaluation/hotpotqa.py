@@ -29,7 +29,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import bm25s
 import numpy as np
 
 from kg_platform.retrieval.allocation import CsrGraph
@@ -230,6 +229,8 @@ def bm25_rankings(corpus: ParagraphCorpus, queries: list[str]) -> list[np.ndarra
     """For each query, every object id of the corpus ordered by BM25 score (best first,
     ties by id)."""
     documents = [f"{t} {x}" for t, x in zip(corpus.titles, corpus.texts, strict=True)]
+    import bm25s  # loaded on first use: every run process imports this module
+
     tokenized = bm25s.tokenize(documents, stopwords="en", show_progress=False)
     retriever = bm25s.BM25(k1=1.5, b=0.75, method="lucene")
     retriever.index(tokenized, show_progress=False)

@@ -22,7 +22,6 @@ from dataclasses import asdict, dataclass
 from fractions import Fraction
 
 import numpy as np
-from scipy import stats as scipy_stats
 
 BOOTSTRAP_RESAMPLES = 10_000
 WIN = "WIN"
@@ -207,6 +206,9 @@ def tost_paired(
         # every question has the same difference: the interval collapses onto it
         inside = -margin < mean < margin
         return TostResult(mean, mean, 0.0 if inside else 1.0, margin, alpha, inside)
+    # scipy.stats costs about a second to import: every run process loads this module
+    from scipy import stats as scipy_stats
+
     df = n - 1
     p_lower = float(scipy_stats.t.sf((mean + margin) / se, df))
     p_upper = float(scipy_stats.t.cdf((mean - margin) / se, df))

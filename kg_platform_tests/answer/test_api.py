@@ -26,7 +26,7 @@ def test_answer_paths_ranked_with_provenance(kg: KnowledgeGraph) -> None:
         "BRIDGE [Aspirin + Myocardial Infarction] 100 <--cited-by-- 400 (2026)",
     ]
     assert [e.title for e in answer.evidence] == ["Title 100", "Title 300", "Title 400"]
-    assert set(answer.timings_ms) == {"ground", "pairs", "paths", "ladder", "rank"}
+    assert set(answer.timings_ms) == {"ground", "pairs", "paths", "ladder", "rank", "read"}
 
 
 def test_top_k_cuts_after_ranking(kg: KnowledgeGraph) -> None:
@@ -37,11 +37,12 @@ def test_top_k_cuts_after_ranking(kg: KnowledgeGraph) -> None:
 
 def test_json_schema_is_stable(kg: KnowledgeGraph) -> None:
     doc = json.loads(json.dumps(kg.ask(QUESTION).to_json()))
-    assert doc["schema_version"] == SCHEMA_VERSION == 2
-    # version 2 only appends keys to version 1: every v1 key keeps its name and place
+    assert doc["schema_version"] == SCHEMA_VERSION == 3
+    # each version only appends keys: every v1 and v2 key keeps its name and place
     assert list(doc) == [
         "schema_version", "question", "as_of", "graph_build", "groundings", "pairs",
         "chosen_pair", "verdict", "evidence", "timings_ms", "ranker", "signals", "grounder",
+        "answer", "answer_reason",
     ]  # fmt: skip
     assert list(doc["groundings"][0]) == [
         "ui", "name", "surface", "term", "kind", "variant", "span", "role", "role_reason",

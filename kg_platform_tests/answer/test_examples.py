@@ -91,11 +91,16 @@ def test_answerable_examples_are_answered(synthetic):
 
 
 def test_build_summary_prints_the_examples(synthetic, tmp_path, capsys):
+    from kg_platform.answer.reading import READER_HINT
     from kg_platform.commands.build import print_examples
 
     print_examples(Lake(synthetic[0]))
-    assert capsys.readouterr().out == "questions this graph answers, e.g.:\n" + "".join(
-        f'  kg ask "{q}"\n' for q in EXAMPLES
+    # no reader: the questions, then one line on how to get answers
+    assert (
+        capsys.readouterr().out
+        == "questions this graph answers, e.g.:\n"
+        + "".join(f'  kg ask "{q}"\n' for q in EXAMPLES)
+        + f"answers: {READER_HINT}\n"
     )
     print_examples(Lake(str(tmp_path)))  # nothing built there: nothing to suggest
     assert capsys.readouterr().out == ""
