@@ -3,7 +3,16 @@ resources bound from kg_platform.settings (environment, then `.kg/sources.json`)
 
 import dagster as dg
 
-from kg_platform.assets import allocation, embeddings, graph, grounding, mesh, pubmed, updates
+from kg_platform.assets import (
+    allocation,
+    answering,
+    embeddings,
+    graph,
+    grounding,
+    mesh,
+    pubmed,
+    updates,
+)
 from kg_platform.orchestration.executor import executor_for
 from kg_platform.resources.catalog import CatalogResource
 from kg_platform.resources.encoder import EncoderResource
@@ -20,6 +29,7 @@ STAGES = [
     grounding.defs,
     embeddings.defs,
     allocation.defs,
+    answering.defs,
 ]
 
 

@@ -8,7 +8,11 @@
 - MeSH year (``2024``): the year of the MeSH source's files;
 - graph build: release x MeSH year;
 - question set x configuration for evaluation reports; a question set key is the file
-  name's stem plus a content-hash prefix (``pqal_dev400-1a2b3c4d``).
+  name's stem plus a content-hash prefix (``pqal_dev400-1a2b3c4d``);
+- reader configuration (``cues-1a2b3c4d``): a reader kind, recipe, seed, folds, truncations
+  and training (DEV) question set, registered as ``readers/configs/<key>.json``
+  (kg_platform.evaluation.reader_configs); posterior caches and PubMedQA reports are
+  reader configuration x question set.
 """
 
 from __future__ import annotations
@@ -34,6 +38,13 @@ grounding_evaluations = dg.MultiPartitionsDefinition(
 allocation_configurations = dg.StaticPartitionsDefinition(["matched_ceilings"])
 allocation_evaluations = dg.MultiPartitionsDefinition(
     {"question_set": hotpotqa_sets, "configuration": allocation_configurations}
+)
+
+reader_configs = dg.DynamicPartitionsDefinition(name="reader_configs")
+# a posterior cache is one configuration's posteriors on one question set; a PubMedQA report
+# is the same key read as (DEV = the set the configuration names, TEST = the question set)
+answering_evaluations = dg.MultiPartitionsDefinition(
+    {"reader_config": reader_configs, "question_set": pubmedqa_sets}
 )
 
 
@@ -80,3 +91,8 @@ def _dims(key, partitions_def) -> dict[str, str]:
     if isinstance(partitions_def, dg.MultiPartitionsDefinition):
         return dict(partitions_def.get_partition_key_from_str(key).keys_by_dimension)
     return {}
+
+
+def dims_of(context: dg.AssetExecutionContext) -> dict[str, str]:
+    """A multi-partitioned run's key per dimension (``{"reader_config": ..., ...}``)."""
+    return _dims(context.partition_key, context.assets_def.partitions_def)

@@ -36,6 +36,9 @@ class BuildKeys:
             return [self.release]
         if d == p.mesh_years:
             return [self.mesh_year]
+        if d in (p.reader_configs, p.answering_evaluations):
+            # reader configurations and their caches are registered by `kg eval pubmedqa`
+            return []
         if d == p.graph_builds:
             return [dg.MultiPartitionKey({"release": self.release, "mesh_year": self.mesh_year})]
         if d == p.grounding_evaluations:

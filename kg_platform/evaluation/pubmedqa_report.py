@@ -22,7 +22,6 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow
-from scipy.stats import rankdata
 
 from kg_platform.answer.readers.base import LABEL_INDEX, LABELS
 from kg_platform.evaluation.pubmedqa_candidates import SETTINGS
@@ -198,6 +197,8 @@ def auroc(scores: np.ndarray, positive: np.ndarray) -> float | None:
     n_pos, n_neg = int(positive.sum()), int((~positive).sum())
     if n_pos == 0 or n_neg == 0:
         return None
+    from scipy.stats import rankdata  # a second to import; every run process loads this module
+
     ranks = rankdata(np.asarray(scores, dtype=np.float64))
     return float((ranks[positive].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
 

@@ -1,0 +1,184 @@
+"""`kg eval pubmedqa --dev FILE --test FILE [--reader NAME] [--json]`: train a reader on DEV,
+cache its posteriors on DEV (cross-fitted) and TEST, select on DEV and score TEST once,
+materialising reader_model, posterior_cache and pubmedqa_report through the persistent
+Dagster instance, so the runs and their checks show in the UI."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from kg_platform.evaluation.pubmedqa_candidates import MAX_CANDIDATES, TRUNCATIONS
+from kg_platform.evaluation.reader_configs import ReaderConfig
+
+READERS = ("cues", "minilm")
+
+
+def add_eval_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "pubmedqa",
+        help="train a reader on DEV, select on DEV, score TEST once (PubMedQA PQA-L files)",
+        description=__doc__.splitlines()[0],
+    )
+    parser.add_argument("--dev", required=True, help="PubMedQA JSON the reader trains on")
+    parser.add_argument("--test", required=True, help="PubMedQA JSON scored once (labels unused)")
+    parser.add_argument(
+        "--reader",
+        default="cues",
+        help="cues (n-gram cue model, fast), minilm (cross-encoder on the packaged MiniLM) "
+        "or a folder holding a saved reader (default: cues)",
+    )
+    parser.add_argument("--json", action="store_true", help="print the figures as one JSON line")
+    parser.add_argument("--lake", default=None, help="lake to register and write into")
+    parser.add_argument(
+        "--recipe",
+        default="{}",
+        metavar="JSON",
+        help="recipe fields overriding the reader's defaults, e.g. '{\"epochs\": 2}'",
+    )
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--folds", type=int, default=5, help="cross-fitting folds on DEV")
+    parser.add_argument(
+        "--shuffled-seeds", type=int, default=3, help="shuffled-label control seeds (default 3)"
+    )
+    parser.add_argument(
+        "--candidates", type=int, default=MAX_CANDIDATES, help="candidates per question"
+    )
+    parser.add_argument(
+        "--truncations",
+        type=int,
+        nargs="+",
+        default=list(TRUNCATIONS),
+        metavar="CHARS",
+        help="candidate truncations swept (default: 1100 2000 3000 4000)",
+    )
+    parser.set_defaults(func=run_eval_pubmedqa)
+    return parser
+
+
+def reader_config(args: argparse.Namespace, dev_key: str) -> ReaderConfig:
+    """The configuration of ``--reader``; a ValueError naming it when it is unknown."""
+    from kg_platform.evaluation.reader_configs import folder_config, recipe_of
+
+    options = {
+        "seed": args.seed,
+        "folds": args.folds,
+        "truncations": tuple(args.truncations),
+        "shuffled_seeds": args.shuffled_seeds,
+        "candidates": args.candidates,
+    }
+    if args.reader in READERS:
+        try:
+            recipe = json.loads(args.recipe)
+        except json.JSONDecodeError as error:
+            raise ValueError(f"--recipe {args.recipe}: not JSON ({error})") from None
+        config = ReaderConfig(reader=args.reader, training_set=dev_key, recipe=recipe, **options)
+        try:
+            recipe_of(config)
+        except TypeError as error:  # an unknown field
+            raise ValueError(f"--recipe {args.recipe}: {error}") from None
+        return config
+    if Path(args.reader).is_dir():
+        return folder_config(args.reader, dev_key, **options)
+    raise ValueError(
+        f"--reader {args.reader}: unknown reader (expected cues, minilm or a reader folder)"
+    )
+
+
+def run_eval_pubmedqa(args: argparse.Namespace) -> int:
+    from kg_platform.evaluation.pubmedqa_answering import check_split
+    from kg_platform.evaluation.question_sets import question_set_key
+    from kg_platform.settings import Settings
+    from kg_platform.storage.lake import Lake
+
+    try:
+        check_split(args.dev, args.test)
+        config = reader_config(args, question_set_key(args.dev))
+    except (OSError, ValueError) as error:
+        print(f"kg eval pubmedqa: {error}", file=sys.stderr)
+        return 2
+    settings = Settings.load()
+    lake = Lake(args.lake or settings.lake)
+    failure, report = materialise(settings, lake, config, args.dev, args.test)
+    if failure:
+        print(f"kg eval pubmedqa: {failure}", file=sys.stderr)
+        return 1
+    print_report(report, args.json)
+    return 0
+
+
+def materialise(settings, lake, config: ReaderConfig, dev: str, test: str) -> tuple[str, dict]:
+    """Register the sets and configuration, then run reader_model, the DEV and TEST caches
+    and the report on the persistent instance; (first failure or "", the report)."""
+    import dagster as dg
+
+    from kg_platform.assets import answering
+    from kg_platform.assets.partitions import pubmedqa_sets, reader_configs
+    from kg_platform.commands.build import prepare_instance
+    from kg_platform.commands.build_run import failure_message
+    from kg_platform.evaluation.pubmedqa_answering import read_report
+    from kg_platform.evaluation.question_sets import register_question_set
+    from kg_platform.evaluation.reader_configs import register_reader_config
+    from kg_platform.resources.lake import LakeResource
+
+    dev_key = register_question_set(lake, "pubmedqa", dev)
+    test_key = register_question_set(lake, "pubmedqa", test)
+    key = register_reader_config(lake, config)
+    instance = prepare_instance(settings)
+    instance.add_dynamic_partitions(pubmedqa_sets.name, [dev_key, test_key])
+    instance.add_dynamic_partitions(reader_configs.name, [key])
+
+    def pair(question_set: str) -> dg.MultiPartitionKey:
+        return dg.MultiPartitionKey({"reader_config": key, "question_set": question_set})
+
+    steps = [
+        ("reader_model", key),
+        ("posterior_cache", pair(dev_key)),
+        ("posterior_cache", pair(test_key)),
+        ("pubmedqa_report", pair(test_key)),
+    ]
+    assets = answering.defs.assets
+    for asset, partition in steps:
+        result = dg.materialize(
+            assets,
+            selection=[asset],
+            partition_key=partition,
+            instance=instance,
+            resources={"lake": LakeResource(root=lake.root)},
+            tags={"kg/command": "eval pubmedqa"},
+            raise_on_error=False,
+        )
+        if not result.success:
+            return f"{asset}[{partition}] failed: {failure_message(result)}", {}
+    report = read_report(lake, dev_key, test_key, key)
+    return "", report | {"partition": {"reader_config": key, "dev": dev_key, "test": test_key}}
+
+
+def print_report(report: dict, as_json: bool) -> None:
+    from kg_platform.evaluation.pubmedqa_answering import report_summary
+
+    summary = report_summary(report) | {"partition": report["partition"]}
+    if as_json:
+        print(json.dumps(summary))
+        return
+    test, controls = summary["test"], summary["controls"]
+    lo, hi = test["ci95"]
+    print(f"selected on DEV: {summary['selected']}")
+    print(
+        f"TEST n={test['n']} ({test['setting']}): accuracy {test['accuracy']:.3f} "
+        f"[{lo:.3f}, {hi:.3f}], macro-F1 {test['macro_f1']:.3f}"
+    )
+    for name, figures in summary["settings"].items():
+        lo, hi = figures["ci95"]
+        print(f"  {name}: {figures['accuracy']:.3f} [{lo:.3f}, {hi:.3f}]")
+    print(
+        f"controls: majority {_figure(controls['majority'])}, blind {_figure(controls['blind'])}, "
+        f"shuffled-label best of {controls['shuffled_label_n']} "
+        f"{_figure(controls['shuffled_label_best'])}"
+    )
+
+
+def _figure(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.3f}"

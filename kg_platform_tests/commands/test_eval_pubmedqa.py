@@ -1,0 +1,152 @@
+"""`kg eval pubmedqa` end to end through the persistent instance, on a DEV/TEST split cut from
+the real DEV400 file, and its one-line errors for inputs that cannot be a split."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import dagster as dg
+import pytest
+
+from kg_platform.answer.readers.base import load_pubmedqa, training_set_hash
+from kg_platform.cli import main
+from kg_platform.evaluation.pubmedqa_answering import read_trained
+from kg_platform.storage.lake import Lake
+from kg_platform_tests.conftest import require_reference, use_kg_home
+
+DEV_N, TEST_N, K = 40, 30, 4
+OPTIONS = ["--folds", "3", "--shuffled-seeds", "2", "--candidates", str(K), "--truncations", "3000"]
+
+
+def write_questions(path: Path, pmids: list[str]) -> Path:
+    records = json.loads(require_reference("pubmedqa", "pqal_dev400.json").read_text())
+    path.write_text(json.dumps({p: records[p] for p in pmids}))
+    return path
+
+
+def sorted_pmids() -> list[str]:
+    return sorted(
+        json.loads(require_reference("pubmedqa", "pqal_dev400.json").read_text()), key=int
+    )
+
+
+@pytest.fixture(scope="module")
+def evaluated(tmp_path_factory):
+    """One `kg eval pubmedqa --json` run: DEV = the 40 lowest PMIDs, TEST = the next 30."""
+    folder = tmp_path_factory.mktemp("eval_pubmedqa")
+    pmids = sorted_pmids()
+    dev = write_questions(folder / "dev.json", pmids[:DEV_N])
+    test = write_questions(folder / "test.json", pmids[DEV_N : DEV_N + TEST_N])
+    home = folder / "kg"
+    stdout = io.StringIO()
+    with pytest.MonkeyPatch.context() as mp:
+        use_kg_home(mp, home)
+        # prepare_instance sets DAGSTER_HOME for the process: restore it afterwards
+        mp.setenv("DAGSTER_HOME", str(home / "dagster"))
+        with contextlib.redirect_stdout(stdout):
+            code = main(["eval", "pubmedqa", "--dev", str(dev), "--test", str(test), "--json",
+                         *OPTIONS])  # fmt: skip
+    lines = stdout.getvalue().strip().splitlines()
+    return SimpleNamespace(code=code, home=home, dev=dev, test=test, lines=lines)
+
+
+def test_last_line_is_the_json_contract(evaluated) -> None:
+    assert evaluated.code == 0
+    summary = json.loads(evaluated.lines[-1])
+    assert summary["test"]["n"] == TEST_N
+    assert summary["test"]["setting"] == "retrieved"
+    assert summary["selected"] == "cues|retrieved|t3000|mean@3"
+    lo, hi = summary["test"]["ci95"]
+    assert lo <= summary["test"]["accuracy"] <= hi
+    assert set(summary["test"]) == {"n", "setting", "accuracy", "ci95", "macro_f1"}
+    assert sorted(summary["settings"]) == ["leak_free", "oracle", "retrieved"]
+    for figures in summary["settings"].values():
+        assert set(figures) == {"accuracy", "ci95", "macro_f1"} and len(figures["ci95"]) == 2
+    # the selected configuration's own setting is the headline
+    assert summary["settings"]["retrieved"]["accuracy"] == summary["test"]["accuracy"]
+    controls = summary["controls"]
+    assert set(controls) == {"majority", "blind", "shuffled_label_best", "shuffled_label_n"}
+    # 2 seeds x 2 selectable settings x 1 truncation x 3 rules
+    assert controls["shuffled_label_n"] == 12
+    # the DEV majority label (yes) on TEST: 15 of the 30 TEST questions are yes
+    test_labels = [q.label for q in load_pubmedqa(evaluated.test)]
+    assert controls["majority"] == test_labels.count("yes") / TEST_N == 0.5
+
+
+def test_runs_are_on_the_persistent_instance(evaluated) -> None:
+    summary = json.loads(evaluated.lines[-1])
+    partition = summary["partition"]
+    instance = dg.DagsterInstance.from_config(str(evaluated.home / "dagster"))
+    assert instance.get_dynamic_partitions("reader_configs") == [partition["reader_config"]]
+    assert sorted(instance.get_dynamic_partitions("pubmedqa_sets")) == sorted(
+        [partition["dev"], partition["test"]]
+    )
+    materialized = {
+        asset: sorted(instance.get_materialized_partitions(dg.AssetKey(asset)))
+        for asset in ("reader_model", "posterior_cache", "pubmedqa_report")
+    }
+    config, dev, test = partition["reader_config"], partition["dev"], partition["test"]
+    assert materialized == {
+        "reader_model": [config],
+        "posterior_cache": sorted([f"{dev}|{config}", f"{test}|{config}"]),
+        "pubmedqa_report": [f"{test}|{config}"],
+    }
+
+
+def test_the_reader_trains_on_dev_only(evaluated) -> None:
+    partition = json.loads(evaluated.lines[-1])["partition"]
+    record = read_trained(Lake(str(evaluated.home / "lake")), partition["reader_config"])
+    assert record["training_set"] == partition["dev"]
+    assert record["training_set_hash"] == training_set_hash(load_pubmedqa(evaluated.dev))
+    assert record["training_set_hash"] != training_set_hash(load_pubmedqa(evaluated.test))
+    assert record["n_train"] == DEV_N
+
+
+def bad_inputs(folder: Path) -> dict[str, tuple[list[str], str]]:
+    pmids = sorted_pmids()
+    dev = write_questions(folder / "dev.json", pmids[:10])
+    test = write_questions(folder / "test.json", pmids[10:20])
+    overlapping = write_questions(folder / "overlap.json", pmids[5:15])
+    missing = folder / "absent.json"
+    return {
+        "missing": (["--dev", str(dev), "--test", str(missing)], f"--test {missing}: no such"),
+        "same": (["--dev", str(dev), "--test", str(dev)], f"--test {dev}: the same questions"),
+        "overlap": (
+            ["--dev", str(dev), "--test", str(overlapping)],
+            f"--test {overlapping}: 5 question ids also in --dev {dev}",
+        ),
+        "reader": (
+            ["--dev", str(dev), "--test", str(test), "--reader", "gpt"],
+            "--reader gpt: unknown reader",
+        ),
+        "recipe": (
+            ["--dev", str(dev), "--test", str(test), "--recipe", '{"epoch": 2}'],
+            '--recipe {"epoch": 2}: CueRecipe',
+        ),
+    }
+
+
+@pytest.mark.parametrize("case", ["missing", "same", "overlap", "reader", "recipe"])
+def test_bad_inputs_get_one_line_naming_them(case, tmp_path, kg_home, capsys) -> None:
+    args, message = bad_inputs(tmp_path)[case]
+    assert main(["eval", "pubmedqa", *args, "--json"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.count("\n") == 1
+    assert captured.err.startswith(f"kg eval pubmedqa: {message}")
+    # nothing was registered: no lake written, no instance created
+    assert not (kg_home / "dagster").exists()
+
+
+def test_kg_build_asks_nothing_of_the_answering_assets() -> None:
+    from kg_platform.assets import answering
+    from kg_platform.commands.build_plan import BuildKeys
+
+    keys = BuildKeys(["pubmed26n0001"], "pubmed26", "2024", ["pqal_dev400-0babc0cc"], [])
+    for asset in answering.defs.assets:
+        # registered and run by `kg eval pubmedqa`; kg build's default selection skips them
+        assert keys.for_partitions(asset.partitions_def) == []
