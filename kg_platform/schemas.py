@@ -168,6 +168,7 @@ CORPUS_TABLES: dict[str, type[pa.DataFrameModel]] = {
 # -- MeSH (mesh/<table>.parquet) ------------------------------------------------------------
 MESH_TREE_NUMBER = r"^[A-Z]\d{2}(\.\d{3})*$"
 MESH_TERM_KINDS = ["name", "entry", "deinverted", "scr_alias"]
+MESH_LEXICAL_TAGS = ["NON", "ABB", "ABX", "ACR", "ACX", "EPO", "LAB", "NAM", "TRD", "HIST"]
 
 
 class MeshDescriptors(pa.DataFrameModel):
@@ -244,6 +245,34 @@ class MeshTerms(pa.DataFrameModel):
         isin=MESH_TERM_KINDS,
         description="name (heading), entry (entry term), deinverted (natural order of an "
         "inverted term) or scr_alias (supplementary record alias)",
+    )
+    concept_ui: pl.Utf8 = pa.Field(
+        nullable=True,
+        str_matches=r"^M\d{7,9}$",
+        description="ConceptUI of the concept holding the term, e.g. M0353609; null for "
+        "supplementary aliases and where the source lists bare strings (descriptors TSV)",
+    )
+    term_ui: pl.Utf8 = pa.Field(
+        nullable=True,
+        str_matches=r"^T\d{6,9}$",
+        description="TermUI (a permuted variant shares its term's UI); null as concept_ui",
+    )
+    concept_preferred: pl.Boolean = pa.Field(
+        nullable=True,
+        description="ConceptPreferredTermYN: the term is its concept's preferred term; null "
+        "for de-inverted forms, supplementary aliases and bare-string sources",
+    )
+    permuted: pl.Boolean = pa.Field(
+        nullable=True,
+        description="IsPermutedTermYN: a word-order or inflection variant NLM generated "
+        "from another term of the concept; null as concept_preferred",
+    )
+    lexical_tag: pl.Utf8 = pa.Field(
+        nullable=True,
+        isin=MESH_LEXICAL_TAGS,
+        description="LexicalTag: NON (ordinary), ABB/ABX (abbreviation), ACR/ACX (acronym), "
+        "EPO (eponym), LAB (lab number), NAM (proper name), TRD (trade name), HIST; null "
+        "as concept_ui",
     )
 
     class Config:

@@ -16,7 +16,7 @@ from kg_platform.resources.lake import LakeResource
     deps=["mesh_tables"],
     group_name="question_path",
     kinds={"polars"},
-    code_version="2",
+    code_version="3",
     check_specs=[
         dg.AssetCheckSpec(
             "every_surface_unique_and_mapped",
@@ -27,8 +27,9 @@ from kg_platform.resources.lake import LakeResource
     ],
 )
 def grounding_index(context: dg.AssetExecutionContext, lake: LakeResource) -> dg.MaterializeResult:
-    """Every MeSH surface (names, entry terms, de-inverted forms, supplementary aliases) as
-    a lookup key with the orthography rules applied, one descriptor per key. Partitioned by
+    """Every MeSH surface (names, every concept's entry terms, de-inverted forms,
+    supplementary aliases) that the vocabulary rules keep, as a lookup key with the
+    orthography rules applied, one descriptor per key, abbreviations marked as_written. Partitioned by
     **MeSH year**: the surfaces are the thesaurus's, whatever corpus they are used on."""
     the_lake = lake.get().scoped(scope_for(context))
     with the_lake.transaction() as staged:
@@ -66,7 +67,7 @@ def grounding_index(context: dg.AssetExecutionContext, lake: LakeResource) -> dg
     ],
     group_name="evaluation",
     kinds={"markdown"},
-    code_version="2",
+    code_version="3",
     check_specs=[
         dg.AssetCheckSpec(
             "precision_target",
@@ -100,6 +101,10 @@ def grounding_report(context: dg.AssetExecutionContext, lake: LakeResource) -> d
             "recall": result.recall,
             "recall_all_headings": result.recall_all_headings,
             "coverage": result.coverage,
+            # the four coverage definitions side by side (linkable needs a graph: none here)
+            **{f"coverage_{f.name}": f.coverage for f in result.coverages},
+            **{f"precision_{f.name}": f.precision for f in result.coverages},
+            **{f"recall_{f.name}": f.recall for f in result.coverages},
             # the most any lexical grounder over the same MeSH surfaces reaches, and its cost
             "lexical_ceiling_coverage": result.ceiling.coverage,
             "lexical_ceiling_precision": result.ceiling.precision,

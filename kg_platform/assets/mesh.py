@@ -28,6 +28,9 @@ CHECK_DESCRIPTIONS = {
     "(dangling mappings are dropped and counted)",
     "recount_matches_source": "an independent pass over the source files counts the "
     "descriptors, tree numbers, entry terms and supplementary records that were loaded",
+    "terms_recount_matches_source": "an independent pass over the thesaurus terms file (or "
+    "the descriptor XML) counts the term rows, descriptors and concepts that were loaded",
+    "terms_descriptors_known": "every term names a descriptor present in mesh/descriptors",
 }
 # these guard every downstream reader of mesh/: a failure stops the tables being written
 BLOCKING = {name for name in MESH_CHECK_NAMES if name.endswith("_schema")} | {
@@ -39,7 +42,7 @@ BLOCKING = {name for name in MESH_CHECK_NAMES if name.endswith("_schema")} | {
     partitions_def=mesh_years,
     group_name="mesh",
     kinds={"parquet"},
-    code_version="2",
+    code_version="3",
     check_specs=[
         dg.AssetCheckSpec(
             name,
@@ -54,7 +57,8 @@ def mesh_tables(
     context: dg.AssetExecutionContext, lake: LakeResource, mesh_source: MeshSourceResource
 ) -> dg.MaterializeResult:
     """MeSH descriptors, tree numbers, broader links, allowable qualifiers, terms (names,
-    entry terms, de-inverted forms, supplementary aliases), qualifiers and supplementary
+    every concept's entry terms with concept UI, term UI, preferred, permuted and lexical
+    tag, de-inverted forms, supplementary aliases), qualifiers and supplementary
     aliases: seven Parquet tables under mesh/<year>/. Partitioned by **MeSH year** (2024):
     NLM publishes one thesaurus a year and a graph is built against one of them."""
     started = time.monotonic()

@@ -9,7 +9,12 @@ import sys
 import polars as pl
 
 from kg_platform.commands.partition_args import add_partition_args, may_hold_graph, scoped_lake
-from kg_platform.evaluation.grounding_eval import evaluate_with_mesh, load_pubmedqa, render_report
+from kg_platform.evaluation.grounding_eval import (
+    evaluate_with_mesh,
+    graph_linkable,
+    load_pubmedqa,
+    render_report,
+)
 from kg_platform.graph.store import KGStore
 from kg_platform.storage.lake import Lake
 
@@ -61,13 +66,14 @@ def run_eval_grounding(args: argparse.Namespace) -> int:
     except (OSError, ValueError) as error:
         print(f"kg eval grounding: {error}", file=sys.stderr)
         return 2
-    counts, n_articles = None, None
+    counts, n_articles, linkable = None, None, None
     if lake is not None and may_hold_graph(lake):
         try:
             from kg_platform.answer.api import graph_article_counts
 
             store = KGStore.open(lake)
             counts, n_articles = graph_article_counts(store), store.n_articles
+            linkable = graph_linkable(store)
         except FileNotFoundError:
             pass  # no graph built yet: roles come from MeSH structure alone
     result = evaluate_with_mesh(
@@ -77,6 +83,7 @@ def run_eval_grounding(args: argparse.Namespace) -> int:
         frames["terms"],
         article_counts=counts,
         n_articles=n_articles,
+        linkable=linkable,
     )
     if args.json:
         print(json.dumps({**result.to_json(), "partition": build}))

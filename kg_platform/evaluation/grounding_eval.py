@@ -10,6 +10,17 @@ headings NLM indexers assigned; nobody here wrote them.
   grounding could ever hit); ``recall_all_headings`` divides by every mapped gold heading;
 - coverage: share of questions with at least two BRIDGE concepts (the graph needs a pair).
 
+Four coverage figures stand side by side (``coverages``), each with the precision and recall
+of the groundings it counts, on the questions it covers:
+- ``one_concept``: >= 1 non-IGNORE concept; precision over non-IGNORE groundings, recall
+  over gold headings that are not IGNOREd;
+- ``two_concepts``: >= 2 non-IGNORE concepts (the reference system's "found something
+  usable"), scored as ``one_concept``;
+- ``two_bridge``: >= 2 BRIDGE concepts (``coverage``), scored over BRIDGE groundings and
+  gold BRIDGE headings;
+- ``linkable``: the linker can pair two of the question's BRIDGE concepts (a DIRECT or
+  BRIDGE path exists in the graph given); None without a graph.
+
 The lexical ceiling says how far any grounder over the same surfaces could go: the same
 matching with the common-word guard off and every descriptor that is not IGNOREd counted as
 a concept. Its coverage is the most a lexical grounder on these MeSH surfaces can reach, its
@@ -21,9 +32,11 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from itertools import combinations
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import polars as pl
 
@@ -31,6 +44,9 @@ from kg_platform.grounding.grounder import Grounder, build_surface_table
 from kg_platform.grounding.normalise import normalise
 from kg_platform.grounding.roles import Role, RoleConfig, assign_roles
 from kg_platform.storage.lake import Lake
+
+if TYPE_CHECKING:
+    from kg_platform.graph.store import KGStore
 
 
 @dataclass(frozen=True)
@@ -50,6 +66,31 @@ class SpuriousMatch:
     name: str
     count: int
     example_pmids: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class MissedHeading:
+    """A gold heading no grounding named, aggregated over questions."""
+
+    ui: str
+    name: str
+    count: int
+    example_pmids: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class CoverageFigure:
+    """One coverage definition: the questions it covers, and the precision and recall of
+    the groundings it counts on those questions (see the module doc)."""
+
+    name: str
+    questions: int
+    coverage: float
+    precision: float
+    recall: float
+    hits: int
+    groundings: int
+    gold: int
 
 
 @dataclass(frozen=True)
@@ -79,9 +120,24 @@ class GroundingEvaluation:
     questions_with_two_bridge: int
     worst_spurious: tuple[SpuriousMatch, ...] = field(default_factory=tuple)
     ceiling: LexicalCeiling | None = None
+    coverages: tuple[CoverageFigure, ...] = field(default_factory=tuple)
+    worst_misses: tuple[MissedHeading, ...] = field(default_factory=tuple)
+    worst_concept_spurious: tuple[SpuriousMatch, ...] = field(default_factory=tuple)
+
+    def figure(self, name: str) -> CoverageFigure | None:
+        return next((f for f in self.coverages if f.name == name), None)
+
+    def coverage_of(self, name: str) -> float | None:
+        figure = self.figure(name)
+        return None if figure is None else figure.coverage
 
     def to_json(self) -> dict:
-        return asdict(self)
+        """Every field, with the four coverage figures also flat (``coverage_<name>``)."""
+        flat = {f"coverage_{name}": self.coverage_of(name) for name in COVERAGE_NAMES}
+        return {**asdict(self), **flat}
+
+
+COVERAGE_NAMES = ("one_concept", "two_concepts", "two_bridge", "linkable")
 
 
 def load_pubmedqa(path: str | Path) -> list[PubmedqaQuestion]:
@@ -132,13 +188,18 @@ def evaluate_grounding(
     headings: Mapping[str, str],
     worst: int = 10,
     unguarded: Grounder | None = None,
+    linkable: Callable[[Sequence[str]], bool] | None = None,
 ) -> GroundingEvaluation:
     """Score the BRIDGE groundings of every question against its gold headings; with
-    ``unguarded`` (the same surfaces, no common-word guard) also the lexical ceiling."""
+    ``unguarded`` (the same surfaces, no common-word guard) also the lexical ceiling; with
+    ``linkable`` (BRIDGE UIs -> can the graph pair two of them) the linkable coverage."""
     if not questions:
         raise ValueError("grounding evaluation: no questions")
     hits = predicted = gold_bridge = gold_all = unmapped = covered = 0
     spurious: dict[tuple[str, str], list[str]] = defaultdict(list)
+    concept_spurious: dict[tuple[str, str], list[str]] = defaultdict(list)
+    missed: dict[str, list[str]] = defaultdict(list)
+    tallies = {name: _Tally() for name in COVERAGE_NAMES if name != "linkable" or linkable}
     gold_of: list[set[str]] = []
     for q in questions:
         gold: set[str] = set()
@@ -151,7 +212,9 @@ def evaluate_grounding(
         gold_of.append(gold)
         gold_all += len(gold)
         gold_bridge += sum(1 for ui in gold if roles.get(ui) == Role.BRIDGE)
-        bridge = [g for g in grounder.ground(q.question) if roles.get(g.ui) == Role.BRIDGE]
+        found = grounder.ground(q.question)
+        concepts = [g for g in found if roles.get(g.ui, Role.IGNORE) != Role.IGNORE]
+        bridge = [g for g in concepts if roles.get(g.ui) == Role.BRIDGE]
         predicted += len(bridge)
         covered += len(bridge) >= 2
         for g in bridge:
@@ -159,7 +222,24 @@ def evaluate_grounding(
                 hits += 1
             else:
                 spurious[(g.surface, g.ui)].append(q.pmid)
-    ranked = sorted(spurious.items(), key=lambda kv: (-len(kv[1]), kv[0]))[:worst]
+        for g in concepts:
+            if g.ui not in gold:
+                concept_spurious[(g.surface, g.ui)].append(q.pmid)
+        named = {g.ui for g in found}
+        for ui in gold:
+            if roles.get(ui) == Role.BRIDGE and ui not in named:
+                missed[ui].append(q.pmid)
+        gold_concepts = {ui for ui in gold if roles.get(ui, Role.IGNORE) != Role.IGNORE}
+        gold_bridges = {ui for ui in gold if roles.get(ui) == Role.BRIDGE}
+        concept_uis = [g.ui for g in concepts]
+        bridge_uis = [g.ui for g in bridge]
+        tallies["one_concept"].add(len(concepts) >= 1, concept_uis, gold_concepts)
+        tallies["two_concepts"].add(len(concepts) >= 2, concept_uis, gold_concepts)
+        tallies["two_bridge"].add(len(bridge) >= 2, bridge_uis, gold_bridges)
+        if linkable is not None:
+            tallies["linkable"].add(
+                len(bridge) >= 2 and linkable(bridge_uis), bridge_uis, gold_bridges
+            )
     return GroundingEvaluation(
         n=len(questions),
         precision=hits / predicted if predicted else 0.0,
@@ -172,20 +252,86 @@ def evaluate_grounding(
         gold_headings=gold_all,
         unmapped_headings=unmapped,
         questions_with_two_bridge=covered,
-        worst_spurious=tuple(
-            SpuriousMatch(
-                surface=surface,
-                ui=ui,
-                name=grounder.names.get(ui, ui),
-                count=len(pmids),
-                example_pmids=tuple(pmids[:3]),
-            )
-            for (surface, ui), pmids in ranked
-        ),
+        worst_spurious=_worst_spurious(spurious, grounder, worst),
         ceiling=None
         if unguarded is None
         else lexical_ceiling(questions, gold_of, unguarded, roles),
+        coverages=tuple(t.figure(name, len(questions)) for name, t in tallies.items()),
+        worst_misses=tuple(
+            MissedHeading(ui, grounder.names.get(ui, ui), len(pmids), tuple(pmids[:3]))
+            for ui, pmids in sorted(missed.items(), key=lambda kv: (-len(kv[1]), kv[0]))[:worst]
+        ),
+        worst_concept_spurious=_worst_spurious(concept_spurious, grounder, worst),
     )
+
+
+@dataclass
+class _Tally:
+    """Running counts of one coverage figure."""
+
+    questions: int = 0
+    hits: int = 0
+    groundings: int = 0
+    gold: int = 0
+
+    def add(self, covered: bool, found: Sequence[str], gold: set[str]) -> None:
+        if not covered:
+            return
+        self.questions += 1
+        self.groundings += len(found)
+        self.hits += sum(1 for ui in found if ui in gold)
+        self.gold += len(gold)
+
+    def figure(self, name: str, n: int) -> CoverageFigure:
+        return CoverageFigure(
+            name=name,
+            questions=self.questions,
+            coverage=self.questions / n,
+            precision=self.hits / self.groundings if self.groundings else 0.0,
+            recall=self.hits / self.gold if self.gold else 0.0,
+            hits=self.hits,
+            groundings=self.groundings,
+            gold=self.gold,
+        )
+
+
+def _worst_spurious(
+    spurious: Mapping[tuple[str, str], list[str]], grounder: Grounder, worst: int
+) -> tuple[SpuriousMatch, ...]:
+    ranked = sorted(spurious.items(), key=lambda kv: (-len(kv[1]), kv[0]))[:worst]
+    return tuple(
+        SpuriousMatch(
+            surface=surface,
+            ui=ui,
+            name=grounder.names.get(ui, ui),
+            count=len(pmids),
+            example_pmids=tuple(pmids[:3]),
+        )
+        for (surface, ui), pmids in ranked
+    )
+
+
+def graph_linkable(store: KGStore) -> Callable[[Sequence[str]], bool]:
+    """BRIDGE UIs -> whether the linker can pair two of them in ``store``: both index
+    articles and a DIRECT or BRIDGE path joins them (``retrieval.paths``)."""
+    from kg_platform.retrieval.linking import ConceptPair
+    from kg_platform.retrieval.paths import collect_candidates
+
+    def in_graph(ui: str) -> bool:
+        try:
+            return store.articles_of(store.desc_idx(ui)).size > 0
+        except KeyError:
+            return False
+
+    def linkable(uis: Sequence[str]) -> bool:
+        known = [ui for ui in dict.fromkeys(uis) if in_graph(ui)]
+        for a, b in combinations(known, 2):
+            pair = ConceptPair(a, a, b, b, 0, 0)
+            if collect_candidates(store, pair).kind.size:
+                return True
+        return False
+
+    return linkable
 
 
 def lexical_ceiling(
@@ -229,6 +375,31 @@ def render_report(evaluation: GroundingEvaluation, source: str) -> str:
         f"| coverage (questions with >= 2 BRIDGE concepts) | {e.coverage:.1%} ({e.questions_with_two_bridge}/{e.n}) |",
         f"| gold heading names not found in MeSH | {e.unmapped_headings} |",
         "",
+        "## Coverage, four ways",
+        "",
+        "Each figure's precision and recall are of the groundings it counts (non-IGNORE "
+        "concepts, or BRIDGE concepts), on the questions it covers.",
+        "",
+        "| coverage | questions | precision | recall |",
+        "| --- | --- | --- | --- |",
+    ]
+    labels = {
+        "one_concept": ">= 1 non-IGNORE concept",
+        "two_concepts": ">= 2 non-IGNORE concepts",
+        "two_bridge": ">= 2 BRIDGE concepts",
+        "linkable": "linkable (a DIRECT or BRIDGE path in the graph)",
+    }
+    for name in COVERAGE_NAMES:
+        f = e.figure(name)
+        if f is None:
+            lines.append(f"| {labels[name]} | n/a (no graph given) | | |")
+            continue
+        lines.append(
+            f"| {labels[name]} | {f.coverage:.1%} ({f.questions}/{e.n}) | "
+            f"{f.precision:.3f} ({f.hits}/{f.groundings}) | {f.recall:.3f} ({f.hits}/{f.gold}) |"
+        )
+    lines += [
+        "",
         "## Worst spurious BRIDGE matches",
         "",
         "| surface | descriptor | questions | examples |",
@@ -238,6 +409,26 @@ def render_report(evaluation: GroundingEvaluation, source: str) -> str:
         lines.append(
             f"| {s.surface} | {s.name} ({s.ui}) | {s.count} | {', '.join(s.example_pmids)} |"
         )
+    lines += [
+        "",
+        "## Worst spurious non-IGNORE matches",
+        "",
+        "| surface | descriptor | questions | examples |",
+        "| --- | --- | --- | --- |",
+    ]
+    for s in e.worst_concept_spurious:
+        lines.append(
+            f"| {s.surface} | {s.name} ({s.ui}) | {s.count} | {', '.join(s.example_pmids)} |"
+        )
+    lines += [
+        "",
+        "## Most missed gold BRIDGE headings",
+        "",
+        "| descriptor | questions | examples |",
+        "| --- | --- | --- |",
+    ]
+    for m in e.worst_misses:
+        lines.append(f"| {m.name} ({m.ui}) | {m.count} | {', '.join(m.example_pmids)} |")
     if e.ceiling is not None:
         c = e.ceiling
         lines += [
@@ -266,9 +457,10 @@ def evaluate_with_mesh(
     role_config: RoleConfig | None = None,
     article_counts: pl.DataFrame | None = None,
     n_articles: int | None = None,
+    linkable: Callable[[Sequence[str]], bool] | None = None,
 ) -> GroundingEvaluation:
     """The evaluation from MeSH tables alone (roles from MeSH structure), or with the
-    graph's article counts when a graph is built."""
+    graph's article counts and ``linkable`` (see ``graph_linkable``) when a graph is built."""
     surfaces = build_surface_table(terms)
     names = dict(zip(descriptors["ui"].to_list(), descriptors["name"].to_list(), strict=True))
     grounder = Grounder(surfaces, names)
@@ -280,6 +472,7 @@ def evaluate_with_mesh(
         role_of,
         heading_index(terms),
         unguarded=Grounder(surfaces, names, common_words=()),
+        linkable=linkable,
     )
 
 
@@ -294,7 +487,7 @@ def write_grounding_report(
         if not lake.exists(key):
             raise FileNotFoundError(f"{lake.path(key)}: materialise `mesh_tables` first")
         frames[table] = pl.from_arrow(lake.read_parquet(key))
-    counts, n_articles = None, None
+    counts, n_articles, linkable = None, None, None
     try:
         if not graph_counts:
             raise FileNotFoundError("roles from MeSH structure alone")
@@ -304,6 +497,7 @@ def write_grounding_report(
         uis = [u.decode("ascii") for u in store.array("mesh_uis")]
         counts = pl.DataFrame({"ui": uis, "n_articles": store.array("mesh_article_count")})
         n_articles = store.n_articles
+        linkable = graph_linkable(store)
     except FileNotFoundError:
         pass  # no graph: roles from MeSH structure alone
     result = evaluate_with_mesh(
@@ -313,6 +507,7 @@ def write_grounding_report(
         frames["terms"],
         article_counts=counts,
         n_articles=n_articles,
+        linkable=linkable,
     )
     lake.write_bytes("reports/grounding/report.md", render_report(result, str(pubmedqa)).encode())
     lake.write_bytes(

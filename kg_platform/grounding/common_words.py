@@ -24,7 +24,7 @@ COMMON_WORD_EVIDENCE: dict[str, tuple[str, str]] = {
     "therapy": ("26578404", "D013812"),  # Therapeutics
     "therapeutic": ("19925761", "D013812"),  # Therapeutics
     "diagnosis": ("22706226", "D003933"),  # Diagnosis
-    "health": ("16968876", "D006262"),  # Health
+    "health": ("20549895", "D006262"),  # Health
     "time": ("27456836", "D013995"),  # Time
     "who": ("14697414", "D014944"),  # World Health Organization
     "form": ("9488747", "D020478"),  # Form
@@ -49,7 +49,7 @@ COMMON_WORD_EVIDENCE: dict[str, tuple[str, str]] = {
     "syndrome": ("25588461", "D013577"),  # Syndrome
     "surgery": ("15800018", "D013502"),  # General Surgery
     "growth": ("24446763", "D006128"),  # Growth
-    "cell": ("19931500", "D002477"),  # Cells
+    "cell": ("21618245", "D002477"),  # Cells
     "culture": ("24964725", "D003469"),  # Culture
     "cultures": ("26418796", "D003469"),  # Culture
     "perception": ("11555508", "D010465"),  # Perception

@@ -6,11 +6,13 @@ names, entry terms, de-inverted forms and supplementary-concept aliases, plus th
 surfaces the index derives from them (``DERIVED_SURFACE_RULES``). A span that names nothing
 as written gets its variants tried in turn: a neoplasm head, the singular, "of" inversion,
 then one word in a derived form (``morphology``). A single-word match on an ordinary English
-word (the common-word guard) is dropped.
+word (the common-word guard) is dropped. Which MeSH terms become surfaces, and which only
+as written, is decided from MeSH's own facts about each term (``vocabulary``).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -21,6 +23,12 @@ from kg_platform.grounding.common_words import COMMON_WORD_GUARD
 from kg_platform.grounding.morphology import derived_forms
 from kg_platform.grounding.normalise import normalise
 from kg_platform.grounding.orthography import ORTHOGRAPHY_TRIGGERS, americanise, spell_greek
+from kg_platform.grounding.vocabulary import (
+    ABBREVIATION_TAGS,
+    DEFAULT_RULES,
+    VocabularyRules,
+    usable_terms,
+)
 
 # When one surface names several descriptors, the strongest kind of surface wins, then the
 # lowest UI (deterministic).
@@ -83,10 +91,17 @@ class SurfaceEntry:
     ui: str
     term: str
     kind: str
+    # an abbreviation or acronym: it matches only where the question writes ``term`` itself
+    as_written: bool = False
 
 
-def build_surface_table(terms: pl.DataFrame) -> pl.DataFrame:
-    """One row per lookup key: (key, ui, term, kind), resolving clashes by KIND_PRIORITY, UI.
+def build_surface_table(
+    terms: pl.DataFrame, rules: VocabularyRules = DEFAULT_RULES
+) -> pl.DataFrame:
+    """One row per lookup key: (key, ui, term, kind, as_written), resolving clashes by
+    KIND_PRIORITY, then (with ``rules.clash_by_concept``) the descriptor whose preferred
+    concept holds the key and its concept's preferred term, then UI. The terms are those
+    ``vocabulary.usable_terms`` keeps under ``rules``.
 
     This is the grounding index; the ``grounding_index`` asset writes it so the API does not
     redo it on every open."""
@@ -96,26 +111,36 @@ def build_surface_table(terms: pl.DataFrame) -> pl.DataFrame:
     unknown = set(terms["kind"].unique().to_list()) - set(KIND_PRIORITY)
     if unknown:
         raise ValueError(f"MeSH terms table: unknown term kinds {sorted(unknown)}")
+    terms = usable_terms(terms, rules)
     # the rules only touch terms holding a trigger (polars would evaluate both branches of a
     # when/then, so the few that need Python are split off and mapped alone)
     needs_rules = pl.col("normalised").str.contains(ORTHOGRAPHY_TRIGGERS)
-    rank = pl.col("kind").replace_strict(KIND_PRIORITY, return_dtype=pl.Int8).alias("rank")
-    plain = terms.filter(~needs_rules).select(
-        pl.col("normalised").alias("key"), "ui", "term", "kind", rank
-    )
+    kind_rank = pl.col("kind").replace_strict(KIND_PRIORITY, return_dtype=pl.Int8)
+    if rules.clash_by_concept:
+        # 0..3 within a kind: preferred concept first, then its concept's preferred term
+        concept_rank = (~pl.col("preferred_concept")).cast(pl.Int8) * 2 + (
+            ~pl.col("concept_preferred").fill_null(True)
+        ).cast(pl.Int8)
+        rank = (kind_rank * 4 + concept_rank).cast(pl.Int8).alias("rank")
+    else:
+        rank = (kind_rank * 4).cast(pl.Int8).alias("rank")
+    as_written = (
+        pl.col("lexical_tag").is_in(ABBREVIATION_TAGS).fill_null(False)
+        if rules.abbreviations_as_written
+        else pl.lit(False)
+    ).alias("as_written")
+    columns = ["ui", "term", "kind", rank, as_written, "preferred_concept"]
+    plain = terms.filter(~needs_rules).select(pl.col("normalised").alias("key"), *columns)
     ruled = terms.filter(needs_rules).select(
         pl.col("normalised").map_elements(surface_key, return_dtype=pl.Utf8).alias("key"),
-        "ui",
-        "term",
-        "kind",
-        rank,
+        *columns,
     )
     keyed = pl.concat([plain, ruled]).filter(pl.col("key").str.len_chars() > 0)
     keyed = pl.concat([keyed, derived_surfaces(keyed)])
     return (
         keyed.sort(["key", "rank", "ui"])
         .unique("key", keep="first", maintain_order=True)
-        .select("key", "ui", "term", "kind")
+        .select("key", "ui", "term", "kind", "as_written")
     )
 
 
@@ -124,6 +149,10 @@ def derived_surfaces(keyed: pl.DataFrame) -> pl.DataFrame:
     names, entry terms and de-inverted forms (never supplementary aliases). A derived key
     is kept only when no MeSH surface claims it and it names a single descriptor."""
     source = keyed.filter(pl.col("kind") != "scr_alias")
+    if "preferred_concept" in source.columns:
+        # the rules were measured on the preferred concept's terms (all the descriptor TSV
+        # had); from other concepts "diagnostic x ray" made "diagnostic" Radiography, 1/4
+        source = source.filter(pl.col("preferred_concept"))
     parts = [
         source.filter(pl.col("key").str.contains(applies)).with_columns(
             pl.col("key")
@@ -146,7 +175,8 @@ def derived_surfaces(keyed: pl.DataFrame) -> pl.DataFrame:
         .sort(["key", "rank", "ui"])
         .unique("key", keep="first", maintain_order=True)
         .with_columns(
-            pl.lit(DERIVED_KIND).alias("kind"), pl.lit(_DERIVED_RANK, dtype=pl.Int8).alias("rank")
+            pl.lit(DERIVED_KIND).alias("kind"),
+            pl.lit(_DERIVED_RANK * 4, dtype=pl.Int8).alias("rank"),
         )
         .select(keyed.columns)
     )
@@ -216,6 +246,16 @@ def derived_variants(words: list[str]) -> list[tuple[str, str]]:
     return variants
 
 
+def written_in(entry: SurfaceEntry, question: str) -> bool:
+    """False for an abbreviation the question does not write as MeSH does ("who" is not
+    WHO); True for every other surface."""
+    if not entry.as_written:
+        return True
+    return (
+        re.search(rf"(?<![A-Za-z0-9]){re.escape(entry.term)}(?![A-Za-z0-9])", question) is not None
+    )
+
+
 class Grounder:
     """Longest-match-first lexical grounder over a surface table (see ``build_surface_table``)."""
 
@@ -229,12 +269,19 @@ class Grounder:
     ) -> None:
         self.variants = variants
         keys = surfaces["key"].to_list()
+        # an index written before abbreviations were marked has no as_written column
+        as_written = (
+            surfaces["as_written"].to_list()
+            if "as_written" in surfaces.columns
+            else [False] * surfaces.height
+        )
         entries = [
-            SurfaceEntry(u, t, k)
-            for u, t, k in zip(
+            SurfaceEntry(u, t, k, bool(w))
+            for u, t, k, w in zip(
                 surfaces["ui"].to_list(),
                 surfaces["term"].to_list(),
                 surfaces["kind"].to_list(),
+                as_written,
                 strict=True,
             )
         ]
@@ -260,15 +307,15 @@ class Grounder:
     def lookup(self, text: str) -> SurfaceEntry | None:
         return self._index.get(surface_key(normalise(text)))
 
-    def _match(self, span: list[str]) -> tuple[SurfaceEntry, str, str | None] | None:
+    def _match(self, span: list[str], question: str) -> tuple[SurfaceEntry, str, str | None] | None:
         key = " ".join(span)
         entry = self._index.get(key)
-        if entry is not None:
+        if entry is not None and written_in(entry, question):
             return entry, key, None
         if self.variants:
             for variant_key, variant in (*span_variants(span), *derived_variants(span)):
                 entry = self._index.get(variant_key)
-                if entry is not None:
+                if entry is not None and written_in(entry, question):
                     return entry, variant_key, variant
         return None
 
@@ -281,7 +328,7 @@ class Grounder:
             for end in range(min(n, start + self.max_span_words), start, -1):
                 if end - start == 1 and words[start] in self.common_words:
                     continue
-                found = self._match(words[start:end])
+                found = self._match(words[start:end], question)
                 if found is not None:
                     candidates.append((start, end, *found))
                     break  # the longest match starting here; shorter ones lose to it anyway

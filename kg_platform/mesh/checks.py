@@ -31,6 +31,8 @@ MESH_CHECK_NAMES = (
     "tree_parents_exist",
     "supplementary_mappings_known",
     "recount_matches_source",
+    "terms_recount_matches_source",
+    "terms_descriptors_known",
 )
 
 
@@ -42,6 +44,11 @@ class SourceCounts:
     tree_numbers: int
     entry_terms: int
     supplementary_records: int
+    # the concept-level terms (thesaurus table or descriptor XML): every term row with the
+    # record-preferred one, the descriptors and concepts they name; None without such a file
+    term_rows: int | None = None
+    term_descriptors: int | None = None
+    concepts: int | None = None
 
     def as_dict(self) -> dict[str, int]:
         return {
@@ -49,6 +56,13 @@ class SourceCounts:
             "tree_numbers": self.tree_numbers,
             "entry_terms": self.entry_terms,
             "supplementary_records": self.supplementary_records,
+        }
+
+    def terms_dict(self) -> dict[str, int | None]:
+        return {
+            "term_rows": self.term_rows,
+            "term_descriptors": self.term_descriptors,
+            "concepts": self.concepts,
         }
 
 
@@ -71,19 +85,46 @@ def recount_source(spec: MeshSourceSpec) -> SourceCounts:
             if len(fields) > 2:
                 entry_terms += sum(1 for t in fields[2].split("|") if t.strip())
         supplementary = sum(1 for _ in _lines(spec.supplementary)) if spec.supplementary else 0
-        return SourceCounts(descriptors, tree_numbers, entry_terms, supplementary)
+        if spec.thesaurus is None:
+            return SourceCounts(descriptors, tree_numbers, entry_terms, supplementary)
+        rows, entries, term_descriptors, concepts = _recount_thesaurus(spec.thesaurus)
+        return SourceCounts(
+            descriptors, tree_numbers, entries, supplementary, rows, term_descriptors, concepts
+        )
 
     record = re.compile(rb"<DescriptorRecord[\s>]")
     tree = re.compile(rb"<TreeNumber>")
     term = re.compile(rb"<Term[\s>]")
     preferred = re.compile(rb'RecordPreferredTermYN\s*=\s*"Y"')
-    counts = _count_patterns(spec.descriptors, [record, tree, term, preferred])
+    concept = re.compile(rb"<Concept[\s>]")  # not <ConceptList>, <ConceptUI>, ...
+    counts = _count_patterns(spec.descriptors, [record, tree, term, preferred, concept])
     supplementary = 0
     if spec.supplementary:
         supplementary = _count_patterns(
             spec.supplementary, [re.compile(rb"<SupplementalRecord[\s>]")]
         )[0]
-    return SourceCounts(counts[0], counts[1], counts[2] - counts[3], supplementary)
+    return SourceCounts(
+        counts[0], counts[1], counts[2] - counts[3], supplementary, counts[2], counts[0], counts[4]
+    )
+
+
+def _recount_thesaurus(location: str) -> tuple[int, int, int, int]:
+    """(term rows, entry terms, descriptors, concepts) of the thesaurus table, by header
+    name and plain line splitting."""
+    lines = _lines(location)
+    header = next(lines).rstrip("\n").split("\t")
+    at = {name: header.index(name) for name in ("DescriptorUI", "ConceptUI")}
+    preferred_at = header.index("RecordPreferredTermYN")
+    rows = entries = 0
+    descriptors: set[str] = set()
+    concepts: set[str] = set()
+    for line in lines:
+        fields = line.rstrip("\n").split("\t")
+        rows += 1
+        entries += fields[preferred_at] != "Y"
+        descriptors.add(fields[at["DescriptorUI"]])
+        concepts.add(fields[at["ConceptUI"]])
+    return rows, entries, len(descriptors), len(concepts)
 
 
 def _lines(location: str | None):
@@ -130,6 +171,8 @@ def check_mesh_build(build: MeshBuild, recount: SourceCounts | None) -> list[Mes
     outcomes.append(_tree_parent_check(frames["tree"]))
     outcomes.append(_supplementary_check(frames, build))
     outcomes.append(_recount_check(frames, build, recount))
+    outcomes.append(_terms_recount_check(frames["terms"], recount))
+    outcomes.append(_terms_descriptors_check(frames))
     return outcomes
 
 
@@ -216,3 +259,43 @@ def _recount_check(
     metadata.update({f"source_{k}": v for k, v in source.items()})
     metadata["mismatched"] = ", ".join(mismatched) or "none"
     return MeshCheckOutcome("recount_matches_source", not mismatched, metadata)
+
+
+def _terms_recount_check(terms: pl.DataFrame, recount: SourceCounts | None) -> MeshCheckOutcome:
+    """The thesaurus's own rows (names and entry terms with a term UI), descriptors and
+    concepts, against an independent count of the file."""
+    from_source = terms.filter(
+        pl.col("kind").is_in(["name", "entry"]) & pl.col("term_ui").is_not_null()
+    )
+    written = {
+        "term_rows": from_source.height,
+        "term_descriptors": from_source["ui"].n_unique(),
+        "concepts": from_source["concept_ui"].n_unique(),
+    }
+    if recount is None:
+        return MeshCheckOutcome(
+            "terms_recount_matches_source", False, {**written, "error": "no recount"}
+        )
+    source = recount.terms_dict()
+    metadata: dict[str, Any] = {f"written_{k}": v for k, v in written.items()}
+    if source["term_rows"] is None:
+        # a bare-string source (descriptors TSV alone) has no concept-level terms to count
+        metadata["note"] = "the source has no concept-level terms"
+        return MeshCheckOutcome("terms_recount_matches_source", written["term_rows"] == 0, metadata)
+    metadata.update({f"source_{k}": v for k, v in source.items()})
+    mismatched = sorted(k for k in written if written[k] != source[k])
+    metadata["mismatched"] = ", ".join(mismatched) or "none"
+    return MeshCheckOutcome("terms_recount_matches_source", not mismatched, metadata)
+
+
+def _terms_descriptors_check(frames: dict[str, pl.DataFrame]) -> MeshCheckOutcome:
+    """Every term names a descriptor of this build (the thesaurus is a second file: its
+    descriptors must be the descriptor TSV's)."""
+    unknown = frames["terms"].join(frames["descriptors"].select("ui"), on="ui", how="anti")
+    metadata: dict[str, Any] = {
+        "terms": frames["terms"].height,
+        "terms_unknown_descriptor": unknown.height,
+    }
+    if unknown.height:
+        metadata["examples"] = unknown["ui"].unique().sort().head(10).to_list()
+    return MeshCheckOutcome("terms_descriptors_known", unknown.height == 0, metadata)

@@ -12,7 +12,18 @@ import polars as pl
 
 DESCRIPTOR_SCHEMA = {"ui": pl.Utf8, "name": pl.Utf8}
 TREE_SCHEMA = {"ui": pl.Utf8, "tree_number": pl.Utf8}
-ENTRY_SCHEMA = {"ui": pl.Utf8, "term": pl.Utf8}
+ENTRY_SCHEMA = {
+    "ui": pl.Utf8,
+    "term": pl.Utf8,
+    "concept_ui": pl.Utf8,
+    "term_ui": pl.Utf8,
+    "concept_preferred": pl.Boolean,
+    "permuted": pl.Boolean,
+    "lexical_tag": pl.Utf8,
+    "record_preferred": pl.Boolean,
+}
+# what a term source may not know (the descriptors TSV lists bare strings)
+TERM_DETAIL_COLUMNS = ("concept_ui", "term_ui", "concept_preferred", "permuted", "lexical_tag")
 ALLOWABLE_SCHEMA = {"descriptor_ui": pl.Utf8, "qualifier_ui": pl.Utf8}
 QUALIFIER_SCHEMA = {"ui": pl.Utf8, "name": pl.Utf8, "abbreviation": pl.Utf8}
 SCR_SURFACE_SCHEMA = {"scr_ui": pl.Utf8, "surface": pl.Utf8}
@@ -25,7 +36,11 @@ class MeshRecords:
 
     - descriptors: ui, name (one row per descriptor record)
     - tree: ui, tree_number
-    - entries: ui, term (entry terms; the record's preferred name is not repeated here)
+    - entries: ui, term, concept_ui, term_ui, concept_preferred, permuted, lexical_tag,
+      record_preferred: the terms of every concept. A concept-level source (NLM XML, the
+      thesaurus table) also gives the record-preferred term (``record_preferred``), whose
+      details the descriptor's name row takes; the descriptors TSV gives only entry terms,
+      their details null.
     - allowable: descriptor_ui, qualifier_ui
     - qualifiers: ui, name, abbreviation (null where the source does not give one)
     - scr_surfaces: scr_ui, surface (the record's name and its synonyms)

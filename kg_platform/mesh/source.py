@@ -41,6 +41,8 @@ _TSV_PATTERNS = {
     ),
 }
 _ALLOWABLE_CSV = re.compile(r"^mesh\d{4}_subjects_with_qualifiers\.csv(\.gz)?$")
+# every term of every concept (NLM's field names), e.g. thesaurus/desc2024_terms.tsv.gz
+_THESAURUS_TSV = re.compile(r"^desc\d{4}_terms\.tsv(\.gz)?$")
 
 
 class MeshSourceError(ValueError):
@@ -57,6 +59,7 @@ class MeshSourceSpec:
     supplementary: str | None = None
     qualifiers: str | None = None
     allowable_csv: str | None = None
+    thesaurus: str | None = None
     notes: tuple[str, ...] = field(default=())
     missing: tuple[str, ...] = field(default=())
 
@@ -68,6 +71,8 @@ class MeshSourceSpec:
             lines.append(f"  supplementary: {self.supplementary}")
         if self.qualifiers:
             lines.append(f"  qualifiers: {self.qualifiers}")
+        if self.thesaurus:
+            lines.append(f"  terms of every concept: {self.thesaurus}")
         if self.allowable_csv:
             lines.append(f"  allowable pairs: {self.allowable_csv}")
         elif self.format == "xml":
@@ -88,7 +93,13 @@ class MeshSourceSpec:
     def files(self) -> tuple[str, ...]:
         return tuple(
             f
-            for f in (self.descriptors, self.supplementary, self.qualifiers, self.allowable_csv)
+            for f in (
+                self.descriptors,
+                self.supplementary,
+                self.qualifiers,
+                self.allowable_csv,
+                self.thesaurus,
+            )
             if f
         )
 
@@ -140,6 +151,7 @@ def resolve_mesh_source(location: str, year: int | None = None) -> MeshSourceSpe
     found_xml = {role: _newest(candidates, pattern) for role, pattern in _XML_PATTERNS.items()}
     found_tsv = {role: _newest(candidates, pattern) for role, pattern in _TSV_PATTERNS.items()}
     allowable_csv = _newest(candidates, _ALLOWABLE_CSV)
+    thesaurus = _newest(candidates, _THESAURUS_TSV)
 
     if found_tsv["descriptors"]:
         notes: list[str] = []
@@ -159,12 +171,23 @@ def resolve_mesh_source(location: str, year: int | None = None) -> MeshSourceSpe
                 "allowable pairs CSV (mesh*_subjects_with_qualifiers.csv[.gz]): "
                 "allowable and qualifiers tables stay empty"
             )
+        if thesaurus:
+            notes.append(
+                f"terms from {thesaurus} (every concept's terms), not the descriptor TSV's "
+                "entry column (the preferred concept's only)"
+            )
+        else:
+            notes.append(
+                "no thesaurus terms TSV (desc*_terms.tsv[.gz]): terms of the preferred "
+                "concept only, without concept UIs or lexical tags"
+            )
         return MeshSourceSpec(
             location=location,
             format="tsv",
             descriptors=found_tsv["descriptors"],
             supplementary=found_tsv["supplementary"],
             allowable_csv=allowable_csv,
+            thesaurus=thesaurus,
             notes=tuple(notes),
             missing=tuple(missing),
         )
@@ -180,6 +203,8 @@ def resolve_mesh_source(location: str, year: int | None = None) -> MeshSourceSpe
             notes.append(
                 f"ignoring {allowable_csv}: allowable pairs come from the descriptor XML itself"
             )
+        if thesaurus:
+            notes.append(f"ignoring {thesaurus}: the descriptor XML holds every concept's terms")
         return MeshSourceSpec(
             location=location,
             format="xml",
@@ -236,6 +261,9 @@ def load_mesh_records(spec: MeshSourceSpec) -> MeshRecords:
     """Read every file the spec names into one `MeshRecords`."""
     if spec.format == "tsv":
         descriptor_frames = tsv.read_descriptor_tsv(spec.descriptors)
+        if spec.thesaurus:
+            # the thesaurus has the terms of every concept; the TSV keeps names and trees
+            descriptor_frames["entries"] = tsv.read_thesaurus_tsv(spec.thesaurus)["entries"]
         allowable = empty(ALLOWABLE_SCHEMA)
         qualifiers = empty(QUALIFIER_SCHEMA)
         if spec.allowable_csv:

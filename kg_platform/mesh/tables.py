@@ -22,8 +22,9 @@ import polars as pl
 import pyarrow as pa
 
 from kg_platform.grounding.normalise import normalise
-from kg_platform.mesh.records import MeshRecords
+from kg_platform.mesh.records import TERM_DETAIL_COLUMNS, MeshRecords
 from kg_platform.mesh.source import MeshSourceSpec, load_mesh_records, resolve_mesh_source
+from kg_platform.schemas import MeshTerms
 from kg_platform.storage.lake import Lake
 
 MESH_TABLE_NAMES = (
@@ -36,6 +37,8 @@ MESH_TABLE_NAMES = (
     "scr_aliases",
 )
 MIN_SCR_ALIAS_CHARS = 8
+# the terms table's columns, in the order its pandera model declares them
+TERM_TABLE_COLUMNS = tuple(MeshTerms.to_schema().columns)
 # chemical names carry commas too ("Benzoxazole, 5-(methylamino)-"): only plain words
 # de-invert, and only when the part after the comma reads as a modifier: "Health Care,
 # Failures to Rescue" is a topic and its parts, not an inversion
@@ -147,7 +150,11 @@ def build_mesh_frames(records: MeshRecords) -> tuple[dict[str, pl.DataFrame], Lo
             pl.lit("scr_alias").alias("kind"),
         )
     )
-    terms = pl.concat([descriptor_terms, alias_terms]).sort("ui", maintain_order=True)
+    terms = (
+        pl.concat([descriptor_terms, alias_terms], how="diagonal")
+        .sort("ui", maintain_order=True)
+        .select(TERM_TABLE_COLUMNS)
+    )
 
     stats = LoaderRuleStats(
         deinversion_candidates=deinversion_candidates,
@@ -242,19 +249,49 @@ def deinvert(term: pl.Expr) -> pl.Expr:
 def _descriptor_terms(
     descriptors: pl.DataFrame, entries: pl.DataFrame
 ) -> tuple[pl.DataFrame, int, int, int]:
+    details = list(TERM_DETAIL_COLUMNS)
+    # the name row takes the record-preferred term's concept, term UI and flags
+    preferred = entries.filter(pl.col("record_preferred")).unique(
+        "ui", keep="first", maintain_order=True
+    )
+    names = descriptors.join(preferred.select("ui", *details), on="ui", how="left").select(
+        "ui", pl.col("name").alias("term"), pl.lit("name").alias("kind"), *details
+    )
+    # a term source naming a descriptor the descriptor file lacks keeps that name row, so
+    # the checks see it (and block the write) rather than it vanishing here
+    orphan_names = preferred.join(descriptors.select("ui"), on="ui", how="anti").select(
+        "ui", "term", pl.lit("name").alias("kind"), *details
+    )
     given = pl.concat(
         [
-            descriptors.select("ui", pl.col("name").alias("term"), pl.lit("name").alias("kind")),
-            entries.select("ui", pl.col("term").str.strip_chars(), pl.lit("entry").alias("kind")),
+            names,
+            orphan_names,
+            entries.filter(~pl.col("record_preferred")).select(
+                "ui", pl.col("term").str.strip_chars(), pl.lit("entry").alias("kind"), *details
+            ),
         ]
     ).filter(pl.col("term") != "")
+    # a de-inverted form is the loader's, not NLM's: it keeps its term's concept, term UI
+    # and lexical tag, and leaves the preferred and permuted flags unset
     inverted = (
-        given.select("ui", deinvert(pl.col("term")).alias("term"))
+        given.select(
+            "ui",
+            deinvert(pl.col("term")).alias("term"),
+            "concept_ui",
+            "term_ui",
+            pl.lit(None, dtype=pl.Boolean).alias("concept_preferred"),
+            pl.lit(None, dtype=pl.Boolean).alias("permuted"),
+            "lexical_tag",
+        )
         .drop_nulls("term")
-        .unique(maintain_order=True)
+        .unique(["ui", "term"], keep="first", maintain_order=True)
     )
     all_terms = _with_normalised(
-        pl.concat([given, inverted.with_columns(pl.lit("deinverted").alias("kind"))]), "term"
+        pl.concat(
+            [given, inverted.with_columns(pl.lit("deinverted").alias("kind"))],
+            how="diagonal",
+        ),
+        "term",
     )
     empty_terms = all_terms.filter(pl.col("normalised") == "").height
     all_terms = all_terms.filter(pl.col("normalised") != "")
@@ -264,7 +301,7 @@ def _descriptor_terms(
         .join(existing.select("ui", "normalised"), on=["ui", "normalised"], how="anti")
         .unique(subset=["ui", "normalised"], keep="first", maintain_order=True)
     )
-    terms = pl.concat([existing, added]).select("ui", "term", "normalised", "kind")
+    terms = pl.concat([existing, added]).select(TERM_TABLE_COLUMNS)
     return terms, inverted.height, added.height, empty_terms
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import polars as pl
 
 from kg_platform.mesh.fetch import MeshFetchError, is_url, read_all
-from kg_platform.mesh.records import QUALIFIER_SCHEMA
+from kg_platform.mesh.records import ENTRY_SCHEMA, QUALIFIER_SCHEMA
 
 DESCRIPTOR_TSV_COLUMNS = {
     "ui": pl.Utf8,
@@ -86,8 +86,71 @@ def read_descriptor_tsv(location: str) -> dict[str, pl.DataFrame]:
         )
     descriptors = raw.select(pl.col("ui"), pl.col("name").fill_null("").str.strip_chars())
     tree = _explode_list(raw, "ui", "tree_numbers", "tree_number", r"\|")
-    entries = _explode_list(raw, "ui", "entry_terms", "term", r"\|")
+    entries = _explode_list(raw, "ui", "entry_terms", "term", r"\|").with_columns(
+        pl.lit(False).alias("record_preferred")
+    )
+    # bare strings: which concept, term UI and flags are not in this file
+    missing = [
+        pl.lit(None, dtype=ENTRY_SCHEMA[c]).alias(c)
+        for c in ENTRY_SCHEMA
+        if c not in entries.columns
+    ]
+    entries = entries.with_columns(missing).select(list(ENTRY_SCHEMA))
     return {"descriptors": descriptors, "tree": tree, "entries": entries}
+
+
+THESAURUS_COLUMNS = {
+    "DescriptorUI": "ui",
+    "DescriptorName": "name",
+    "ConceptUI": "concept_ui",
+    "TermUI": "term_ui",
+    "TermName": "term",
+    "ConceptPreferredTermYN": "concept_preferred",
+    "IsPermutedTermYN": "permuted",
+    "LexicalTag": "lexical_tag",
+    "RecordPreferredTermYN": "record_preferred",
+}
+_YN = ("ConceptPreferredTermYN", "IsPermutedTermYN", "RecordPreferredTermYN")
+
+
+def read_thesaurus_tsv(location: str) -> dict[str, pl.DataFrame]:
+    """descriptors (ui, name) and entries (every term of every concept, with its details)
+    from the thesaurus table (`desc2024_terms.tsv.gz`: a header of NLM's field names)."""
+    try:
+        raw = pl.read_csv(
+            _readable(location),
+            separator="\t",
+            infer_schema=False,
+            quote_char=None,  # terms hold quotes; no field holds a tab
+        )
+    except (pl.exceptions.PolarsError, OSError, EOFError, MeshFetchError) as exc:
+        raise MeshTsvError(f"{location}: not a MeSH thesaurus terms TSV: {exc}") from exc
+    absent = [c for c in THESAURUS_COLUMNS if c not in raw.columns]
+    if absent:
+        raise MeshTsvError(
+            f"{location}: thesaurus terms TSV lacks columns {absent} (has {raw.columns})"
+        )
+    bad_flags = raw.filter(pl.any_horizontal(~pl.col(c).is_in(["Y", "N"]) for c in _YN))
+    if bad_flags.height or raw.height == 0:
+        raise MeshTsvError(
+            f"{location}: {bad_flags.height} rows with a Y/N flag that is neither Y nor N"
+            if raw.height
+            else f"{location}: empty thesaurus terms TSV"
+        )
+    bad_ui = raw.filter(~pl.col("DescriptorUI").str.contains(r"^D\d+$"))
+    if bad_ui.height:
+        raise MeshTsvError(
+            f"{location}: {bad_ui.height} rows whose DescriptorUI is not a descriptor UI "
+            f"(first: {bad_ui['DescriptorUI'][0]!r})"
+        )
+    frame = raw.select(
+        pl.col(c).alias(name) if c not in _YN else (pl.col(c) == "Y").alias(name)
+        for c, name in THESAURUS_COLUMNS.items()
+    ).with_columns(pl.col("term").str.strip_chars())
+    descriptors = frame.select("ui", pl.col("name").str.strip_chars()).unique(
+        "ui", keep="first", maintain_order=True
+    )
+    return {"descriptors": descriptors, "entries": frame.select(list(ENTRY_SCHEMA))}
 
 
 def read_supplementary_tsv(location: str) -> dict[str, object]:

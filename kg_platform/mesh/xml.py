@@ -68,10 +68,11 @@ def _require(value: str | None, what: str, source_name: str, ui: str | None) -> 
 
 
 def read_descriptor_xml(location: str) -> dict[str, pl.DataFrame]:
-    """descriptors, tree, entries, allowable and the qualifiers named in allowable lists."""
+    """descriptors, tree, entries (every term of every concept, see `MeshRecords`),
+    allowable and the qualifiers named in allowable lists."""
     descriptors: list[tuple[str, str]] = []
     tree: list[tuple[str, str]] = []
-    entries: list[tuple[str, str]] = []
+    entries: list[tuple] = []
     allowable: list[tuple[str, str]] = []
     qualifiers: dict[str, tuple[str, str, str | None]] = {}
     n_records = 0
@@ -92,13 +93,7 @@ def read_descriptor_xml(location: str) -> dict[str, pl.DataFrame]:
                 q_name = _text(allowed, "QualifierReferredTo/QualifierName/String")
                 if q_name and q_ui not in qualifiers:
                     qualifiers[q_ui] = (q_ui, q_name, _text(allowed, "Abbreviation"))
-            for term in record.iterfind("ConceptList/Concept/TermList/Term"):
-                # the record-preferred term is the descriptor's name, kept as kind "name"
-                if term.get("RecordPreferredTermYN") == "Y":
-                    continue
-                text = _text(term, "String")
-                if text:
-                    entries.append((ui, text))
+            entries.extend(_concept_terms(record, ui))
     if n_records == 0:
         raise MeshXmlError(f"{location}: no DescriptorRecord elements (not a descriptor file?)")
     return {
@@ -108,6 +103,32 @@ def read_descriptor_xml(location: str) -> dict[str, pl.DataFrame]:
         "allowable": frame(allowable, ALLOWABLE_SCHEMA),
         "qualifiers": frame(list(qualifiers.values()), QUALIFIER_SCHEMA),
     }
+
+
+def _concept_terms(record: etree._Element, ui: str) -> Iterator[tuple]:
+    """(ui, term, concept_ui, term_ui, concept_preferred, permuted, lexical_tag,
+    record_preferred) for every term of every concept, as the thesaurus table has them."""
+    for concept in record.iterfind("ConceptList/Concept"):
+        concept_ui = _text(concept, "ConceptUI")
+        for term in concept.iterfind("TermList/Term"):
+            text = _text(term, "String")
+            if not text:
+                continue
+            yield (
+                ui,
+                text,
+                concept_ui,
+                _text(term, "TermUI"),
+                _flag(term.get("ConceptPreferredTermYN")),
+                _flag(term.get("IsPermutedTermYN")),
+                term.get("LexicalTag"),
+                term.get("RecordPreferredTermYN") == "Y",
+            )
+
+
+def _flag(value: str | None) -> bool | None:
+    """NLM's Y/N attribute as a bool; None when the attribute is absent."""
+    return None if value is None else value == "Y"
 
 
 def read_qualifier_xml(location: str) -> pl.DataFrame:

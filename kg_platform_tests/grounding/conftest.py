@@ -9,10 +9,12 @@ from kg_platform_tests.conftest import require_reference
 
 @pytest.fixture(scope="session")
 def mesh_frames() -> dict[str, pl.DataFrame]:
-    """The real MeSH 2024 tables, built by kg_platform.mesh from the reference TSVs."""
+    """The real MeSH 2024 tables, built by kg_platform.mesh from the reference TSVs and the
+    thesaurus terms table, once per session."""
     from kg_platform.mesh.tables import build_mesh_tables
 
-    tables = build_mesh_tables(str(require_reference("mesh", "tsv")))
+    # the parent folder: the TSVs with the thesaurus, every concept's terms
+    tables = build_mesh_tables(str(require_reference("mesh")))
     return {t: pl.from_arrow(tables[t]) for t in ("descriptors", "tree", "terms")}
 
 

@@ -37,14 +37,16 @@ def test_guard_words_are_normalised() -> None:
 
 
 # (right, all) single-word groundings of each guarded word over the 400 development
-# questions without the guard, "right" meaning the article carries that descriptor.
+# questions without the guard, "right" meaning the article carries that descriptor. With
+# every concept's terms some words now sit inside a longer match ("cell microenvironment",
+# "health disparities"), so several totals fell (health 8 -> 3, surgery 19 -> 17).
 GUARD_TALLY = {
     "address": (0, 1),
     "affect": (1, 20),
     "association": (0, 5),
     "associations": (0, 1),
     "attitudes": (0, 2),
-    "cell": (0, 3),
+    "cell": (0, 2),
     "cold": (0, 1),
     "culture": (0, 2),
     "cultures": (0, 1),
@@ -57,7 +59,7 @@ GUARD_TALLY = {
     "goal": (0, 2),
     "growth": (0, 1),
     "habits": (0, 1),
-    "health": (0, 8),
+    "health": (0, 3),
     "history": (0, 3),
     "lead": (0, 1),
     "life": (0, 2),
@@ -69,19 +71,19 @@ GUARD_TALLY = {
     "probability": (0, 1),
     "program": (0, 2),
     "proxy": (0, 1),
-    "radiation": (0, 3),
-    "risk": (0, 15),
+    "radiation": (0, 2),
+    "risk": (0, 13),
     "role": (0, 11),
     "rose": (0, 1),
-    "sex": (0, 3),
+    "sex": (0, 2),
     "solutions": (1, 2),
-    "surgery": (0, 19),
-    "syndrome": (2, 6),
+    "surgery": (0, 17),
+    "syndrome": (2, 5),
     "therapeutic": (0, 2),
     "therapy": (0, 8),
     "time": (0, 4),
     "treatment": (0, 11),
-    "who": (0, 4),
+    "who": (0, 3),
     "will": (0, 1),
     "work": (0, 2),
 }

@@ -15,7 +15,8 @@ def test_reference_counts(reference_build, reference_frames):
     assert reference_build.tables["descriptors"].num_rows == 30_764
     assert reference_build.tables["tree"].num_rows == 64_457
     terms = reference_frames["terms"]
-    assert terms.filter(pl.col("kind") == "entry").height == 137_409
+    # every concept's terms from the thesaurus (the descriptor TSV alone: 137,409)
+    assert terms.filter(pl.col("kind") == "entry").height == 233_172
     assert terms.filter(pl.col("kind") == "name").height == 30_764
     assert reference_build.n_supplementary == 323_304
     assert reference_build.row_counts() == {
@@ -23,9 +24,9 @@ def test_reference_counts(reference_build, reference_frames):
         "tree": 64_457,
         "broader": 42_021,
         "allowable": 626_380,
-        "terms": 953_691,
+        "terms": 1_050_409,
         "qualifiers": 76,
-        "scr_aliases": 798_626,
+        "scr_aliases": 798_621,
     }
 
 
@@ -36,7 +37,17 @@ def test_table_columns_are_the_contract(reference_build):
         "tree": ["ui", "tree_number"],
         "broader": ["child_ui", "parent_ui"],
         "allowable": ["descriptor_ui", "qualifier_ui"],
-        "terms": ["ui", "term", "normalised", "kind"],
+        "terms": [
+            "ui",
+            "term",
+            "normalised",
+            "kind",
+            "concept_ui",
+            "term_ui",
+            "concept_preferred",
+            "permuted",
+            "lexical_tag",
+        ],
         "qualifiers": ["ui", "name", "abbreviation"],
         "scr_aliases": ["scr_ui", "surface", "heading_ui"],
     }
@@ -121,8 +132,9 @@ def test_deinversion_rule(reference_build, reference_frames):
         ("male circumcisions", "entry"),
     ]
     deinverted = reference_frames["terms"].filter(pl.col("kind") == "deinverted")
-    assert deinverted.height == reference_build.stats.deinversion_added == 1_126
-    assert reference_build.stats.deinversion_candidates == 46_764
+    # permuted terms of every concept are candidates too: more candidates, more new forms
+    assert deinverted.height == reference_build.stats.deinversion_added == 2_086
+    assert reference_build.stats.deinversion_candidates == 71_964
     # "Health Care, Failures to Rescue" is a topic, not an inversion: nothing added for it
     assert deinverted.filter(pl.col("ui") == "D000067248").height == 0
 
@@ -131,9 +143,10 @@ def test_scr_alias_rules(reference_build, reference_frames):
     stats = reference_build.stats
     assert stats.scr_alias_candidates == 844_399
     assert stats.scr_short_removed == 45_746
-    assert stats.scr_claimed_removed == 27
+    # the thesaurus claims 5 more aliases than the descriptor TSV's entry terms did (27)
+    assert stats.scr_claimed_removed == 32
     assert stats.scr_dangling_mappings == 0
-    assert stats.scr_aliases_kept == 798_626
+    assert stats.scr_aliases_kept == 798_621
     aliases = reference_frames["scr_aliases"]
     assert aliases["surface"].str.len_chars().min() == MIN_SCR_ALIAS_CHARS
     # "9-AMA" (C000078) is too short; "cao ma huang" (C099950) is claimed by descriptor D029790
@@ -146,7 +159,7 @@ def test_scr_alias_rules(reference_build, reference_frames):
     assert sorted(set(ackr1["heading_ui"].to_list())) == ["D004375", "D011956"]
     assert "Ackr1 protein mouse" in ackr1["surface"].to_list()
     alias_terms = reference_frames["terms"].filter(pl.col("kind") == "scr_alias")
-    assert alias_terms.height == stats.scr_alias_terms_added == 784_392
+    assert alias_terms.height == stats.scr_alias_terms_added == 784_387
 
 
 def test_allowable_pairs_from_the_csv(reference_build, reference_frames):
@@ -167,8 +180,13 @@ def test_checks_pass_on_the_reference(reference_build, reference_mesh_spec):
     assert recount.as_dict() == {
         "descriptors": 30_764,
         "tree_numbers": 64_457,
-        "entry_terms": 137_409,
+        "entry_terms": 233_172,
         "supplementary_records": 323_304,
+    }
+    assert recount.terms_dict() == {
+        "term_rows": 263_936,
+        "term_descriptors": 30_764,
+        "concepts": 61_048,
     }
     outcomes = {o.name: o for o in check_mesh_build(reference_build, recount)}
     assert {name: o.passed for name, o in outcomes.items() if not o.passed} == {}

@@ -35,14 +35,16 @@ def test_descriptor_records(xml_sample_dir):
         "J03.540.020",
     ]
     entries = frames["entries"]
-    assert entries.height == 26
-    # every concept's terms, the record-preferred term (the name) left out
-    assert entries.filter(pl.col("ui") == "D000001")["term"].to_list() == [
-        "A-23187",
-        "A 23187",
-        "A23187",
-        "Antibiotic A23187",
-        "A23187, Antibiotic",
+    # every concept's terms, the record-preferred term (the name) flagged
+    assert entries.height == 31
+    assert entries.filter(~pl.col("record_preferred")).height == 26
+    assert entries.filter(pl.col("ui") == "D000001").drop("ui").rows() == [
+        ("Calcimycin", "M0000001", "T000002", True, False, "NON", True),
+        ("A-23187", "M0353609", "T000001", True, False, "LAB", False),
+        ("A 23187", "M0353609", "T000001", False, True, "LAB", False),
+        ("A23187", "M0353609", "T000004", False, False, "LAB", False),
+        ("Antibiotic A23187", "M0353609", "T000003", False, False, "NON", False),
+        ("A23187, Antibiotic", "M0353609", "T000003", False, True, "NON", False),
     ]
     assert frames["allowable"].height == 119
     assert frames["allowable"].filter(pl.col("descriptor_ui") == "D000001").height == 26
@@ -128,6 +130,7 @@ def test_build_and_checks_from_the_xml_samples(xml_sample_dir):
         "entry_terms": 26,
         "supplementary_records": 1,
     }
+    assert recount.terms_dict() == {"term_rows": 31, "term_descriptors": 5, "concepts": 12}
     outcomes = {o.name: o for o in check_mesh_build(build, recount)}
     failed = sorted(name for name, o in outcomes.items() if not o.passed)
     # a five-record sample holds none of its descriptors' parents
