@@ -49,10 +49,12 @@ class WatchedResult:
     started it no longer answers pings. dagster-celery alone waits for ever on a step whose
     worker was killed outright (its parent process and all): nobody reports the loss."""
 
-    def __init__(self, result, app, step_key: str) -> None:
+    def __init__(self, result, app, step_key: str, instance=None, run_id: str = "") -> None:
         self._result = result
         self._app = app
         self._step_key = step_key
+        self._instance = instance
+        self._run_id = run_id
         self._checked = time.monotonic()
         self._missed = 0
         self._worker = ""
@@ -76,6 +78,11 @@ class WatchedResult:
     def get(self):
         if self._result.ready():
             return self._result.get()
+        if self._instance is not None:
+            # a step frees its pool slot with its own last event, which a killed worker never
+            # writes: without this, each lost download would keep one `ncbi` slot for ever
+            storage = self._instance.event_log_storage
+            storage.free_concurrency_slot_for_step(self._run_id, self._step_key)
         raise WorkerLost(
             f"step {self._step_key}: celery worker {self._worker} stopped answering while "
             f"running it ({PINGS_MISSED} pings of {PING_EVERY_S:.0f} s unanswered); "
@@ -92,7 +99,7 @@ def watched_celery_executor() -> dg.ExecutorDefinition:
 
     def submit_watched(app, plan_context, step, queue, priority, known_state):
         result = _submit_task(app, plan_context, step, queue, priority, known_state)
-        return WatchedResult(result, app, step.key)
+        return WatchedResult(result, app, step.key, plan_context.instance, plan_context.run_id)
 
     class WatchedCeleryExecutor(CeleryExecutor):
         def execute(self, plan_context, execution_plan):

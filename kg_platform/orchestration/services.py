@@ -220,6 +220,11 @@ def write_celery_config(folder: Path, broker_url: str, backend_url: str) -> Path
         f"broker_url = {broker_url!r}\n"
         f"result_backend = {backend_url!r}\n"
         "worker_prefetch_multiplier = 1\n"
+        # a worker takes a step only when it has a free process to run it: with early
+        # acknowledgement it would otherwise hold one more, not started, and a worker killed
+        # outright would take that step with it (never started, so never reported lost: its
+        # run would wait for ever), while another worker stood idle
+        "worker_disable_prefetch = True\n"
         # a new child per step: memory of a big parse is returned, and each step loads the
         # definitions (and kg settings) afresh; the preloaded parent keeps that cheap
         "worker_max_tasks_per_child = 1\n"

@@ -6,7 +6,6 @@ arrays, and every command answers the same apart from where the lake is."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import uuid
 from pathlib import Path
@@ -20,6 +19,7 @@ from kg_platform.cli import main
 from kg_platform.storage.catalog import Catalog
 from kg_platform.storage.lake import Lake
 from kg_platform_tests.conftest import require_reference, use_kg_home
+from kg_platform_tests.storage.lake_content import content, lake_keys
 
 RELEASE, YEAR = "pubmed26", "2024"
 QUESTION = "Is Carcinoma, Non-Small-Cell Lung associated with Tomography, X-Ray Computed?"
@@ -41,33 +41,6 @@ def build_into(lake: str) -> int:
             "--select", SELECT,
         ]
     )  # fmt: skip
-
-
-def lake_keys(lake: Lake) -> list[str]:
-    """Every object key under the lake root, sorted (``raw/`` aside)."""
-    root = lake.root if lake.is_local else lake.root.split("://", 1)[1]
-    found = [p[len(root) + 1 :] for p in lake.fs.find(root)]
-    return sorted(k for k in found if not k.startswith("raw/"))
-
-
-def content(lake: Lake) -> dict[str, str]:
-    """sha256 of each Parquet table's rows (sorted, so row-group layout does not count) and
-    of each array's dtype, shape and bytes, keyed by lake key with the graph's build id
-    (a hash of input modification stamps) replaced by ``<build>``."""
-    current = json.loads(lake.read_bytes(f"graph/{RELEASE}/{YEAR}/current.json"))
-    build_id = current["build_id"]
-    hashes = {}
-    for key in lake_keys(lake):
-        name = key.replace(f"/{build_id}/", "/<build>/")
-        if key.endswith(".parquet"):
-            frame = pl.from_arrow(lake.read_parquet(key))
-            rows = frame.sort(frame.columns).write_ipc(None).getvalue()
-            hashes[name] = hashlib.sha256(rows).hexdigest()
-        elif key.endswith(".npy"):
-            array = np.ascontiguousarray(lake.read_npy(key, mmap=False))
-            digest = hashlib.sha256(f"{array.dtype}{array.shape}".encode() + array.tobytes())
-            hashes[name] = digest.hexdigest()
-    return hashes
 
 
 def small_concept_index(lake: Lake, scratch: Path) -> str:
