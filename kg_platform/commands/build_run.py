@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import sys
 import time
 from collections.abc import Callable
@@ -150,11 +151,25 @@ def innermost(error):
     return error
 
 
+# "package.module.SomeError: " or a builtin's "ValueError: " before a recorded message
+CLASS_PREFIX = re.compile(r"^(?:(?:[A-Za-z_]\w*\.)+[A-Z]\w*|[A-Z]\w*(?:Error|Exception)): ")
+STEP_PREFIX = re.compile(r"^\[([^\]]+)\]: ")
+
+
 def one_line(error) -> str:
-    line = (error.message or "").strip().splitlines()[0] if error.message else "failed"
-    prefix, _, rest = line.partition(": ")
+    lines = [x.strip() for x in (error.message or "").strip().splitlines() if x.strip()]
+    if not lines:
+        return "failed"
     # drop the 'package.module.ErrorClass: ' that Dagster puts before the message
-    return rest if rest and prefix.endswith(error.cls_name or "\0") else line
+    prefix, _, rest = lines[0].partition(": ")
+    line = rest if rest and prefix.endswith(error.cls_name or "\0") else lines[0]
+    step = STEP_PREFIX.match(lines[1]) if len(lines) > 1 and line.endswith(":") else None
+    if step:
+        # a header over per-step errors (dagster-celery's "errors occurred in workers:\n
+        # [step]: package.Error: cause"): the first step's own cause is the line to show
+        cause = CLASS_PREFIX.sub("", lines[1][step.end() :], count=1)
+        return cause if cause.startswith(f"step {step.group(1)}") else f"{step.group(1)}: {cause}"
+    return line
 
 
 def run_failure(instance, run_id: str) -> tuple[str, str]:

@@ -362,8 +362,11 @@ def test_reference_build_on_celery_into_s3_survives_a_killed_worker(
             other_file: dg.DagsterRunStatus.SUCCESS,
         }
         (failed,) = [r for r in first if r.tags["dagster/partition"] == killed_file]
-        _, error = build_run.run_failure(instance, failed.run_id)
+        line, error = build_run.run_failure(instance, failed.run_id)
         assert f"celery worker {PARSE_WORKER} stopped answering while running it" in error
+        # the one line kg build prints names the lost step and worker, not the executor
+        assert line.startswith(f"step pubmed_xml: celery worker {PARSE_WORKER} stopped"), line
+        assert line in out, out[-4000:]
         failed_at = instance.get_run_record_by_id(failed.run_id).end_time
         assert failed_at - killed_at < PING_EVERY_S * (PINGS_MISSED + 3)
         # (the lost step has no step event of its own: the run's engine failed it)

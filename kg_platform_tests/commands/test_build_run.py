@@ -1,0 +1,61 @@
+"""The one line `kg build` prints for a failed run, from the error Dagster records."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+from dagster._core.errors import DagsterSubprocessError
+from dagster._utils.error import serializable_error_info_from_exc_info
+
+from kg_platform.commands.build_run import innermost, one_line
+from kg_platform.orchestration.executor import WorkerLost
+
+
+def recorded(raise_it) -> object:
+    """The error as Dagster serialises it into the event log."""
+    try:
+        raise_it()
+    except Exception:
+        return serializable_error_info_from_exc_info(sys.exc_info())
+    raise AssertionError("nothing raised")
+
+
+def celery_failure(step_error) -> None:
+    # dagster_celery.core_execution_loop's own wording and layout
+    raise DagsterSubprocessError(
+        "During celery execution errors occurred in workers:\n"
+        f"[pubmed_xml]: {step_error.to_string()}",
+        subprocess_error_infos=[step_error],
+    )
+
+
+def test_a_lost_celery_worker_is_named_not_the_executor_header() -> None:
+    lost = recorded(
+        lambda: (_ for _ in ()).throw(
+            WorkerLost(
+                "step pubmed_xml: celery worker w2@host stopped answering while running it "
+                "(2 pings of 10 s unanswered); re-execute the run from failure"
+            )
+        )
+    )
+    error = recorded(lambda: celery_failure(lost))
+    assert one_line(innermost(error)) == (
+        "step pubmed_xml: celery worker w2@host stopped answering while running it "
+        "(2 pings of 10 s unanswered); re-execute the run from failure"
+    )
+
+
+def test_another_step_error_is_prefixed_with_its_step() -> None:
+    bad = recorded(lambda: (_ for _ in ()).throw(ValueError("pubmed26n1334.xml.gz: md5 mismatch")))
+    error = recorded(lambda: celery_failure(bad))
+    assert one_line(innermost(error)) == "pubmed_xml: pubmed26n1334.xml.gz: md5 mismatch"
+
+
+@pytest.mark.parametrize(
+    "message",
+    ["pubmed26n1334.xml.gz: md5 mismatch", "corpus: one_row_per_pmid failed:\n 2 PMIDs twice"],
+)
+def test_a_domain_error_keeps_its_first_line(message) -> None:
+    error = recorded(lambda: (_ for _ in ()).throw(ValueError(message)))
+    assert one_line(innermost(error)) == message.splitlines()[0]
