@@ -62,6 +62,15 @@ class Settings:
             reader=reader_folder(),
         )
 
+    def environment(self) -> dict[str, str]:
+        """The variables `load` reads first, set to this choice of lake and sources."""
+        return {
+            "KG_LAKE": self.lake,
+            "KG_CATALOG": self.catalog,
+            "KG_PUBMED_SOURCE": self.pubmed_source,
+            "KG_MESH_SOURCE": self.mesh_source,
+        }
+
     def record(self) -> None:
         """Remember the sources and lake so `make ui` shows and runs the same platform."""
         self.home.mkdir(parents=True, exist_ok=True)

@@ -227,8 +227,12 @@ def run_build(args: argparse.Namespace) -> int:
         print(f"mesh {mesh_spec.describe()}")
 
     settings.record()
-    # the code server and every run read the same home and sources
+    # the code server and every run read the same home and sources; what the command line
+    # chose wins over the environment they would otherwise read first (KG_LAKE, ...)
     os.environ["KG_HOME"] = str(settings.home)
+    for variable, chosen in settings.environment().items():
+        if os.environ.get(variable, chosen) != chosen:
+            os.environ[variable] = chosen
     instance = prepare_instance(settings, args.jobs)
     pubmedqa, hotpotqa = register_question_sets(Lake(settings.lake), selected)
     keys = BuildKeys(names, release_of(names[0]), year, pubmedqa, hotpotqa)

@@ -47,9 +47,15 @@ def stamps(lake: Path, file: str) -> dict:
     }
 
 
-def test_build_pubmed_stage_into_persistent_instance(kg_home, capsys) -> None:
+def test_build_pubmed_stage_into_persistent_instance(
+    kg_home, tmp_path, capsys, monkeypatch
+) -> None:
     mirror = require_reference("pubmed", "mirror")
-    code = build_pubmed_stage()
+    # --lake wins over KG_LAKE in every run the build launches, not only in the CLI
+    decoy = tmp_path / "decoy-lake"
+    monkeypatch.setenv("KG_LAKE", str(decoy))
+    code = build_pubmed_stage("--lake", str(kg_home / "lake"))
+    assert not decoy.exists()
     out = capsys.readouterr().out
     assert code == 0, out
     lake = kg_home / "lake"
