@@ -10,11 +10,17 @@ the evidence is ordered by the structural score, and the answer says which ranke
 With a reader (``KnowledgeGraph.open(lake, reader=...)``) an answerable question is then
 read: the reader reads the top evidence articles and gives a label, its probability and the
 PMIDs it read (``answer/reading.py``); a refusal is never read.
+
+With a verifier (``KnowledgeGraph.open(lake, verifier=...)``, ``answer/verifier.py``) gate 7
+runs after ranking: the question, turned into a claim, is checked against the top evidence
+articles, and the answer is refused (``verifier_noinfo``) when the verifier finds no
+information in every one of them (``LadderConfig.verifier_tau``; None switches it off).
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import math
 import time
 import unicodedata
@@ -23,10 +29,18 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import polars as pl
 
-from kg_platform.answer.ladder import LadderConfig, LadderInput, Verdict, run_ladder
-from kg_platform.answer.readers.base import Reader
+from kg_platform.answer.ladder import (
+    LadderConfig,
+    LadderInput,
+    RefusalReason,
+    Verdict,
+    run_ladder,
+    verifier_gate,
+)
+from kg_platform.answer.readers.base import Reader, truncate
 from kg_platform.answer.reading import Reading, read_evidence, refused
 from kg_platform.answer.titles import TitleLookup
+from kg_platform.answer.verifier import NOINFO, VERDICTS, Verifier, claim_from_question
 from kg_platform.embeddings.encoder import Encoder
 from kg_platform.embeddings.index import INDEX_MANIFEST
 from kg_platform.graph import layout
@@ -50,7 +64,8 @@ from kg_platform.storage.lake import Lake
 # 2: adds `ranker`, `signals` (top level and in `verdict`), `grounder` and evidence
 # `similarity` to version 1; nothing of version 1 was removed, renamed or reordered
 # 3: adds `answer` and `answer_reason` at the end; every version-2 key stays in place
-SCHEMA_VERSION = 3
+# 4: adds `verifier` at the end of `verdict` (gate 7); every version-3 key stays in place
+SCHEMA_VERSION = 4
 RANKERS = ("auto", "dense", "structural")
 MAX_QUESTION_CHARS = 1000
 
@@ -91,6 +106,10 @@ class AskConfig:
     # `reader_chars` characters of title + abstract, and averages their posteriors
     reader_k: int = 3
     reader_chars: int = 3000
+    # gate 7: the verifier checks the first `verifier_k` readable evidence articles, each
+    # cut to `verifier_chars` characters of title + abstract
+    verifier_k: int = 3
+    verifier_chars: int = 3000
 
     def __post_init__(self) -> None:
         if self.ranker not in RANKERS:
@@ -101,6 +120,10 @@ class AskConfig:
             raise ValueError(f"reader k {self.reader_k}: must be at least 1")
         if self.reader_chars < 1:
             raise ValueError(f"reader chars {self.reader_chars}: must be at least 1")
+        if self.verifier_k < 1 or self.verifier_chars < 1:
+            raise ValueError(
+                f"verifier k {self.verifier_k}, chars {self.verifier_chars}: must be at least 1"
+            )
 
 
 @dataclass(frozen=True)
@@ -223,6 +246,7 @@ class KnowledgeGraph:
         config: AskConfig = AskConfig(),
         semantic: SemanticRanker | None = None,
         reader: Reader | None = None,
+        verifier: Verifier | None = None,
     ) -> None:
         self.lake = lake
         self.grounder = grounder
@@ -230,6 +254,7 @@ class KnowledgeGraph:
         self.config = config
         self.semantic = semantic
         self.reader = reader
+        self.verifier = verifier
         self.title_lookup = TitleLookup(lake, layout.CORPUS_INPUTS["articles"])
         self.roles = dict(
             zip(
@@ -246,11 +271,13 @@ class KnowledgeGraph:
         config: AskConfig = AskConfig(),
         encoder: Encoder | None = None,
         reader: Reader | None = None,
+        verifier: Verifier | None = None,
     ) -> KnowledgeGraph:
         """Open the published graph, MeSH tables and (when there and wanted) the embedding
         index and concept index. ``encoder`` defaults to the packaged all-MiniLM-L6-v2,
         loaded only when the dense ranker or the hybrid grounder needs it. ``reader``
-        (e.g. ``readers.loading.load_reader(folder)``) answers what the ladder lets through."""
+        (e.g. ``readers.loading.load_reader(folder)``) answers what the ladder lets through;
+        ``verifier`` (e.g. ``verifier.load_verifier(folder)``) turns gate 7 on."""
         lake = Lake(lake) if isinstance(lake, str) else lake
         store = KGStore.open(lake)
         lexical, descriptors, tree = load_grounder(lake)
@@ -278,7 +305,14 @@ class KnowledgeGraph:
             grounder = HybridGrounder(
                 lexical, encoder, ConceptIndex.open(lake), config.hybrid_threshold
             )
-        return cls(lake, grounder, roles, store, config, semantic, reader)
+        return cls(lake, grounder, roles, store, config, semantic, reader, verifier)
+
+    def with_config(self, config: AskConfig) -> KnowledgeGraph:
+        """The same opened graph, grounder, ranker, reader and verifier under ``config``
+        (the refusal evaluation's sweeps; nothing is reloaded)."""
+        other = copy.copy(self)
+        other.config = config
+        return other
 
     @property
     def ranker(self) -> str:
@@ -364,6 +398,10 @@ class KnowledgeGraph:
             titles = self._titles([p.terminal.pmid for p in paths])
             evidence = tuple(Evidence(p, titles.get(p.terminal.pmid)) for p in paths)
         clock.lap("rank")
+        if verdict.answerable:
+            verdict = self._verify(text, verdict, evidence)
+            if not verdict.answerable:
+                evidence = ()
         reading = self._read(text, verdict, evidence)
         clock.lap("read")
         return Answer(
@@ -380,6 +418,41 @@ class KnowledgeGraph:
             grounder=self.grounder_description,
             reading=reading,
         )
+
+    def _verify(self, question: str, verdict: Verdict, evidence: tuple[Evidence, ...]) -> Verdict:
+        """Gate 7: the verifier on the question's claim against the first readable evidence
+        articles (unchanged without a verifier or with the gate off)."""
+        tau = self.config.ladder.verifier_tau
+        if (
+            self.verifier is None
+            or tau is None
+            or not self.config.ladder.on(RefusalReason.VERIFIER_NOINFO)
+        ):
+            return verdict
+        claim = claim_from_question(question) or question
+        order = list(dict.fromkeys(e.path.terminal.pmid for e in evidence))
+        found = self.title_lookup.texts(order)
+        pmids = [p for p in order if found.get(p, "").strip()][: self.config.verifier_k]
+        texts = [truncate(found[p], self.config.verifier_chars) for p in pmids]
+        rows = self.verifier.scores(claim, texts) if texts else np.zeros((0, 3), np.float32)
+        p_noinfo = np.asarray(rows, dtype=np.float64)[:, NOINFO]
+        check = {
+            "verifier": str(getattr(self.verifier, "name", type(self.verifier).__name__)),
+            "claim": claim,
+            "tau": tau,
+            "p_noinfo": round(float(p_noinfo.min()), 6) if len(p_noinfo) else None,
+            "read": [
+                {
+                    "pmid": p,
+                    **{
+                        f"p_{v.lower()}": round(float(x), 6)
+                        for v, x in zip(VERDICTS, r, strict=True)
+                    },
+                }
+                for p, r in zip(pmids, rows, strict=True)
+            ],
+        }
+        return verifier_gate(verdict, check, p_noinfo, tau)
 
     def _read(self, question: str, verdict: Verdict, evidence: tuple[Evidence, ...]) -> Reading:
         if not verdict.answerable:

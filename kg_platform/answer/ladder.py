@@ -4,7 +4,7 @@ person can read."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 
 import numpy as np
@@ -18,6 +18,7 @@ class RefusalReason(StrEnum):
     ONLY_RETRACTED_EVIDENCE = "only_retracted_evidence"  # gate 5
     NO_EVIDENCE_AS_OF_DATE = "no_evidence_as_of_date"  # gate 5, with an as-of year
     INSUFFICIENT_PATHS = "insufficient_paths"  # gate 6
+    VERIFIER_NOINFO = "verifier_noinfo"  # gate 7, after ranking, with a verifier
 
 
 GATE_OF: dict[RefusalReason, int] = {
@@ -28,13 +29,30 @@ GATE_OF: dict[RefusalReason, int] = {
     RefusalReason.ONLY_RETRACTED_EVIDENCE: 5,
     RefusalReason.NO_EVIDENCE_AS_OF_DATE: 5,
     RefusalReason.INSUFFICIENT_PATHS: 6,
+    RefusalReason.VERIFIER_NOINFO: 7,
 }
+# gate 7 refuses when P(NOINFO) on every verified evidence article is above this
+DEFAULT_VERIFIER_TAU = 0.5
 
 
 @dataclass(frozen=True)
 class LadderConfig:
     # gate 6: fewer surviving evidence paths than this is a refusal
     min_paths: int = 1
+    # gates switched off (the refusal ablation): their condition is not looked at at all,
+    # e.g. without ONLY_RETRACTED_EVIDENCE retracted paths count as evidence
+    disabled: frozenset[RefusalReason] = frozenset()
+    # gate 7 (only with a verifier): None switches it off
+    verifier_tau: float | None = DEFAULT_VERIFIER_TAU
+
+    def __post_init__(self) -> None:
+        if self.min_paths < 0:
+            raise ValueError(f"min_paths {self.min_paths}: must be at least 0")
+        if self.verifier_tau is not None and not 0.0 <= self.verifier_tau <= 1.0:
+            raise ValueError(f"verifier tau {self.verifier_tau}: must be in [0, 1]")
+
+    def on(self, reason: RefusalReason) -> bool:
+        return reason not in self.disabled
 
 
 @dataclass(frozen=True)
@@ -62,6 +80,9 @@ class Verdict:
     # dense ranking signals of the surviving candidates (top-1 and mean top-8 similarity);
     # None when structural or refused before ranking
     signals: dict[str, float | int | None] | None = None
+    # gate 7's reading (``VerifierCheck.to_json``); None without a verifier or when an
+    # earlier gate refused
+    verifier: dict | None = None
 
     def to_json(self) -> dict:
         return {
@@ -72,6 +93,7 @@ class Verdict:
             "counts": dict(self.counts),
             "ranker": self.ranker,
             "signals": dict(self.signals) if self.signals is not None else None,
+            "verifier": dict(self.verifier) if self.verifier is not None else None,
         }
 
 
@@ -85,37 +107,43 @@ def run_ladder(
     def refuse(reason: RefusalReason, explanation: str) -> tuple[Verdict, np.ndarray]:
         return Verdict(False, reason, GATE_OF[reason], explanation, counts), survivors
 
-    if inp.n_groundings == 0:
+    if inp.n_groundings == 0 and config.on(RefusalReason.NO_MESH_ENTRY_POINT):
         return refuse(
             RefusalReason.NO_MESH_ENTRY_POINT, "No MeSH concept was recognised in the question."
         )
-    if inp.n_bridge_concepts < 2:
+    if inp.n_bridge_concepts < 2 and config.on(RefusalReason.TOO_FEW_SPECIFIC_CONCEPTS):
         return refuse(
             RefusalReason.TOO_FEW_SPECIFIC_CONCEPTS,
             f"The question names {inp.n_bridge_concepts} specific concept(s) the graph knows; "
             "linking needs two.",
         )
     counts["candidate_paths"] = inp.n_candidates
-    if inp.n_candidates == 0:
+    if inp.n_candidates == 0 and config.on(RefusalReason.NO_PATH):
         return refuse(
             RefusalReason.NO_PATH,
             "No article carries both concepts and no citation links articles about them.",
         )
     quotable = np.asarray(inp.quotable, dtype=bool)
     counts["quotable_paths"] = int(quotable.sum())
-    if not quotable.any():
-        return refuse(
-            RefusalReason.NO_QUOTABLE_TERMINAL,
-            f"All {inp.n_candidates} paths end at articles without an abstract to quote.",
-        )
-    alive = quotable & ~np.asarray(inp.retracted, dtype=bool)
-    counts["unretracted_paths"] = int(alive.sum())
-    if not alive.any():
-        return refuse(
-            RefusalReason.ONLY_RETRACTED_EVIDENCE,
-            f"Every quotable path ({counts['quotable_paths']}) runs through a retracted article.",
-        )
-    if inp.as_of is not None:
+    if config.on(RefusalReason.NO_QUOTABLE_TERMINAL):
+        if not quotable.any():
+            return refuse(
+                RefusalReason.NO_QUOTABLE_TERMINAL,
+                f"All {inp.n_candidates} paths end at articles without an abstract to quote.",
+            )
+        alive = quotable.copy()
+    else:
+        alive = np.ones(inp.n_candidates, dtype=bool)
+    if config.on(RefusalReason.ONLY_RETRACTED_EVIDENCE):
+        alive &= ~np.asarray(inp.retracted, dtype=bool)
+        counts["unretracted_paths"] = int(alive.sum())
+        if not alive.any():
+            return refuse(
+                RefusalReason.ONLY_RETRACTED_EVIDENCE,
+                f"Every quotable path ({counts['quotable_paths']}) runs through a retracted "
+                "article.",
+            )
+    if inp.as_of is not None and config.on(RefusalReason.NO_EVIDENCE_AS_OF_DATE):
         year = np.asarray(inp.year)
         alive &= (year > 0) & (year <= inp.as_of)
         counts["as_of_paths"] = int(alive.sum())
@@ -126,7 +154,7 @@ def run_ladder(
             )
     n_alive = int(alive.sum())
     counts["evidence_paths"] = n_alive
-    if n_alive < config.min_paths:
+    if n_alive < config.min_paths and config.on(RefusalReason.INSUFFICIENT_PATHS):
         return refuse(
             RefusalReason.INSUFFICIENT_PATHS,
             f"{n_alive} evidence path(s) survive; at least {config.min_paths} are required.",
@@ -135,3 +163,23 @@ def run_ladder(
         Verdict(True, None, None, f"{n_alive} evidence path(s) support the concept pair.", counts),
         alive,
     )
+
+
+def verifier_gate(verdict: Verdict, check: dict, p_noinfo: np.ndarray, tau: float) -> Verdict:
+    """Gate 7 on an answerable verdict: refuse with ``verifier_noinfo`` when the verifier read
+    at least one evidence article and found P(NOINFO) above ``tau`` on every one; ``check``
+    (the verifier's reading) is attached either way."""
+    p = np.asarray(p_noinfo, dtype=np.float64)
+    if verdict.answerable and p.size and bool((p > tau).all()):
+        return replace(
+            verdict,
+            answerable=False,
+            reason=RefusalReason.VERIFIER_NOINFO,
+            gate=GATE_OF[RefusalReason.VERIFIER_NOINFO],
+            explanation=(
+                f"The verifier found no information on the claim in any of the {p.size} top "
+                f"evidence article(s) (lowest P(NOINFO) {p.min():.3f} > {tau})."
+            ),
+            verifier=check,
+        )
+    return replace(verdict, verifier=check)

@@ -1,5 +1,5 @@
 """`kg ask "question" [--as-of YEAR] [--json] [--top-k N] [--lake DIR] [--hybrid THRESHOLD]
-[--ranker auto|dense|structural] [--reader DIR]`."""
+[--ranker auto|dense|structural] [--reader DIR] [--verifier DIR [--verifier-tau T]]`."""
 
 from __future__ import annotations
 
@@ -8,7 +8,9 @@ import json
 import sys
 
 from kg_platform.answer.api import RANKERS, Answer, AskConfig, KnowledgeGraph, QuestionError
+from kg_platform.answer.ladder import DEFAULT_VERIFIER_TAU, LadderConfig
 from kg_platform.answer.readers.base import Reader
+from kg_platform.answer.verifier import Verifier
 from kg_platform.commands.partition_args import add_partition_args, scoped_lake
 from kg_platform.settings import reader_folder
 
@@ -42,6 +44,20 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="a local reader folder (cue reader, sequence classifier or causal LM) that "
         "answers yes/no/maybe from the top evidence (default: KG_READER; none: evidence only)",
     )
+    parser.add_argument(
+        "--verifier",
+        default=None,
+        metavar="DIR",
+        help="a local verifier folder (SUPPORT/CONTRADICT/NOINFO classifier or NLI model): "
+        "gate 7 refuses when it finds no information in every top evidence article",
+    )
+    parser.add_argument(
+        "--verifier-tau",
+        type=float,
+        default=DEFAULT_VERIFIER_TAU,
+        metavar="T",
+        help=f"gate 7 refuses when P(NOINFO) > T on every article read (default {DEFAULT_VERIFIER_TAU})",
+    )
     parser.set_defaults(func=run_ask)
 
 
@@ -67,6 +83,12 @@ def render_text(answer: Answer) -> str:
     lines.append(f"  ranker: {answer.ranker}")
     if v.signals:
         lines.append(f"  signals: {v.signals}")
+    if v.verifier:
+        lines.append(
+            f"  verifier: {v.verifier['verifier']}, lowest P(NOINFO) {v.verifier['p_noinfo']} "
+            f"(tau {v.verifier['tau']}) on {len(v.verifier['read'])} article(s); "
+            f"claim: {v.verifier['claim']}"
+        )
     if answer.evidence:
         lines.append("Evidence:")
         for e in answer.evidence:
@@ -99,12 +121,28 @@ def open_reader(folder: str | None) -> Reader | None:
         raise ValueError(f"{source}: {error}") from None
 
 
+def open_verifier(folder: str | None) -> Verifier | None:
+    if folder is None:
+        return None
+    from kg_platform.answer.verifier import load_verifier
+
+    try:
+        return load_verifier(folder)
+    except (OSError, ValueError) as error:
+        raise ValueError(f"--verifier: {folder}: {error}") from None
+
+
 def run_ask(args: argparse.Namespace) -> int:
     try:
-        config = AskConfig(ranker=args.ranker, hybrid_threshold=args.hybrid)
+        config = AskConfig(
+            ranker=args.ranker,
+            hybrid_threshold=args.hybrid,
+            ladder=LadderConfig(verifier_tau=args.verifier_tau),
+        )
         reader = open_reader(args.reader)
+        verifier = open_verifier(args.verifier)
         lake, build = scoped_lake(args, quiet=args.json)
-        answer = KnowledgeGraph.open(lake, config, reader=reader).ask(
+        answer = KnowledgeGraph.open(lake, config, reader=reader, verifier=verifier).ask(
             args.question, as_of=args.as_of, top_k=args.top_k
         )
     except (QuestionError, FileNotFoundError, ValueError) as error:

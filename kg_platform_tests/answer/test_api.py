@@ -37,7 +37,7 @@ def test_top_k_cuts_after_ranking(kg: KnowledgeGraph) -> None:
 
 def test_json_schema_is_stable(kg: KnowledgeGraph) -> None:
     doc = json.loads(json.dumps(kg.ask(QUESTION).to_json()))
-    assert doc["schema_version"] == SCHEMA_VERSION == 3
+    assert doc["schema_version"] == SCHEMA_VERSION == 4
     # each version only appends keys: every v1 and v2 key keeps its name and place
     assert list(doc) == [
         "schema_version", "question", "as_of", "graph_build", "groundings", "pairs",
@@ -49,8 +49,9 @@ def test_json_schema_is_stable(kg: KnowledgeGraph) -> None:
     ]  # fmt: skip
     assert list(doc["pairs"][0]) == ["a", "b", "major_co_annotations", "co_annotations"]
     assert list(doc["verdict"]) == [
-        "answerable", "reason", "gate", "explanation", "counts", "ranker", "signals",
+        "answerable", "reason", "gate", "explanation", "counts", "ranker", "signals", "verifier",
     ]  # fmt: skip
+    assert doc["verdict"]["verifier"] is None  # no verifier: gate 7 does not run
     assert list(doc["evidence"][0]) == [
         "pmid", "year", "title", "kind", "score", "concern", "hops", "rendered", "similarity",
     ]  # fmt: skip

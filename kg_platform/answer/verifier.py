@@ -1,0 +1,385 @@
+"""The evidence verifier: a claim and candidate texts in, P(SUPPORT, CONTRADICT, NOINFO) per
+text out. Gate 7 of the ladder refuses when it finds no information on every top evidence
+article.
+
+- ``Verifier``: the protocol (``scores(claim, texts) -> (n, 3)`` in ``VERDICTS`` order).
+- ``ClassifierVerifier``: a 3-way sequence classifier, trained here on SciFact with the
+  reader's classifier machinery (``readers/classifier.py``: bit-reproducible on CPU) or any
+  local Hugging Face sequence-classification folder (an NLI model: entailment /
+  contradiction / neutral are read as SUPPORT / CONTRADICT / NOINFO).
+- ``scifact_pairs``: the training pairs, (claim, title + full abstract) for every class.
+- ``claim_from_question``: the rule that turns a yes/no question into a declarative claim.
+"""
+
+from __future__ import annotations
+
+import ast
+import csv
+import gzip
+import io
+import os
+import re
+import tokenize
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from kg_platform.answer.readers.base import (
+    LABELS,
+    LabelledQuestion,
+    check_posteriors,
+    check_texts,
+    normalise_rows,
+)
+
+VERDICTS = ("SUPPORT", "CONTRADICT", "NOINFO")
+NOINFO = VERDICTS.index("NOINFO")
+# a trained verifier is a reader classifier whose yes / no / maybe mean these
+VERDICT_OF_READER_LABEL = dict(zip(LABELS, VERDICTS, strict=True))
+READER_LABEL_OF_VERDICT = {v: k for k, v in VERDICT_OF_READER_LABEL.items()}
+# label names of NLI and fact-checking heads, lower-cased
+VERDICT_SYNONYMS = {
+    "SUPPORT": ("support", "supports", "entailment", "entail", "yes", "true"),
+    "CONTRADICT": ("contradict", "contradicts", "contradiction", "refutes", "no", "false"),
+    "NOINFO": ("noinfo", "nei", "neutral", "not_enough_info", "maybe", "unknown"),
+}
+# where the pairs come from
+EVIDENCE, CITED, RANDOM = "evidence", "cited", "random"
+
+
+@runtime_checkable
+class Verifier(Protocol):
+    """Anything that says whether each text supports, contradicts or says nothing on a claim."""
+
+    name: str
+
+    def scores(self, claim: str, texts: Sequence[str]) -> np.ndarray:
+        """float32 (len(texts), 3), columns in ``VERDICTS`` order, each row summing to 1."""
+        ...
+
+
+# --- SciFact pairs -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class VerifierPair:
+    """One (claim, document) pair with its label."""
+
+    claim_id: int
+    claim: str
+    doc_id: int
+    text: str  # title + newline + full abstract
+    label: str  # one of VERDICTS
+    source: str  # EVIDENCE, CITED or RANDOM
+
+
+def abstract_sentences(cell: str) -> list[str]:
+    """The sentences of a SciFact ``abstract`` cell: string literals written as a list
+    (``['a' 'b']``, numpy's way, or ``['a', 'b']``)."""
+    try:
+        tokens = tokenize.generate_tokens(io.StringIO(cell).readline)
+        return [ast.literal_eval(t.string) for t in tokens if t.type == tokenize.STRING]
+    except (tokenize.TokenError, SyntaxError, ValueError) as exc:
+        raise ValueError(
+            f"abstract {cell[:60]!r}...: not a list of string literals: {exc}"
+        ) from exc
+
+
+def read_corpus(path: str | os.PathLike[str]) -> dict[int, str]:
+    """doc_id -> title + newline + the full abstract (sentences joined by spaces)."""
+    path = Path(path)
+    opener = gzip.open if path.suffix == ".gz" else open
+    texts: dict[int, str] = {}
+    with opener(path, "rt", encoding="utf-8", newline="") as f:
+        for row in csv.DictReader(f):
+            try:
+                doc = int(row["doc_id"])
+                texts[doc] = f"{row['title']}\n{' '.join(abstract_sentences(row['abstract']))}"
+            except (KeyError, ValueError) as exc:
+                raise ValueError(f"{path}: row {row.get('doc_id')!r}: {exc}") from exc
+    return texts
+
+
+@dataclass(frozen=True)
+class ScifactClaim:
+    claim_id: int
+    claim: str
+    evidence: dict[int, str]  # doc_id -> SUPPORT or CONTRADICT
+    cited: tuple[int, ...]
+
+
+def _ids(cell: str) -> list[int]:
+    return [int(x) for x in re.findall(r"\d+", cell or "")]
+
+
+def read_claims(path: str | os.PathLike[str]) -> list[ScifactClaim]:
+    """The claims of a SciFact claims CSV (one row per rationale set), grouped by ``id``,
+    sorted by id."""
+    path = Path(path)
+    grouped: dict[int, ScifactClaim] = {}
+    with open(path, encoding="utf-8", newline="") as f:
+        for line, row in enumerate(csv.DictReader(f), start=2):
+            try:
+                cid = int(row["id"])
+                claim = grouped.setdefault(
+                    cid, ScifactClaim(cid, row["claim"], {}, tuple(_ids(row["cited_doc_ids"])))
+                )
+                doc, label = row["evidence_doc_id"], row["evidence_label"]
+            except (KeyError, ValueError) as exc:
+                raise ValueError(f"{path}: line {line}: {exc}") from exc
+            if doc:
+                if label not in ("SUPPORT", "CONTRADICT"):
+                    raise ValueError(f"{path}: line {line}: evidence label {label!r}")
+                if claim.evidence.setdefault(int(doc), label) != label:
+                    raise ValueError(f"{path}: claim {cid}: doc {doc} has two labels")
+    return [grouped[c] for c in sorted(grouped)]
+
+
+def scifact_pairs(
+    claims: Sequence[ScifactClaim], corpus: dict[int, str], seed: int = 0
+) -> list[VerifierPair]:
+    """Per claim: every evidence document with its label; every cited document that is not
+    evidence as NOINFO; one random corpus document (neither evidence nor cited) as NOINFO.
+    The random draw is a function of (claim id, seed) only. Documents missing from the
+    corpus are an error."""
+    docs = np.array(sorted(corpus), dtype=np.int64)
+    pairs: list[VerifierPair] = []
+    for c in claims:
+
+        def pair(doc: int, label: str, source: str, c: ScifactClaim = c) -> VerifierPair:
+            if doc not in corpus:
+                raise ValueError(f"claim {c.claim_id}: document {doc} is not in the corpus")
+            return VerifierPair(c.claim_id, c.claim, doc, corpus[doc], label, source)
+
+        for doc in sorted(c.evidence):
+            pairs.append(pair(doc, c.evidence[doc], EVIDENCE))
+        for doc in sorted(set(c.cited) - set(c.evidence)):
+            pairs.append(pair(doc, "NOINFO", CITED))
+        taken = set(c.cited) | set(c.evidence)
+        rng = np.random.default_rng([seed, c.claim_id])
+        for _ in range(100):
+            doc = int(docs[rng.integers(len(docs))])
+            if doc not in taken:
+                pairs.append(pair(doc, "NOINFO", RANDOM))
+                break
+    return pairs
+
+
+def pairs_as_examples(pairs: Sequence[VerifierPair]) -> list[LabelledQuestion]:
+    """The pairs as the reader classifier's training examples (SUPPORT / CONTRADICT /
+    NOINFO stored as yes / no / maybe; ``qid`` is claim:doc)."""
+    return [
+        LabelledQuestion(
+            qid=f"{p.claim_id}:{p.doc_id}",
+            question=p.claim,
+            context=p.text,
+            label=READER_LABEL_OF_VERDICT[p.label],
+        )
+        for p in pairs
+    ]
+
+
+# --- the classifier verifier ---------------------------------------------------------------
+
+
+class ClassifierVerifier:
+    """A 3-way sequence classifier read on (claim, text) pairs."""
+
+    def __init__(self, classifier: Any, columns: list[int] | None = None) -> None:
+        self.classifier = classifier
+        # the classifier's output columns, reordered to VERDICTS (None: already in order)
+        self.columns = columns
+        self.name = f"verifier:{classifier.name}"
+
+    def scores(self, claim: str, texts: Sequence[str]) -> np.ndarray:
+        texts = check_texts(texts, self.name)
+        return self.score_pairs([claim] * len(texts), texts)
+
+    def score_pairs(self, claims: Sequence[str], texts: Sequence[str]) -> np.ndarray:
+        rows = np.asarray(self.classifier.score_pairs(list(claims), list(texts)))
+        if self.columns is not None:
+            rows = normalise_rows(rows[:, self.columns])
+        return check_posteriors(rows, len(texts), self.name)
+
+    def save(self, folder: str | os.PathLike[str]) -> str:
+        return self.classifier.save(folder)
+
+
+def verdict_columns(id2label: dict[Any, Any] | None) -> list[int] | None:
+    """For each of ``VERDICTS``, the model column whose label names it (NLI names
+    included); None when the names do not cover all three (the model order is taken)."""
+    columns: dict[str, int] = {}
+    for i, name in (id2label or {}).items():
+        key = str(name).strip().lower().replace(" ", "_").replace("-", "_")
+        for verdict, synonyms in VERDICT_SYNONYMS.items():
+            if key in synonyms:
+                columns.setdefault(verdict, int(i))
+    if set(columns) != set(VERDICTS) or len(set(columns.values())) != 3:
+        return None
+    return [columns[v] for v in VERDICTS]
+
+
+def load_verifier(
+    folder: str | os.PathLike[str], device: str = "auto", batch_size: int = 64
+) -> ClassifierVerifier:
+    """A verifier from a local folder: one ``train_verifier`` saved, or any Hugging Face
+    sequence-classification model with three labels."""
+    from kg_platform.answer.readers.classifier import load_classifier
+
+    classifier = load_classifier(folder, device=device, batch_size=batch_size)
+    # the classifier reorders named yes/no/maybe columns itself; everything else is mapped
+    # from the raw model output here
+    id2label = getattr(classifier.model.config, "id2label", None)
+    names = {str(n).strip().lower() for n in (id2label or {}).values()}
+    if names == set(LABELS):
+        return ClassifierVerifier(classifier)
+    columns = verdict_columns(id2label)
+    classifier.columns = list(range(len(LABELS)))  # raw model order
+    return ClassifierVerifier(classifier, columns)
+
+
+def train_verifier(
+    pairs: Sequence[VerifierPair], seed: int, recipe: Any, device: str = "cpu"
+) -> ClassifierVerifier:
+    """Fine-tune ``recipe`` (a ``ClassifierRecipe``) on the pairs; a function of (pairs,
+    seed, recipe), bit-reproducible on CPU."""
+    from kg_platform.answer.readers.classifier import train_classifier
+
+    classifier = train_classifier(pairs_as_examples(pairs), seed, recipe, device)
+    classifier.metadata["verifier_labels"] = dict(VERDICT_OF_READER_LABEL)
+    return ClassifierVerifier(classifier)
+
+
+# --- question -> claim ---------------------------------------------------------------------
+
+_BE = {"is": "is", "are": "are", "was": "was", "were": "were"}
+_HAVE = {"has": "has", "have": "have", "had": "had"}
+_MODALS = {"can", "could", "should", "would", "will", "may", "might", "must", "shall"}
+_DO = {"does", "do", "did"}
+# words that start the predicate of a be-question ("is X associated with Y")
+_BE_PREDICATE = {
+    "a", "an", "associated", "related", "linked", "able", "useful", "effective", "necessary",
+    "safe", "feasible", "accurate", "reliable", "more", "less", "better", "worse", "superior",
+    "inferior", "different", "similar", "sufficient", "appropriate", "possible", "helpful",
+    "beneficial", "valid", "still", "really", "common", "present", "due", "responsible",
+    "important", "needed", "worth", "independent", "involved", "increased", "reduced",
+    "higher", "lower", "as", "correlated", "predictive", "influenced", "affected", "there",
+    "always", "truly", "also", "all", "at", "equally", "comparable", "justified", "required",
+}  # fmt: skip
+# verbs that start the predicate of a do- or modal question ("does X improve Y")
+_VERBS = {
+    "improve", "reduce", "increase", "affect", "predict", "prevent", "cause", "influence",
+    "correlate", "differ", "exist", "have", "need", "require", "help", "work", "lead",
+    "alter", "change", "protect", "decrease", "enhance", "impair", "matter", "play",
+    "contribute", "benefit", "modify", "promote", "induce", "inhibit", "mediate", "explain",
+    "occur", "depend", "reflect", "remain", "result", "lower", "raise", "worsen", "delay",
+    "identify", "provide", "make", "show", "add", "apply", "correspond", "relate", "respond",
+    "vary", "persist", "be", "reach", "detect", "allow", "facilitate", "offer", "replace",
+    "impact", "modulate", "regulate", "determine", "limit", "compromise", "support",
+    "associate", "confer", "represent", "deserve", "translate", "justify", "suppress",
+    "accelerate", "attenuate", "shorten", "prolong", "decline", "differentiate",
+    "distinguish", "express", "produce", "interfere", "precede", "outperform", "yield",
+    "continue", "do", "enable", "address", "account", "counteract", "coincide", "run",
+}  # fmt: skip
+
+
+def _third_person(verb: str) -> str:
+    if verb == "be":
+        return "is"
+    if verb == "have":
+        return "has"
+    if verb.endswith(("s", "sh", "ch", "x", "z", "o")):
+        return verb + "es"
+    if verb.endswith("y") and verb[-2:-1] not in "aeiou":
+        return verb[:-1] + "ies"
+    return verb + "s"
+
+
+def _past(verb: str) -> str:
+    irregular = {"be": "was", "have": "had", "make": "made", "lead": "led", "show": "showed"}
+    if verb in irregular:
+        return irregular[verb]
+    if verb.endswith("e"):
+        return verb + "d"
+    if verb.endswith("y") and verb[-2:-1] not in "aeiou":
+        return verb[:-1] + "ied"
+    return verb + "ed"
+
+
+def _is_participle_or_adjective(word: str) -> bool:
+    return len(word) > 4 and word.endswith(("ed", "ive", "ful", "able", "ible", "ent", "ant"))
+
+
+def claim_from_question(question: str) -> str | None:
+    """A declarative claim from a yes/no question, or None when the rule does not apply.
+
+    The rule: a title-like prefix ("Aspirin in stroke: does it help?", also after ". ",
+    "; " or "--") is split off; the question that remains must end in "?" and start with an
+    auxiliary (be, have, do or a modal). The subject runs from the word after it up to the
+    first word that starts a predicate (for be/have: a word from a short list or one ending
+    like a participle or adjective, not right after a preposition or an adverb; for do and
+    modals: a verb from a short list); the auxiliary moves there, conjugated for do ("does X
+    improve Y" -> "X improves Y"). "Is there X" becomes "There is X". A subject "it" or
+    "they" is replaced by the prefix. A prefix followed by "a/an ...?" becomes "prefix is
+    a/an ...".
+    """
+    text = question.strip()
+    parts = re.split(r"(?<=[.:;])\s+|\s*--\s*", text)
+    tail = parts[-1].strip()
+    prefix = " ".join(p.strip() for p in parts[:-1]).rstrip(".:;, ") or None
+    if not tail.endswith("?"):
+        return None
+    words = tail[:-1].strip().split()
+    if prefix and words and words[0].lower() in ("a", "an"):
+        return _sentence([prefix, "is", *words])
+    if len(words) < 3:
+        return None
+    aux, rest = words[0].lower(), words[1:]
+    if prefix and rest[0].lower() in ("it", "they"):
+        rest = [prefix, *rest[1:]]
+    lower = [w.lower().strip(",") for w in rest]
+    if aux in _BE and lower[0] == "there":
+        return _sentence(["There", _BE[aux], *rest[1:]])
+    if aux in _BE or aux in _HAVE:
+        for i in range(1, len(rest)):
+            w, before = lower[i], lower[i - 1]
+            if before in _FUNCTION_WORDS or before.endswith("ly"):
+                continue
+            if w in _BE_PREDICATE or _is_participle_or_adjective(w):
+                return _sentence([*rest[:i], aux, *rest[i:]])
+        return None
+    if aux in _DO or aux in _MODALS:
+        for i in range(1, len(rest)):
+            # "designed to predict": an infinitive inside the subject is not its verb
+            if lower[i] in _VERBS and lower[i - 1] != "to":
+                if aux in _MODALS:
+                    verb = [aux, rest[i]]
+                elif aux == "does":
+                    verb = [_third_person(lower[i])]
+                elif aux == "did":
+                    verb = [_past(lower[i])]
+                else:
+                    verb = [rest[i]]
+                return _sentence([*rest[:i], *verb, *rest[i + 1 :]])
+        return None
+    return None
+
+
+_FUNCTION_WORDS = {
+    "for", "of", "in", "with", "the", "a", "an", "to", "on", "by", "after", "and", "or",
+    "from", "at", "than", "as", "into", "during", "without", "among", "between",
+}  # fmt: skip
+
+
+def _sentence(words: list[str]) -> str:
+    text = " ".join(words)
+    return text[:1].upper() + text[1:] + "."
+
+
+def conversion_share(questions: Sequence[str]) -> tuple[int, int]:
+    """(converted, total) of ``claim_from_question`` over ``questions``."""
+    converted = sum(claim_from_question(q) is not None for q in questions)
+    return converted, len(questions)

@@ -1,0 +1,223 @@
+"""The verifier on SciFact: K-fold cross-validation over the training claims (folds split by
+claim, so no claim's pairs sit on both sides), NOINFO AUROC, macro-F1 and the confusion
+matrix of the adapted verifier and of the untrained-encoder baseline, and the gate-7
+threshold tau fitted on the out-of-fold scores of the training claims only.
+
+The baseline: the encoder as shipped, not fine-tuned; claim and text vectors give the
+features [c, t, c*t, |c-t|] and a multinomial logistic regression learns the 3 verdicts on
+the same training folds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from kg_platform.answer.verifier import NOINFO, RANDOM, VERDICTS, VerifierPair, train_verifier
+from kg_platform.evaluation.pubmedqa_report import auroc
+
+Embed = Callable[[Sequence[str]], np.ndarray]
+
+
+def claim_folds(pairs: Sequence[VerifierPair], k: int, seed: int) -> np.ndarray:
+    """Fold of each pair (0..k-1): the claims, sorted by id and shuffled with ``seed``, go
+    round robin; every pair follows its claim."""
+    claims = sorted({p.claim_id for p in pairs})
+    if k < 2 or len(claims) < k:
+        raise ValueError(f"k={k}: needs at least 2 folds and as many claims ({len(claims)})")
+    order = np.random.default_rng(seed).permutation(len(claims))
+    fold_of = {claims[int(i)]: n % k for n, i in enumerate(order)}
+    return np.array([fold_of[p.claim_id] for p in pairs], dtype=np.int64)
+
+
+def labels_of(pairs: Sequence[VerifierPair]) -> np.ndarray:
+    return np.array([VERDICTS.index(p.label) for p in pairs], dtype=np.int64)
+
+
+@dataclass(frozen=True)
+class VerdictMetrics:
+    n: int
+    noinfo_auroc: float | None
+    macro_f1: float
+    confusion: list[list[int]]  # rows gold, columns predicted, VERDICTS order
+    # NOINFO AUROC without the random documents: evidence vs cited non-evidence only
+    noinfo_auroc_hard: float | None = None
+
+    def to_json(self) -> dict:
+        return {
+            "n": self.n,
+            "noinfo_auroc": _r(self.noinfo_auroc),
+            "macro_f1": round(self.macro_f1, 6),
+            "confusion": self.confusion,
+            "noinfo_auroc_hard": _r(self.noinfo_auroc_hard),
+        }
+
+
+def _r(value: float | None) -> float | None:
+    return None if value is None else round(value, 6)
+
+
+def verdict_metrics(
+    posteriors: np.ndarray, labels: np.ndarray, hard: np.ndarray | None = None
+) -> VerdictMetrics:
+    """Metrics of the argmax decision and of P(NOINFO); ``hard`` marks the pairs the hard
+    AUROC is computed on (None: not computed)."""
+    posteriors = np.asarray(posteriors)
+    predicted = posteriors.argmax(axis=1)
+    confusion = np.zeros((3, 3), dtype=np.int64)
+    np.add.at(confusion, (labels, predicted), 1)
+    f1 = []
+    for c in range(3):
+        tp = confusion[c, c]
+        denominator = confusion[c].sum() + confusion[:, c].sum()
+        f1.append(0.0 if tp == 0 else 2 * tp / denominator)
+    return VerdictMetrics(
+        n=int(labels.size),
+        noinfo_auroc=auroc(posteriors[:, NOINFO], labels == NOINFO),
+        macro_f1=float(np.mean(f1)),
+        confusion=confusion.tolist(),
+        noinfo_auroc_hard=(
+            None if hard is None else auroc(posteriors[hard, NOINFO], labels[hard] == NOINFO)
+        ),
+    )
+
+
+def fit_tau(p_noinfo: np.ndarray, labels: np.ndarray) -> float:
+    """The threshold on P(NOINFO) that best separates NOINFO from the rest (balanced
+    accuracy of "P > tau"); ties to the smallest candidate. Fitted on training-claim
+    scores only."""
+    p = np.asarray(p_noinfo, dtype=np.float64)
+    positive = labels == NOINFO
+    if positive.all() or not positive.any():
+        raise ValueError("fit_tau: needs NOINFO and other pairs")
+    candidates = np.unique(np.concatenate([[0.0], p]))
+    best, best_tau = -1.0, 0.5
+    for tau in candidates:
+        above = p > tau
+        balanced = (above[positive].mean() + (~above[~positive]).mean()) / 2
+        if balanced > best + 1e-12:
+            best, best_tau = balanced, float(tau)
+    return best_tau
+
+
+def cross_validate_verifier(
+    pairs: Sequence[VerifierPair],
+    folds: np.ndarray,
+    seed: int,
+    recipe: Any,
+    on_fold: Callable[[int], None] | None = None,
+) -> np.ndarray:
+    """Out-of-fold (n, 3) scores: fold f is scored by a verifier trained (seed + f) on the
+    other folds."""
+    out = np.zeros((len(pairs), 3), dtype=np.float32)
+    for fold in range(int(folds.max()) + 1):
+        held = np.flatnonzero(folds == fold)
+        train = [pairs[i] for i in np.flatnonzero(folds != fold)]
+        if {pairs[i].claim_id for i in held} & {p.claim_id for p in train}:
+            raise AssertionError(f"fold {fold}: a held-out claim is in its training set")
+        verifier = train_verifier(train, seed + fold, recipe)
+        out[held] = verifier.score_pairs(
+            [pairs[i].claim for i in held], [pairs[i].text for i in held]
+        )
+        if on_fold is not None:
+            on_fold(fold)
+    return out
+
+
+def baseline_posteriors(
+    pairs: Sequence[VerifierPair], folds: np.ndarray, embed: Embed, seed: int
+) -> np.ndarray:
+    """Out-of-fold (n, 3) scores of the untrained-encoder baseline."""
+    from sklearn.linear_model import LogisticRegression
+
+    claims = sorted({p.claim for p in pairs})
+    texts = sorted({p.text for p in pairs})
+    vectors = np.asarray(embed([*claims, *texts]), dtype=np.float64)
+    row = {t: i for i, t in enumerate([*claims, *texts])}
+    c = vectors[[row[p.claim] for p in pairs]]
+    t = vectors[[row[p.text] for p in pairs]]
+    features = np.hstack([c, t, c * t, np.abs(c - t)])
+    labels = labels_of(pairs)
+    out = np.zeros((len(pairs), 3), dtype=np.float64)
+    for fold in range(int(folds.max()) + 1):
+        train, held = folds != fold, folds == fold
+        model = LogisticRegression(max_iter=2000, random_state=seed)
+        model.fit(features[train], labels[train])
+        columns = [list(model.classes_).index(c) if c in model.classes_ else None for c in range(3)]
+        probs = model.predict_proba(features[held])
+        out[held] = np.stack(
+            [probs[:, j] if j is not None else np.zeros(held.sum()) for j in columns], axis=1
+        )
+    return (out / out.sum(axis=1, keepdims=True)).astype(np.float32)
+
+
+@dataclass(frozen=True)
+class ScifactReport:
+    n_claims: int
+    n_claims_scored: int
+    n_pairs: int
+    pair_sources: dict[str, int]
+    folds: int
+    seed: int
+    verifier: VerdictMetrics | None
+    baseline: VerdictMetrics
+    tau: float | None
+    recipe: dict[str, Any]
+
+    def to_json(self) -> dict:
+        v = self.verifier
+        return {
+            "n_claims": self.n_claims,
+            "n_claims_scored": self.n_claims_scored,
+            "n_pairs": self.n_pairs,
+            "pair_sources": dict(self.pair_sources),
+            "folds": self.folds,
+            "seed": self.seed,
+            "noinfo_auroc": None if v is None else v.to_json()["noinfo_auroc"],
+            "macro_f1": None if v is None else v.to_json()["macro_f1"],
+            "confusion": None if v is None else v.confusion,
+            "noinfo_auroc_hard": None if v is None else v.to_json()["noinfo_auroc_hard"],
+            "tau": self.tau,
+            "baseline": self.baseline.to_json(),
+            "recipe": dict(self.recipe),
+        }
+
+
+def evaluate_scifact(
+    pairs: Sequence[VerifierPair],
+    folds: int,
+    seed: int,
+    recipe: Any | None,
+    embed: Embed,
+    on_fold: Callable[[int], None] | None = None,
+) -> ScifactReport:
+    """Cross-validated verifier (skipped when ``recipe`` is None) and baseline."""
+    pairs = list(pairs)
+    fold_of = claim_folds(pairs, folds, seed)
+    labels = labels_of(pairs)
+    hard = np.array([p.source != RANDOM for p in pairs])
+    verifier = tau = None
+    if recipe is not None:
+        scores = cross_validate_verifier(pairs, fold_of, seed, recipe, on_fold)
+        verifier = verdict_metrics(scores, labels, hard)
+        tau = round(fit_tau(scores[:, NOINFO], labels), 6)
+    baseline = verdict_metrics(baseline_posteriors(pairs, fold_of, embed, seed), labels, hard)
+    sources: dict[str, int] = {}
+    for p in pairs:
+        sources[p.source] = sources.get(p.source, 0) + 1
+    claims = {p.claim_id for p in pairs}
+    return ScifactReport(
+        n_claims=len(claims),
+        n_claims_scored=len({p.claim_id for p, f in zip(pairs, fold_of, strict=True) if f >= 0}),
+        n_pairs=len(pairs),
+        pair_sources=dict(sorted(sources.items())),
+        folds=folds,
+        seed=seed,
+        verifier=verifier,
+        baseline=baseline,
+        tau=tau,
+        recipe=recipe.to_dict() if recipe is not None else {},
+    )

@@ -1,0 +1,151 @@
+"""The refusal evaluation on the small real-shaped question graph (answer/graph_fixture):
+control twins, the min_paths sweep against real asks at each k, the T0-T3 ablation (monotone,
+each class refused from its own tier on) and `kg eval refusal --json`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import pytest
+
+from kg_platform.answer.api import KnowledgeGraph
+from kg_platform.commands.eval_refusal import add_eval_parser
+from kg_platform.evaluation.refusal_eval import (
+    FAILURE_CLASSES,
+    SWEEP_KS,
+    ControlMaker,
+    ControlQuestion,
+    build_failure_sets,
+    evaluate_ablation,
+    evaluate_refusal,
+    is_monotone,
+    with_min_paths,
+)
+from kg_platform.storage.lake import Lake
+from kg_platform_tests.answer.graph_fixture import (
+    ASPIRIN,
+    ASTHMA,
+    IBUPROFEN,
+    MI,
+    STROKE,
+    WARFARIN,
+    build_question_graph,
+)
+
+QUESTIONS = [
+    ("q1", "Does aspirin prevent myocardial infarction?"),
+    ("q2", "Does warfarin prevent stroke?"),
+    ("q3", "Is the sky blue?"),
+    ("q4", "Does ibuprofen worsen asthma?"),
+]
+
+
+@pytest.fixture(scope="module")
+def lake(tmp_path_factory) -> Lake:
+    lake = Lake(str(tmp_path_factory.mktemp("refusal") / "lake"))
+    build_question_graph(lake)
+    return lake
+
+
+@pytest.fixture(scope="module")
+def kg(lake: Lake) -> KnowledgeGraph:
+    return KnowledgeGraph.open(lake)
+
+
+def test_control_twins_swap_one_concept_within_its_tree_category(kg) -> None:
+    maker = ControlMaker(kg)
+    twins = [maker.make(qid, text, seed=0) for qid, text in QUESTIONS]
+    assert twins == [
+        ControlQuestion("q1", QUESTIONS[0][1], "does aspirin prevent Asthma?", MI, ASTHMA),
+        ControlQuestion(
+            "q2", QUESTIONS[1][1], "does warfarin prevent Myocardial Infarction?", STROKE, MI
+        ),
+        ControlQuestion("q3", QUESTIONS[2][1], None),  # nothing grounded: no twin
+        ControlQuestion("q4", QUESTIONS[3][1], "does Warfarin worsen asthma?", IBUPROFEN, WARFARIN),
+    ]
+    # a function of the question and the seed: order and repetition do not matter
+    assert maker.make("x", QUESTIONS[3][1], seed=0) == replace_qid(twins[3], "x")
+    for twin in twins:
+        if twin.control:
+            assert maker.categories[twin.swapped_ui] & maker.categories[twin.replacement_ui]
+    assert ASPIRIN in maker.graph_bridges and "D006801" not in maker.graph_bridges  # Humans
+
+
+def replace_qid(twin: ControlQuestion, qid: str) -> ControlQuestion:
+    return ControlQuestion(qid, twin.real, twin.control, twin.swapped_ui, twin.replacement_ui)
+
+
+def test_controls_and_the_sweep_match_asks_at_every_k(kg) -> None:
+    report = evaluate_refusal(kg, QUESTIONS, min_paths=1, seed=0, per_class=5, resamples=500)
+    c = report.controls
+    assert (c.n, c.n_controls, c.min_paths) == (4, 3, 1)
+    # only q1 is answered (3 evidence paths); no twin is
+    assert (c.real_answered, c.control_answered) == (0.25, 0.0)
+    assert c.counts == {"improve": 1, "tie": 2, "harm": 0}
+    assert c.difference == pytest.approx(1 / 3)
+    assert c.real_reasons == {
+        "answered": 1,
+        "no_mesh_entry_point": 1,
+        "no_path": 1,
+        "only_retracted_evidence": 1,
+    }
+    assert c.control_reasons == {"no_path": 3}
+    # coverage at k is what a ladder with min_paths = k really answers
+    for row in c.sweep:
+        strict = with_min_paths(kg, row.k)
+        answered = [strict.ask(text).verdict.answerable for _, text in QUESTIONS]
+        assert row.real_answered == sum(answered) / 4, row.k
+    assert [r.real_answered for r in c.sweep] == [0.25] * 3 + [0.0] * 5
+    assert [r.k for r in c.sweep] == list(SWEEP_KS)
+
+
+def test_ablation_sets_fail_their_gate_and_rates_rise_monotonically(kg) -> None:
+    sets = build_failure_sets(kg, per_class=5, seed=0)
+    assert {k: len(v) for k, v in sets.items()} == {
+        "unknown_concept": 1,
+        "no_path": 5,
+        "as_of_cutoff": 1,
+        "retracted_only": 1,
+    }
+    assert [(q.text, q.as_of) for q in sets["as_of_cutoff"]] == [
+        ("Is there a link between Aspirin and Myocardial Infarction?", 2000)
+    ]
+    assert [q.text for q in sets["retracted_only"]] == ["Is Asthma associated with Ibuprofen?"]
+    tiers = evaluate_ablation(kg, sets)
+    assert [t.tier for t in tiers] == ["T0", "T1", "T2", "T3"]
+    assert [t.refusal_rate for t in tiers] == [1 / 8, 6 / 8, 7 / 8, 1.0]
+    # each class is refused from its own tier on, never before
+    for i, name in enumerate(FAILURE_CLASSES):
+        assert [t.per_class[name] for t in tiers] == [0.0] * i + [1.0] * (4 - i), name
+    assert is_monotone(tiers)
+    # every tier's gates include the previous tier's
+    for before, after in zip(tiers, tiers[1:], strict=False):
+        assert set(before.gates) < set(after.gates)
+
+
+def test_cli_json_last_line(lake, tmp_path, capsys) -> None:
+    questions = {
+        "1": {"QUESTION": QUESTIONS[0][1], "CONTEXTS": ["c"], "final_decision": "yes"},
+        "2": {"QUESTION": QUESTIONS[1][1], "CONTEXTS": ["c"], "final_decision": "no"},
+    }
+    path = tmp_path / "pqal.json"
+    path.write_text(json.dumps(questions))
+    parser = argparse.ArgumentParser()
+    add_eval_parser(parser.add_subparsers())
+    argv = ["refusal", "--pubmedqa", str(path), "--lake", lake.root, "--json", "--per-class", "2"]
+    args = parser.parse_args(argv)
+    assert args.func(args) == 0
+    doc = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert (doc["n"], doc["min_paths"], doc["real_answered"], doc["control_answered"]) == (
+        2,
+        1,
+        0.5,
+        0.0,
+    )
+    assert doc["ablation"] == [0.2, 0.6, 0.8, 1.0]
+    assert doc["ablation_monotone"] is True
+    assert doc["partition"] == {"release": None, "mesh_year": None}
+    args = parser.parse_args([*argv[:2], str(tmp_path / "missing.json"), *argv[3:]])
+    assert args.func(args) == 2
+    assert capsys.readouterr().err.startswith("kg eval refusal: ")
