@@ -27,7 +27,9 @@ ui: $(STAMP)  ## the Dagster UI on 127.0.0.1:3000 over the same instance and lak
 	$(BIN)/dagster dev -h 127.0.0.1 -p 3000 -w workspace.yaml
 
 test: $(STAMP)  ## the whole test suite (CI runs this with CI=true)
-	$(BIN)/python -m pytest -q
+	# two workers, a test file per worker at a time (its module fixtures are built once):
+	# most of the suite waits on Dagster's run and code-server processes, not on the CPU
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

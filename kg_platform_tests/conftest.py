@@ -40,6 +40,24 @@ def use_kg_home(monkeypatch: pytest.MonkeyPatch, home: Path) -> Path:
     return home
 
 
+def _without_current_defs_state_storage():
+    # A Dagster instance used as a context manager makes its defs-state storage the
+    # process's current one (a ContextVar); an instance left entered and then collected
+    # leaves a dead one behind, and every later Definitions load in this process fails with
+    # "Attempted to resolve undefined DagsterInstance weakref". Each module and each test
+    # starts without one and puts back what it found.
+    from dagster._core.storage.defs_state.base import set_defs_state_storage
+
+    with set_defs_state_storage(None):
+        yield
+
+
+clean_defs_state_per_module = pytest.fixture(scope="module", autouse=True)(
+    _without_current_defs_state_storage
+)
+clean_defs_state_per_test = pytest.fixture(autouse=True)(_without_current_defs_state_storage)
+
+
 @pytest.fixture
 def kg_home(tmp_path, monkeypatch) -> Path:
     """A fresh KG_HOME (lake, instance, sources) for one test."""
