@@ -97,3 +97,23 @@ def s3_lake(s3_endpoint, monkeypatch):
     bucket = f"lake-{uuid.uuid4().hex[:12]}"
     boto3.client("s3", endpoint_url=s3_endpoint).create_bucket(Bucket=bucket)
     return Lake(f"s3://{bucket}/kg")
+
+
+@pytest.fixture(scope="module")
+def question_lake(tmp_path_factory):
+    """The small real-MeSH question graph (kg_platform_tests/answer/graph_fixture.py), built
+    once per module."""
+    from kg_platform.storage.lake import Lake
+    from kg_platform_tests.answer.graph_fixture import build_question_graph
+
+    lake = Lake(str(tmp_path_factory.mktemp("answer") / "lake"))
+    build_question_graph(lake)
+    return lake
+
+
+@pytest.fixture(scope="module")
+def kg(question_lake):
+    """The question graph opened for asking."""
+    from kg_platform.answer.api import KnowledgeGraph
+
+    return KnowledgeGraph.open(question_lake)

@@ -9,7 +9,6 @@ import json
 
 import pytest
 
-from kg_platform.answer.api import KnowledgeGraph
 from kg_platform.commands.eval_refusal import add_eval_parser
 from kg_platform.evaluation.refusal_eval import (
     FAILURE_CLASSES,
@@ -22,7 +21,6 @@ from kg_platform.evaluation.refusal_eval import (
     is_monotone,
     with_min_paths,
 )
-from kg_platform.storage.lake import Lake
 from kg_platform_tests.answer.graph_fixture import (
     ASPIRIN,
     ASTHMA,
@@ -30,7 +28,6 @@ from kg_platform_tests.answer.graph_fixture import (
     MI,
     STROKE,
     WARFARIN,
-    build_question_graph,
 )
 
 QUESTIONS = [
@@ -39,18 +36,6 @@ QUESTIONS = [
     ("q3", "Is the sky blue?"),
     ("q4", "Does ibuprofen worsen asthma?"),
 ]
-
-
-@pytest.fixture(scope="module")
-def lake(tmp_path_factory) -> Lake:
-    lake = Lake(str(tmp_path_factory.mktemp("refusal") / "lake"))
-    build_question_graph(lake)
-    return lake
-
-
-@pytest.fixture(scope="module")
-def kg(lake: Lake) -> KnowledgeGraph:
-    return KnowledgeGraph.open(lake)
 
 
 def test_control_twins_swap_one_concept_within_its_tree_category(kg) -> None:
@@ -124,7 +109,7 @@ def test_ablation_sets_fail_their_gate_and_rates_rise_monotonically(kg) -> None:
         assert set(before.gates) < set(after.gates)
 
 
-def test_cli_json_last_line(lake, tmp_path, capsys) -> None:
+def test_cli_json_last_line(question_lake, tmp_path, capsys) -> None:
     questions = {
         "1": {"QUESTION": QUESTIONS[0][1], "CONTEXTS": ["c"], "final_decision": "yes"},
         "2": {"QUESTION": QUESTIONS[1][1], "CONTEXTS": ["c"], "final_decision": "no"},
@@ -133,7 +118,16 @@ def test_cli_json_last_line(lake, tmp_path, capsys) -> None:
     path.write_text(json.dumps(questions))
     parser = argparse.ArgumentParser()
     add_eval_parser(parser.add_subparsers())
-    argv = ["refusal", "--pubmedqa", str(path), "--lake", lake.root, "--json", "--per-class", "2"]
+    argv = [
+        "refusal",
+        "--pubmedqa",
+        str(path),
+        "--lake",
+        question_lake.root,
+        "--json",
+        "--per-class",
+        "2",
+    ]
     args = parser.parse_args(argv)
     assert args.func(args) == 0
     doc = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
