@@ -29,6 +29,30 @@ CHROMIUM_ARGS = [
 ARTIFACTS = REPO_ROOT / "test-artifacts"
 FILE = "pubmed26n1334"
 CHECKS = ["schema", "recount_matches_xml", "unique_pmid_version", "pmids_in_articles"]
+WAIT_MS = 60_000  # for pages and expectations alike: a loaded 2-core CI machine is slow
+
+
+def open_materialize_dialog(page, button_name: str, title: str | None = None):
+    """Click the Materialize button until its dialog is open. A click that lands while the
+    asset's partitions are still loading opens nothing, so the click is repeated (three
+    tries, 20 s each); the dialog is returned, its title checked when one is given."""
+    from playwright.sync_api import Error
+
+    dialog = page.get_by_role("dialog")
+    wanted = (
+        dialog.get_by_text(title)
+        if title
+        else dialog.get_by_text("Select a partition or create one")
+    )
+    for attempt in range(3):
+        page.get_by_role("button", name=button_name).first.click()
+        try:
+            wanted.wait_for(timeout=20_000)
+            return dialog
+        except Error:
+            if attempt == 2:
+                raise
+    return dialog
 
 
 CHECK_STATUS = """
@@ -49,6 +73,8 @@ def test_materialise_one_partition_from_the_ui(tmp_path: Path) -> None:
     if not Path(CHROMIUM).exists():
         pytest.fail(f"{CHROMIUM} is missing: apt-get install -y chromium (.ci/run does this)")
     from playwright.sync_api import expect, sync_playwright
+
+    expect.set_options(timeout=WAIT_MS)
 
     mirror = require_reference("pubmed", "mirror")
     shutil.copytree(mirror, tmp_path / "mirror")
@@ -76,7 +102,7 @@ def test_materialise_one_partition_from_the_ui(tmp_path: Path) -> None:
             )
             page = browser.new_page(viewport={"width": 1400, "height": 900})
             try:
-                page.set_default_timeout(60_000)
+                page.set_default_timeout(WAIT_MS)
                 # 1. the asset graph of the pubmed group
                 page.goto(f"{platform.url}/locations/kg_platform/asset-groups/pubmed")
                 node = page.locator("text=pubmed_tables").first
@@ -86,11 +112,9 @@ def test_materialise_one_partition_from_the_ui(tmp_path: Path) -> None:
                 node.dblclick()
                 expect(page.get_by_text("View in Asset Catalog")).to_be_visible()
                 # 3. the Materialize dialog, one partition
-                page.get_by_role("button", name="Materialize selected").click()
-                dialog = page.get_by_role("dialog")
-                expect(
-                    dialog.get_by_text("Launch runs to materialize pubmed_tables")
-                ).to_be_visible()
+                dialog = open_materialize_dialog(
+                    page, "Materialize selected", "Launch runs to materialize pubmed_tables"
+                )
                 dialog.get_by_text("Select a partition or create one").click()
                 page.locator("span", has_text=FILE).first.click()
                 page.keyboard.press("Escape")
@@ -145,6 +169,8 @@ def test_partitions_reports_and_one_mesh_year_from_the_ui(tmp_path: Path, monkey
         pytest.fail(f"{CHROMIUM} is missing: apt-get install -y chromium (.ci/run does this)")
     from playwright.sync_api import expect, sync_playwright
 
+    expect.set_options(timeout=WAIT_MS)
+
     from kg_platform.evaluation.question_sets import register_question_set
     from kg_platform.storage.lake import Lake
 
@@ -181,7 +207,7 @@ def test_partitions_reports_and_one_mesh_year_from_the_ui(tmp_path: Path, monkey
             )
             page = browser.new_page(viewport={"width": 1400, "height": 900})
             try:
-                page.set_default_timeout(60_000)
+                page.set_default_timeout(WAIT_MS)
                 # 1. the graph's two partition dimensions
                 page.goto(f"{platform.url}/assets/graph?view=partitions")
                 expect(page.get_by_placeholder(re.compile("Filter by mesh_year"))).to_be_visible()
@@ -197,8 +223,7 @@ def test_partitions_reports_and_one_mesh_year_from_the_ui(tmp_path: Path, monkey
                 page.keyboard.press("Escape")
                 # 3. one MeSH year from the Materialize dialog
                 page.goto(f"{platform.url}/assets/mesh_tables")
-                page.get_by_role("button", name="Materialize…").first.click()
-                dialog = page.get_by_role("dialog")
+                dialog = open_materialize_dialog(page, "Materialize…")
                 dialog.get_by_text("Select a partition or create one").click()
                 page.locator("span", has_text="2020").first.click()
                 page.keyboard.press("Escape")
