@@ -471,7 +471,7 @@ def evaluate_with_mesh(
         grounder,
         role_of,
         heading_index(terms),
-        unguarded=Grounder(surfaces, names, common_words=()),
+        unguarded=grounder.with_common_words(()),
         linkable=linkable,
     )
 

@@ -12,9 +12,11 @@ as written, is decided from MeSH's own facts about each term (``vocabulary``).
 
 from __future__ import annotations
 
+import copy
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import polars as pl
@@ -86,8 +88,9 @@ def question_words(question: str) -> list[str]:
     return surface_key(normalise(spell_greek(question))).split()
 
 
-@dataclass(frozen=True)
-class SurfaceEntry:
+class SurfaceEntry(NamedTuple):
+    """One surface of the index (a tuple: ~700k of them are made per grounder)."""
+
     ui: str
     term: str
     kind: str
@@ -271,25 +274,23 @@ class Grounder:
         keys = surfaces["key"].to_list()
         # an index written before abbreviations were marked has no as_written column
         as_written = (
-            surfaces["as_written"].to_list()
+            surfaces["as_written"].fill_null(False).to_list()
             if "as_written" in surfaces.columns
             else [False] * surfaces.height
         )
-        entries = [
-            SurfaceEntry(u, t, k, bool(w))
-            for u, t, k, w in zip(
-                surfaces["ui"].to_list(),
-                surfaces["term"].to_list(),
-                surfaces["kind"].to_list(),
-                as_written,
-                strict=True,
-            )
-        ]
+        columns = (surfaces["ui"].to_list(), surfaces["term"].to_list(), surfaces["kind"].to_list())
+        entries = map(SurfaceEntry._make, zip(*columns, as_written, strict=True))
         self._index: dict[str, SurfaceEntry] = dict(zip(keys, entries, strict=True))
         longest = max((k.count(" ") + 1 for k in keys), default=1)
         self.max_span_words = min(max_span_words, longest)
         self.common_words = frozenset(common_words)
         self.names = dict(names)
+
+    def with_common_words(self, common_words: Iterable[str]) -> Grounder:
+        """The same surfaces (the index shared, not rebuilt) behind another common-word guard."""
+        other = copy.copy(self)
+        other.common_words = frozenset(common_words)
+        return other
 
     @classmethod
     def from_terms(
