@@ -21,7 +21,6 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 
-import bm25s
 import numpy as np
 import pyarrow as pa
 
@@ -118,6 +117,8 @@ def merge_pools(*pools: CandidatePool) -> CandidatePool:
 def bm25_top(pool: CandidatePool, queries: Sequence[str], top: int) -> list[np.ndarray]:
     """For each query the pool positions of its ``top`` best documents, best first, ties by
     position."""
+    import bm25s  # here, not at the top: with numba installed it costs every process 0.7 s
+
     tokenized = bm25s.tokenize(list(pool.texts), stopwords="en", show_progress=False)
     retriever = bm25s.BM25(k1=1.5, b=0.75, method="lucene")
     retriever.index(tokenized, show_progress=False)

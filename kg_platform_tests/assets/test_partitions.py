@@ -133,11 +133,116 @@ def duplicate_first_record(path: Path) -> None:
     Path(f"{path}.md5").write_text(f"MD5({path.name})= {digest}\n")
 
 
-def test_failed_blocking_check_leaves_the_last_good_output(kg_home, tmp_path, capsys) -> None:
-    mirror = tmp_path / "mirror"
+@pytest.fixture(scope="module")
+def synthetic_then_mirror(tmp_path_factory):
+    """One folder, two builds: a synthetic release in NLM's format (the demo's source)
+    against MeSH 2023, then a copy of the real 2026 mirror against MeSH 2024, run from
+    another working folder with only KG_REFERENCE_DATA telling where the reference data is.
+    Yields the home, the mirror copy and the lake's hashes after the first build; the tests
+    below read this state in file order, and the last one breaks the mirror copy."""
+    from kg_platform.mesh.source import resolve_mesh_source
+    from kg_platform.pubmed.synthetic import write_synthetic_release
+    from kg_platform.settings import reference_data_dir
+
+    base = tmp_path_factory.mktemp("synthetic_then_mirror")
+    tsv = require_reference("mesh", "tsv")
+    # the same thesaurus under a 2023 name: a second MeSH year partition
+    mesh_2023 = base / "mesh2023"
+    mesh_2023.mkdir()
+    for kind in ("descriptors", "supplementary"):
+        shutil.copy(tsv / f"mesh2024_{kind}.tsv.gz", mesh_2023 / f"mesh2023_{kind}.tsv.gz")
+    synthetic = base / "synthetic"
+    write_synthetic_release(
+        synthetic,
+        2_000,
+        n_baseline_files=2,
+        n_update_files=1,
+        mesh_vocabulary=resolve_mesh_source(str(mesh_2023)).descriptor_vocabulary(),
+    )
+    mirror = base / "mirror"
     shutil.copytree(require_reference("pubmed", "mirror"), mirror)
-    assert build("--pubmed-source", str(mirror), "--select", SELECT) == 0
-    lake = kg_home / "lake"
+    home = base / "kg"
+    select = SELECT + " or key:grounding_index or key:grounding_report"
+    args = ["build", "--select", select, "--pubmed-source"]
+    with pytest.MonkeyPatch.context() as mp:
+        use_kg_home(mp, home)
+        assert main([*args, str(synthetic), "--mesh-source", str(mesh_2023)]) == 0
+        first = lake_hashes(home / "lake", "mesh/2023", "graph/pubmed26/2023", "reports/grounding")
+        mp.setenv("KG_REFERENCE_DATA", str(reference_data_dir()))
+        elsewhere = base / "elsewhere"
+        elsewhere.mkdir()
+        mp.chdir(elsewhere)
+        assert main([*args, str(mirror), "--mesh-source", str(tsv)]) == 0
+    yield home, mirror, first
+
+
+def test_demo_source_then_the_mirror_each_mesh_year_beside_the_other(
+    synthetic_then_mirror,
+) -> None:
+    """Both builds exit 0 (the fixture); the second left the first MeSH year's tables, graph
+    and grounding report byte-identical, and the lake holds the mirror's release."""
+    home, _, first = synthetic_then_mirror
+    lake = home / "lake"
+    assert any(k.startswith("graph/pubmed26/2023/") for k in first)
+    assert lake_hashes(lake, "mesh/2023", "graph/pubmed26/2023") == {
+        k: v for k, v in first.items() if not k.startswith("reports/")
+    }
+    reports = lake_hashes(lake, "reports/grounding")
+    assert {k: v for k, v in reports.items() if "/2023/" in k} == {
+        k: v for k, v in first.items() if k.startswith("reports/")
+    }
+    assert sorted({k.split("/")[3] for k in reports}) == ["2023", "2024"]
+    instance = dg.DagsterInstance.from_config(str(home / "dagster"))
+    assert instance.get_dynamic_partitions("pubmed_files") == ["pubmed26n1334", "pubmed26n1335"]
+    assert instance.get_dynamic_partitions("mesh_years") == ["2023", "2024"]
+    # the release's corpus is the mirror's now: its 60 articles, none of the synthetic ones
+    assert pq.read_metadata(lake / "corpus" / "pubmed26" / "articles.parquet").num_rows == 60
+
+
+def test_build_from_another_folder_with_reference_data_set(synthetic_then_mirror) -> None:
+    """The mirror's build ran from a folder with no reference data beside it: the PubMedQA
+    question set was found through KG_REFERENCE_DATA and graded against MeSH 2024."""
+    home, _, _ = synthetic_then_mirror
+    reports = sorted((home / "lake" / "reports" / "grounding").rglob("report.json"))
+    assert [p.parent.relative_to(home / "lake").as_posix() for p in reports] == [
+        "reports/grounding/pqal_dev400-0babc0cc/2023",
+        "reports/grounding/pqal_dev400-0babc0cc/2024",
+    ]
+
+
+def test_rematerialising_one_file_leaves_the_others_byte_identical(
+    synthetic_then_mirror, monkeypatch
+) -> None:
+    home, _, _ = synthetic_then_mirror
+    use_kg_home(monkeypatch, home)
+    lake = home / "lake"
+    before = lake_hashes(lake, "tables", "corpus", "mesh", "graph")
+    stamps = {p: p.stat().st_mtime_ns for p in (lake / "tables").rglob("*1335.parquet")}
+    assert stamps
+    from kg_platform.definitions import build_definitions
+    from kg_platform.settings import Settings
+
+    defs = build_definitions(Settings.load())
+    instance = dg.DagsterInstance.from_config(str(home / "dagster"))
+    result = dg.materialize(
+        list(defs.assets),
+        selection=["pubmed_tables"],
+        partition_key="pubmed26n1334",
+        instance=instance,
+        resources=defs.resources,
+    )
+    assert result.success
+    # same content for the file, and the other file's tables not even rewritten
+    assert lake_hashes(lake, "tables", "corpus", "mesh", "graph") == before
+    assert {p: p.stat().st_mtime_ns for p in stamps} == stamps
+
+
+def test_failed_blocking_check_leaves_the_last_good_output(
+    synthetic_then_mirror, monkeypatch, capsys
+) -> None:
+    home, mirror, _ = synthetic_then_mirror
+    use_kg_home(monkeypatch, home)
+    lake = home / "lake"
     good = lake_hashes(lake, "tables", "corpus", "graph", "mesh")
     duplicate_first_record(mirror / "baseline" / "pubmed26n1334.xml.gz")
     capsys.readouterr()
@@ -153,94 +258,9 @@ def test_failed_blocking_check_leaves_the_last_good_output(kg_home, tmp_path, ca
     assert lake_hashes(lake, "tables", "corpus", "graph", "mesh") == good
     assert list((lake / ".staging").iterdir()) == []
     # the instance holds the failed check for that partition, as the UI shows it
-    instance = dg.DagsterInstance.from_config(str(kg_home / "dagster"))
+    instance = dg.DagsterInstance.from_config(str(home / "dagster"))
     record = instance.event_log_storage.get_latest_asset_check_execution_by_key(
         [dg.AssetCheckKey(dg.AssetKey("pubmed_tables"), "unique_pmid_version")]
     )[dg.AssetCheckKey(dg.AssetKey("pubmed_tables"), "unique_pmid_version")]
     evaluation = record.event.dagster_event.event_specific_data
     assert (evaluation.passed, evaluation.partition) == (False, "pubmed26n1334")
-
-
-def test_rematerialising_one_file_leaves_the_others_byte_identical(kg_home) -> None:
-    mirror = require_reference("pubmed", "mirror")
-    assert build("--pubmed-source", str(mirror), "--select", SELECT) == 0
-    lake = kg_home / "lake"
-    before = lake_hashes(lake, "tables", "corpus", "mesh", "graph")
-    stamps = {p: p.stat().st_mtime_ns for p in (lake / "tables").rglob("*1335.parquet")}
-    from kg_platform.definitions import build_definitions
-    from kg_platform.settings import Settings
-
-    defs = build_definitions(Settings.load())
-    instance = dg.DagsterInstance.from_config(str(kg_home / "dagster"))
-    result = dg.materialize(
-        list(defs.assets),
-        selection=["pubmed_tables"],
-        partition_key="pubmed26n1334",
-        instance=instance,
-        resources=defs.resources,
-    )
-    assert result.success
-    # same content for the file, and the other file's tables not even rewritten
-    assert lake_hashes(lake, "tables", "corpus", "mesh", "graph") == before
-    assert {p: p.stat().st_mtime_ns for p in stamps} == stamps
-
-
-def test_build_from_another_folder_with_reference_data_set(kg_home, tmp_path, monkeypatch):
-    from kg_platform.settings import reference_data_dir
-
-    monkeypatch.setenv("KG_REFERENCE_DATA", str(reference_data_dir()))
-    elsewhere = tmp_path / "elsewhere"
-    elsewhere.mkdir()
-    monkeypatch.chdir(elsewhere)
-    code = build(
-        "--pubmed-source", str(require_reference("pubmed", "mirror")), "--select",
-        "key:mesh_tables or key:grounding_index or key:grounding_report",
-    )  # fmt: skip
-    assert code == 0
-    reports = list((kg_home / "lake" / "reports" / "grounding").rglob("report.json"))
-    assert [p.parent.relative_to(kg_home / "lake").as_posix() for p in reports] == [
-        "reports/grounding/pqal_dev400-0babc0cc/2024"
-    ]
-
-
-def test_demo_source_then_the_mirror_each_mesh_year_beside_the_other(kg_home, tmp_path) -> None:
-    """A synthetic release in NLM's format (the demo's source) against one MeSH year, then the
-    real 2026 mirror against another, in one folder: both exit 0; the second build leaves
-    the first MeSH year's tables, graph and grounding report byte-identical."""
-    from kg_platform.mesh.source import resolve_mesh_source
-    from kg_platform.pubmed.synthetic import write_synthetic_release
-
-    tsv = require_reference("mesh", "tsv")
-    # the same thesaurus under a 2023 name: a second MeSH year partition
-    mesh_2023 = tmp_path / "mesh2023"
-    mesh_2023.mkdir()
-    for kind in ("descriptors", "supplementary"):
-        shutil.copy(tsv / f"mesh2024_{kind}.tsv.gz", mesh_2023 / f"mesh2023_{kind}.tsv.gz")
-    synthetic = tmp_path / "synthetic"
-    write_synthetic_release(
-        synthetic,
-        2_000,
-        n_baseline_files=2,
-        n_update_files=1,
-        mesh_vocabulary=resolve_mesh_source(str(mesh_2023)).descriptor_vocabulary(),
-    )
-    select = SELECT + " or key:grounding_index or key:grounding_report"
-    args = ["build", "--select", select, "--pubmed-source"]
-    assert main([*args, str(synthetic), "--mesh-source", str(mesh_2023)]) == 0
-    lake = kg_home / "lake"
-    first = lake_hashes(lake, "mesh/2023", "graph/pubmed26/2023", "reports/grounding")
-    assert any(k.startswith("graph/pubmed26/2023/") for k in first)
-    assert main([*args, str(require_reference("pubmed", "mirror")), "--mesh-source", str(tsv)]) == 0
-    assert lake_hashes(lake, "mesh/2023", "graph/pubmed26/2023") == {
-        k: v for k, v in first.items() if not k.startswith("reports/")
-    }
-    reports = lake_hashes(lake, "reports/grounding")
-    assert {k: v for k, v in reports.items() if "/2023/" in k} == {
-        k: v for k, v in first.items() if k.startswith("reports/")
-    }
-    assert sorted({k.split("/")[3] for k in reports}) == ["2023", "2024"]
-    instance = dg.DagsterInstance.from_config(str(kg_home / "dagster"))
-    assert instance.get_dynamic_partitions("pubmed_files") == ["pubmed26n1334", "pubmed26n1335"]
-    assert instance.get_dynamic_partitions("mesh_years") == ["2023", "2024"]
-    # the release's corpus is the mirror's now: its 60 articles, none of the synthetic ones
-    assert pq.read_metadata(lake / "corpus" / "pubmed26" / "articles.parquet").num_rows == 60
