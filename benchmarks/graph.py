@@ -47,7 +47,27 @@ def _write_chunks(path: str, schema: pa.Schema, total: int, make) -> None:
             writer.write_table(make(start, min(CHUNK, total - start)), row_group_size=CHUNK)
 
 
-def generate(root: str, n_articles: int, n_citations: int, n_mesh: int, seed: int = 7) -> None:
+def _rows_of(
+    start: int, n: int, total: int, n_articles: int, rng: np.random.Generator, low: int = 0
+):
+    """Article indices of the rows ``start .. start + n`` of ``total``: ascending, drawn from
+    this chunk's share of the articles, as the fold writes a child table (by PMID)."""
+    lo = low + (n_articles - low) * start // total
+    hi = max(low + (n_articles - low) * (start + n) // total, lo + 1)
+    return np.sort(rng.integers(lo, hi, n))
+
+
+def generate(
+    root: str,
+    n_articles: int,
+    n_citations: int,
+    n_mesh: int,
+    seed: int = 7,
+    fold_order: bool = False,
+) -> None:
+    """The synthetic corpus under ``root``. With ``fold_order`` the child tables' rows are
+    ordered by their PMID column, as the fold writes them (the same draws per row
+    otherwise); without it they come in random order."""
     rng = np.random.default_rng(seed)
     os.makedirs(os.path.join(root, "corpus"), exist_ok=True)
     os.makedirs(os.path.join(root, "mesh"), exist_ok=True)
@@ -65,8 +85,11 @@ def generate(root: str, n_articles: int, n_citations: int, n_mesh: int, seed: in
         compression="zstd",
     )
 
-    def citations(_start: int, n: int) -> pa.Table:
-        citing = rng.integers(1, n_articles, n)
+    def citations(start: int, n: int) -> pa.Table:
+        if fold_order:
+            citing = _rows_of(start, n, n_citations, n_articles, rng, low=1)
+        else:
+            citing = rng.integers(1, n_articles, n)
         # cited is earlier, skewed to old articles: in-degree falls as a power of the index
         cited = (citing * rng.random(n) ** 2.5).astype(np.int64)
         cited_pmid = pmids[cited]
@@ -81,8 +104,11 @@ def generate(root: str, n_articles: int, n_citations: int, n_mesh: int, seed: in
 
     uis = pa.array([f"D{k:06d}" for k in range(1, N_DESCRIPTORS + 1)])
 
-    def mesh_edges(_start: int, n: int) -> pa.Table:
-        art = rng.integers(0, n_articles, n)
+    def mesh_edges(start: int, n: int) -> pa.Table:
+        if fold_order:
+            art = _rows_of(start, n, n_mesh, n_articles, rng)
+        else:
+            art = rng.integers(0, n_articles, n)
         desc = ((rng.zipf(1.3, n) - 1) % N_DESCRIPTORS).astype(np.int32)
         qual_major = pa.array(rng.random(n) < 0.1, mask=rng.random(n) < 0.5)
         return pa.table(
@@ -143,19 +169,62 @@ def _cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def measure_build(root: str, parallel: bool) -> dict:
-    """Runs in a child process so its peak RSS is the build's and the store's alone."""
+def _load_kernels() -> float:
+    """Import the build's compiled kernels and compile (first run) or load them from
+    numba's on-disk cache, outside the timed build; returns the seconds it took."""
+    from kg_platform.graph import csr
+
+    t = time.perf_counter()
+    lut = np.array([-1, 0, 1, -1], dtype=np.int32)
+    pmids = np.frombuffer(
+        np.array([1, 2], dtype=np.int64).tobytes(), dtype=np.int64
+    )  # read-only, as from Arrow
+    codes = np.frombuffer(np.array([0, 1], dtype=np.int32).tobytes(), dtype=np.int32)
+    flags = np.zeros(2, dtype=np.uint8)
+    keys = np.empty(2, dtype=np.int64)
+    csr.map_pairs(lut, pmids, pmids, keys, 0)
+    csr.map_flagged(lut, pmids, codes, np.array([0, 1], dtype=np.int32), flags, flags, keys, 0)
+    csr.renumber_flagged(keys, np.array([0, 1], dtype=np.int32))
+    csr.rows_ascend(keys)
+    for flag_bits in (0, 1):
+        indptr, indices = np.zeros(3, dtype=np.int64), np.empty(2, dtype=np.int32)
+        flag, counts = np.empty(2, dtype=bool), np.zeros(2, dtype=np.int64)
+        keys = np.array([0, 1 << 32], dtype=np.int64)
+        csr.cut_and_reverse(keys, flag_bits, indptr, indices, flag)
+        csr.cut(
+            np.array([0, 1 << 32], dtype=np.int64), flag_bits, indptr * 0, indices, flag, counts
+        )
+    return time.perf_counter() - t
+
+
+def measure_build(root: str, parallel: bool, csr: str = "fused") -> dict:
+    """Runs in a child process so its peak RSS is the build's and the store's alone.
+    ``csr="sorting"`` builds with the sort-based CSR passes the fused ones replaced."""
+    from kg_platform.graph import build as build_module
     from kg_platform.graph.build import build_graph
     from kg_platform.graph.store import KGStore, intersect_sorted
     from kg_platform.storage.lake import Lake
 
+    kernels_s = _load_kernels()
+    if csr == "sorting":
+        build_module._make_csr = build_module._sorting_csr
     lake = Lake(root)
     cpu = _cpu_seconds()
     t = time.perf_counter()
-    build = build_graph(lake, parallel=parallel)
+    build = build_graph(lake, build_id=f"bench-{csr}", parallel=parallel)
     build_s = time.perf_counter() - t
     build_cpu_s = _cpu_seconds() - cpu
     build_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    if csr == "sorting":  # the rest reads the store: the same arrays either way
+        return {
+            "build_s": round(build_s, 2),
+            "build_cpu_s": round(build_cpu_s, 2),
+            "build_edges_per_s": round(build.stats.edges / build_s),
+            "phase_cpu_seconds": build.phase_cpu_seconds,
+            "build_peak_rss_bytes": build_rss,
+            "peak_rss_over_array_bytes": round(build_rss / build.stats.array_bytes, 3),
+            "array_sha256": {name: a.sha256 for name, a in build.arrays.items()},
+        }
 
     t = time.perf_counter()
     store = KGStore.open(lake, build.build_id)
@@ -202,6 +271,12 @@ def measure_build(root: str, parallel: bool) -> dict:
 
     s = build.stats
     over_arrays = build_rss / s.array_bytes
+    phases_cpu = sum(build.phase_cpu_seconds.values())
+    csr_cpu = {
+        phase: cpu_s
+        for phase, cpu_s in build.phase_cpu_seconds.items()
+        if phase.split(": ")[-1] in ("sort, dedup", "reverse sort", "cut")
+    }
     edge_bytes = (s.array_bytes - ARTICLE_BYTES * s.n_articles) / s.edges
     at_reference_bytes = ARTICLE_BYTES * REFERENCE_ARTICLES + edge_bytes * REFERENCE_EDGES
     return {
@@ -218,8 +293,16 @@ def measure_build(root: str, parallel: bool) -> dict:
         "np_sort_s": round(sort_s, 2),
         "np_sort_keys_per_s": round(s.edges / sort_s),
         "build_over_np_sort": round(build_s / sort_s, 2),
+        "kernels_load_s": round(kernels_s, 2),
         "phase_seconds": build.phase_seconds,
         "phase_cpu_seconds": build.phase_cpu_seconds,
+        # the build threads' phases above; the rest is Parquet decoding on the reader
+        # threads and hashing and writing on the writer thread
+        "cpu_outside_phases_s": round(build_cpu_s - phases_cpu, 2),
+        "csr_cpu_s": round(sum(csr_cpu.values()), 2),
+        "csr_edges_per_cpu_s": round(s.edges / sum(csr_cpu.values())) if csr_cpu else None,
+        "csr_cpu_over_np_sort": round(sum(csr_cpu.values()) / sort_s, 2),
+        "array_sha256": {name: a.sha256 for name, a in build.arrays.items()},
         "array_bytes": s.array_bytes,
         "build_peak_rss_bytes": build_rss,
         "peak_rss_bytes": peak,
@@ -285,22 +368,39 @@ def main() -> int:
     parser.add_argument(
         "--sequential", action="store_true", help="build MeSH after citations, not alongside"
     )
+    parser.add_argument(
+        "--unordered",
+        action="store_true",
+        help="child tables in random row order (default: ordered by PMID, as the fold writes them)",
+    )
+    parser.add_argument(
+        "--no-sorting",
+        action="store_true",
+        help="skip the same-run build with the sort-based CSR passes",
+    )
+    parser.add_argument("--lake", help="build this already generated lake (not removed)")
+    parser.add_argument("--csr", default="fused", help=argparse.SUPPRESS)
     parser.add_argument("--phase", choices=["build", "reference"], help=argparse.SUPPRESS)
     parser.add_argument("--root", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.phase == "build":
-        print(json.dumps(measure_build(args.root, parallel=not args.sequential)))
+        print(json.dumps(measure_build(args.root, not args.sequential, args.csr)))
         return 0
     if args.phase == "reference":
         print(json.dumps(measure_reference(args.root)))
         return 0
 
-    root = tempfile.mkdtemp(prefix="kg-graph-bench-", dir=args.workdir)
+    root = args.lake or tempfile.mkdtemp(prefix="kg-graph-bench-", dir=args.workdir)
     try:
         t = time.perf_counter()
-        generate(root, args.articles, args.citations, args.mesh_edges)
+        if not args.lake:
+            generate(
+                root, args.articles, args.citations, args.mesh_edges, fold_order=not args.unordered
+            )
         generate_s = time.perf_counter() - t
-        built, _ = _child("build", root, *(["--sequential"] if args.sequential else []))
+        mode = ["--sequential"] if args.sequential else []
+        built, _ = _child("build", root, *mode)
+        sha = built.pop("array_sha256")
         result = {
             "benchmark": "graph",
             "requested": {
@@ -308,11 +408,22 @@ def main() -> int:
                 "citations": args.citations,
                 "mesh_edges": args.mesh_edges,
             },
+            "row_order": "random" if args.unordered else "by PMID (as folded)",
             "generate_s": round(generate_s, 2),
             **built,
             "reference_edges_per_s": REFERENCE_EDGES_PER_S,
             "speedup_vs_reference": round(built["build_edges_per_s"] / REFERENCE_EDGES_PER_S, 2),
         }
+        if not args.no_sorting:
+            # the same build with the sort-based CSR passes, in a child of its own
+            sorting, _ = _child("build", root, *mode, "--csr", "sorting")
+            result["sorting_csr"] = {
+                **{k: v for k, v in sorting.items() if k != "array_sha256"},
+                "same_arrays": sorting["array_sha256"] == sha,
+            }
+            result["speedup_vs_sorting_csr"] = round(
+                built["build_edges_per_s"] / sorting["build_edges_per_s"], 2
+            )
         if not args.no_reference:
             ref, _ = _child("reference", root)
             result.update(ref)
@@ -325,7 +436,7 @@ def main() -> int:
             )
         print(json.dumps(result))
     finally:
-        if not args.keep:
+        if not args.keep and not args.lake:
             shutil.rmtree(root, ignore_errors=True)
     return 0
 

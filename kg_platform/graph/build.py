@@ -2,21 +2,25 @@
 
 Node index = row of ``corpus/articles`` ordered by PMID. Each edge kind is packed into one
 int64 key per row: the row index in the high 32 bits, the column index (shifted left by one
-for the major flag) in the low 32 bits. The keys are sorted once, de-duplicated in place, and
-every aligned array (indptr, indices, major) is cut from that one sorted array in a single
-pass whose counting (``np.bincount`` over each slice's row range) gives the indptr. The
-reverse direction re-packs the same buffer in place (column high, row low) and sorts it again:
-numpy's 64-bit sort is vectorised, and beat a stable argsort or scipy's csr->csc counting
-sort on this machine by 2.5x (scipy) to 13x (argsort) in CPU time.
+for the major flag) in the low 32 bits; MeSH rows are keyed by article (the fold writes them
+ordered by PMID), so ``art2mesh`` is the forward direction and ``mesh2art`` the reverse.
+The keys are sorted once (a run of whole rows at a time when the rows already ascend, as
+the fold writes them), then one compiled pass (``kg_platform.graph.csr``) de-duplicates
+them, cuts the forward indptr, indices and flag, and re-packs each key reversed (column
+high, row low) over the part of the same buffer it has already read; a second sort and one
+more pass cut the reverse direction, each list ascending. numpy's 64-bit sort is
+vectorised: it beat a counting scatter (numba, 3x slower per key: a cache miss per edge), a
+stable argsort and scipy's csr->csc counting sort. ``_sorting_csr`` is the numpy-only way
+the arrays were made before, kept as the reference the tests and the benchmark compare
+against: the same bytes.
 
 What keeps it fast and small:
 - Parquet is read in record batches; the next batch is decoded on a worker thread while this
-  one is mapped to node indices through a dense PMID lookup table (one gather per column).
-  Integer and boolean columns are read straight from Arrow's buffers (booleans as bitmaps).
-- The two 32-bit halves of the keys are written and read through int32 views, so packing
-  and cutting move 4 bytes per field and no int64 temporaries are made.
-- One buffer per edge kind serves packing, sorting, de-duplication and the reverse, so peak
-  memory is that buffer plus the output arrays.
+  one is mapped to node indices through a dense PMID lookup table and packed into keys in
+  one compiled pass (dangling citations dropped in the same pass). Integer and boolean
+  columns are read straight from Arrow's buffers (booleans as bitmaps).
+- One buffer per edge kind serves packing, sorting, de-duplication and the reverse (the COO
+  is never held twice), so peak memory is that buffer plus the output arrays.
 - Citations and MeSH are built on two threads at once (``parallel``).
 - Each finished array is written and hashed in the same pass on a writer thread while the
   build goes on.
@@ -297,7 +301,116 @@ def _article_flags(lake: Lake, articles: _Articles, batch_rows: int) -> np.ndarr
     return flags
 
 
-# -- CSR from one sorted key array ----------------------------------------------------------
+# -- CSR from an edge list ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Names:
+    """The array names of one edge kind: forward (rows as read) and reverse."""
+
+    indptr: str
+    indices: str
+    flag: str | None
+    rev_indptr: str
+    rev_indices: str
+    rev_flag: str | None
+
+
+@dataclass(frozen=True)
+class _Built:
+    edges: int  # distinct (row, column) pairs
+    rev_indptr: np.ndarray
+    rev_flag_counts: np.ndarray | None  # flagged entries per reverse row (flagged kinds)
+
+
+def _fused_csr(
+    keys: np.ndarray,
+    n_rows: int,
+    n_cols: int,
+    flagged: bool,
+    out: _ArrayWriter,
+    names: _Names,
+    clock: _Clock,
+    kind: str,
+) -> _Built:
+    """Both directions of an edge kind from its packed keys (row high, column low; the
+    buffer is reused): sort, then one compiled pass de-duplicates, cuts the forward arrays
+    and re-packs the keys reversed in place; sort again, then one pass cuts the reverse.
+    Every array is put as soon as it is final."""
+    from kg_platform.graph import csr  # numba loads only when a graph is built
+
+    flag_bits = 1 if flagged else 0
+    csr.sort_keys(keys)
+    assert keys.size == 0 or (keys[0] >= 0 and keys[-1] >> 32 < n_rows), "row out of range"
+    indptr = np.zeros(n_rows + 1, dtype=np.int64)
+    indices = np.empty(keys.size, dtype=np.int32)  # pages past the kept ones stay untouched
+    flag = np.empty(keys.size if flagged else 0, dtype=bool)
+    kept = csr.cut_and_reverse(keys, flag_bits, indptr, indices, flag)
+    out.put(names.indptr, indptr)
+    out.put(names.indices, indices[:kept])
+    if flagged:
+        assert names.flag is not None
+        out.put(names.flag, flag[:kept])
+    del indices, flag
+    keys = keys[:kept]
+    clock.lap(f"{kind}: sort, dedup")  # and the forward cut, the reverse re-pack
+    keys.sort()
+    assert kept == 0 or keys[-1] >> 32 < n_cols, "column out of range"
+    clock.lap(f"{kind}: reverse sort")
+    rev_indptr = np.zeros(n_cols + 1, dtype=np.int64)
+    rev = np.empty(kept, dtype=np.int32)
+    rev_flag = np.empty(kept if flagged else 0, dtype=bool)
+    flag_counts = np.zeros(n_cols if flagged else 0, dtype=np.int64)
+    csr.cut(keys, flag_bits, rev_indptr, rev, rev_flag, flag_counts)
+    out.put(names.rev_indptr, rev_indptr)
+    out.put(names.rev_indices, rev)
+    if flagged:
+        assert names.rev_flag is not None
+        out.put(names.rev_flag, rev_flag)
+    assert indptr[-1] == kept and rev_indptr[-1] == kept
+    clock.lap(f"{kind}: cut")
+    return _Built(kept, rev_indptr, flag_counts if flagged else None)
+
+
+def _sorting_csr(
+    keys: np.ndarray,
+    n_rows: int,
+    n_cols: int,
+    flagged: bool,
+    out: _ArrayWriter,
+    names: _Names,
+    clock: _Clock,
+    kind: str,
+) -> _Built:
+    """The same arrays as ``_fused_csr`` the way the build made them before it, in numpy
+    passes: sort, de-duplicate, cut, re-pack reversed, sort, cut. Kept as the reference
+    the fused build is tested and benchmarked against."""
+    keys = _sort_and_dedup(keys, flag_bits=1 if flagged else 0)
+    clock.lap(f"{kind}: sort, dedup")
+    fwd = _cut(keys, n_rows, flagged=flagged)
+    out.put(names.indptr, fwd.indptr)
+    out.put(names.indices, fwd.indices)
+    if fwd.flag is not None:
+        assert names.flag is not None
+        out.put(names.flag, fwd.flag)
+    clock.lap(f"{kind}: cut")
+    _reverse_in_place(keys, fwd)
+    del fwd
+    clock.lap(f"{kind}: reverse sort")
+    rev = _cut(keys, n_cols, flagged=flagged, count_flags=flagged)
+    out.put(names.rev_indptr, rev.indptr)
+    out.put(names.rev_indices, rev.indices)
+    if rev.flag is not None:
+        assert names.rev_flag is not None
+        out.put(names.rev_flag, rev.flag)
+    clock.lap(f"{kind}: cut")
+    return _Built(int(keys.size), rev.indptr, rev.flag_counts)
+
+
+# how both directions of an edge kind are made (tests swap in ``_sorting_csr``)
+_make_csr = _fused_csr
+
+# -- the sort-based construction (``_sorting_csr``) -------------------------------------------
 
 # elements per slice of the passes below: 4 MiB of keys, so each slice is still in cache
 # for the next operation on it; also bounds the temporaries
@@ -465,6 +578,8 @@ def array_sha256(array: np.ndarray) -> str:
 def _build_citations(
     lake: Lake, articles: _Articles, out: _ArrayWriter, batch_rows: int, clock: _Clock
 ) -> dict[str, int]:
+    from kg_platform.graph import csr  # numba loads only when a graph is built
+
     clock.restart()  # this may be a worker thread: its own CPU clock
     key = layout.CORPUS_INPUTS["citations"]
     where = lake.path(key)
@@ -472,43 +587,24 @@ def _build_citations(
     with _parquet(lake, key, ["citing_pmid", "cited_pmid"]) as pf:
         rows = pf.metadata.num_rows
     keys = np.empty(rows, dtype=np.int64)  # pages past the kept rows are never touched
-    column, row = _halves(keys)
     filled = dangling = 0
     for batch in _batches(lake, key, ["citing_pmid", "cited_pmid"], batch_rows):
         citing = _ints(batch, "citing_pmid", where)
-        src = _to_index(articles.lut, citing)
-        _require_in_corpus(src, citing, where, "citing_pmid")
-        dst = _to_index(articles.lut, _ints(batch, "cited_pmid", where))
-        inside = dst >= 0
-        kept = int(np.count_nonzero(inside))
-        dangling += dst.size - kept
-        if kept < dst.size:
-            src, dst = src[inside], dst[inside]
-        row[filled : filled + kept] = src
-        column[filled : filled + kept] = dst
-        filled += kept
+        cited = _ints(batch, "cited_pmid", where)
+        # map both columns, drop dangling rows and pack the keys in one pass
+        filled, dropped, outside = csr.map_pairs(articles.lut, citing, cited, keys, filled)
+        if outside >= 0:
+            _require_in_corpus(_to_index(articles.lut, citing), citing, where, "citing_pmid")
+        dangling += dropped
     clock.lap("citations: read, map, pack")
-    keys = _sort_and_dedup(keys[:filled], flag_bits=0)
-    edges = int(keys.size)
-    clock.lap("citations: sort, dedup")
-
-    fwd = _cut(keys, n, flagged=False)
-    out.put("cite_indptr", fwd.indptr)
-    out.put("cite_indices", fwd.indices)
-    clock.lap("citations: cut")
-    _reverse_in_place(keys, fwd)
-    del fwd
-    clock.lap("citations: reverse sort")
-    rev = _cut(keys, n, flagged=False)
+    names = _Names("cite_indptr", "cite_indices", None, "cited_by_indptr", "cited_by_indices", None)
+    built = _make_csr(keys[:filled], n, n, False, out, names, clock, "citations")
     del keys
-    out.put("cited_by_indptr", rev.indptr)
-    out.put("cited_by_indices", rev.indices)
-    clock.lap("citations: cut")
     return {
         "citation_rows": rows,
-        "citation_edges": edges,
+        "citation_edges": built.edges,
         "dangling_citations": dangling,
-        "duplicate_citations": filled - edges,
+        "duplicate_citations": filled - built.edges,
     }
 
 
@@ -538,6 +634,8 @@ def _descriptor_ids(values: pl.Series, lookup_uis: list[str]) -> np.ndarray:
 def _build_mesh(
     lake: Lake, articles: _Articles, out: _ArrayWriter, batch_rows: int, clock: _Clock
 ) -> dict[str, int]:
+    from kg_platform.graph import csr  # numba loads only when a graph is built
+
     clock.restart()  # this may be a worker thread: its own CPU clock
     key = layout.CORPUS_INPUTS["mesh_edges"]
     where = lake.path(key)
@@ -548,13 +646,11 @@ def _build_mesh(
     columns = ["pmid", "descriptor_ui", "descriptor_major", "qualifier_major"]
     with _parquet(lake, key, columns) as pf:
         rows = pf.metadata.num_rows
+    # article << 32 | descriptor << 1 | major (the fold orders the rows by PMID)
     keys = np.empty(rows, dtype=np.int64)
-    article_major, descriptor = _halves(keys)
     filled = 0
     for batch in _batches(lake, key, columns, batch_rows, dictionary=("descriptor_ui",)):
         pmids = _ints(batch, "pmid", where)
-        art = _to_index(articles.lut, pmids)
-        _require_in_corpus(art, pmids, where, "pmid")
         uis = _column(batch, "descriptor_ui")
         if uis.null_count:
             raise GraphInputError(f"{where}: column descriptor_ui has {uis.null_count} null(s)")
@@ -573,14 +669,15 @@ def _build_mesh(
                     raise GraphInputError(f"{where}: descriptor_ui not a MeSH UI: {bad[:5]}")
                 lookup_uis.extend(fresh)
                 mapped = _descriptor_ids(values, lookup_uis)
-        major = _true(batch, "descriptor_major", where) | _true(batch, "qualifier_major", where)
-        # article << 1 | major fills the low 32 bits (as uint32: articles stay below 2**31)
-        np.left_shift(art, 1, out=art)
-        art |= major
-        part = slice(filled, filled + batch.num_rows)
-        article_major[part] = art
-        descriptor[part] = mapped[codes]
-        filled += batch.num_rows
+        descriptor_major = _true(batch, "descriptor_major", where).view(np.uint8)
+        qualifier_major = _true(batch, "qualifier_major", where).view(np.uint8)
+        # map the PMIDs and pack the keys in one pass
+        filled, outside = csr.map_flagged(
+            articles.lut, pmids, codes.astype(np.int32, copy=False),
+            np.array(mapped, dtype=np.int32), descriptor_major, qualifier_major, keys, filled,
+        )  # fmt: skip
+        if outside >= 0:
+            _require_in_corpus(_to_index(articles.lut, pmids), pmids, where, "pmid")
 
     n_unknown = len(lookup_uis) - known.size
     all_uis = np.array(lookup_uis, dtype=object)
@@ -589,34 +686,25 @@ def _build_mesh(
         order = np.argsort(all_uis, kind="stable")
         renumber = np.empty(order.size, dtype=np.int32)
         renumber[order] = np.arange(order.size, dtype=np.int32)
-        for part in _chunked(filled):
-            descriptor[part] = renumber[descriptor[part]]
+        csr.renumber_flagged(keys[:filled], renumber)
         all_uis = all_uis[order]
     n_desc = all_uis.size
     clock.lap("mesh: read, map, pack")
 
-    # (descriptor, article) runs end with their major row if there is one: keep the last
-    keys = _sort_and_dedup(keys[:filled], flag_bits=1)
-    clock.lap("mesh: sort, dedup")
-    fwd = _cut(keys, n_desc, flagged=True, count_flags=True)
-    assert fwd.flag is not None and fwd.flag_counts is not None
-    out.put("mesh2art_indptr", fwd.indptr)
-    out.put("mesh2art_indices", fwd.indices)
-    out.put("mesh2art_major", fwd.flag)
-    article_count = np.diff(fwd.indptr).astype(np.int32)
-    major_count = fwd.flag_counts.astype(np.int32)
-    pairs, majors = int(fwd.indices.size), int(fwd.flag_counts.sum())
-    clock.lap("mesh: cut")
-    _reverse_in_place(keys, fwd)
-    del fwd
-    clock.lap("mesh: reverse sort")
-    rev = _cut(keys, n, flagged=True)
+    # (article, descriptor) runs end with their major row if there is one: keep the last
+    names = _Names(
+        "art2mesh_indptr",
+        "art2mesh_indices",
+        "art2mesh_major",
+        "mesh2art_indptr",
+        "mesh2art_indices",
+        "mesh2art_major",
+    )
+    built = _make_csr(keys[:filled], n, n_desc, True, out, names, clock, "mesh")
     del keys
-    out.put("art2mesh_indptr", rev.indptr)
-    out.put("art2mesh_indices", rev.indices)
-    out.put("art2mesh_major", rev.flag)
-    del rev
-    clock.lap("mesh: cut")
+    assert built.rev_flag_counts is not None
+    article_count = np.diff(built.rev_indptr).astype(np.int32)
+    major_count = built.rev_flag_counts.astype(np.int32)
 
     width = max((len(u) for u in all_uis), default=1)
     out.put("mesh_uis", all_uis.astype(f"S{width}"))
@@ -630,8 +718,8 @@ def _build_mesh(
         "n_descriptors": int(n_desc),
         "n_unknown_descriptors": int(n_unknown),
         "mesh_rows": rows,
-        "mesh_pairs": pairs,
-        "major_pairs": majors,
+        "mesh_pairs": built.edges,
+        "major_pairs": int(built.rev_flag_counts.sum()),
     }
 
 

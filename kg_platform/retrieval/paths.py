@@ -12,6 +12,13 @@ which then leads the order (``rank_rows``). ``top_rows`` gives the first ``top_k
 order by partitioning every kept row on the ranking keys and sorting only the chosen ones:
 a pair of giant descriptors has hundreds of thousands of candidates, and a full sort of them
 cost more than everything else on the question path.
+
+Over such a pair (a million candidates and more) each numpy step was a pass of its own:
+expanding the citations, keeping the far ends, repeating the origins, gathering flags, years
+and in-degrees. ``collect_candidates``, ``path_flags`` and ``structural_scores`` each run as
+one compiled loop over the rows (``kg_platform.graph.path_passes``) with the same rows, flags
+and scores bit for bit; the numpy versions are kept below as ``_reference_*``, which the
+tests and ``benchmarks/ask.py`` compare against.
 """
 
 from __future__ import annotations
@@ -100,40 +107,35 @@ class Candidates:
 Membership = Callable[[np.ndarray], np.ndarray]
 
 
-def _membership(ascending: np.ndarray, lookups: int, n_nodes: int) -> Membership:
-    """A test ``values -> mask of values found in ascending`` for about ``lookups`` node
-    indices below ``n_nodes``, whichever is cheaper; both give the same mask. A binary
+def _node_table(ascending: np.ndarray, lookups: int, n_nodes: int) -> np.ndarray | None:
+    """A boolean table over every node marking ``ascending``, when that is cheaper than a
+    binary search for about ``lookups`` node indices below ``n_nodes``; else None. A binary
     search costs ~12 ns per level per value (more once ``ascending`` leaves the cache); a
     boolean table over every node ~0.2 ns per node to allocate, ~20 ns per value to read."""
     levels = float(np.log2(ascending.size + 1))
     if lookups * (levels + 1.0) * 12.0 <= 0.2 * n_nodes + 10.0 * ascending.size:
-        return lambda values: in_sorted(values, ascending)
+        return None
     table = np.zeros(n_nodes, dtype=bool)
     table[ascending] = True
+    return table
+
+
+def _membership(ascending: np.ndarray, lookups: int, n_nodes: int) -> Membership:
+    """A test ``values -> mask of values found in ascending``, by ``_node_table`` or by a
+    binary search, whichever is cheaper; both give the same mask."""
+    table = _node_table(ascending, lookups, n_nodes)
+    if table is None:
+        return lambda values: in_sorted(values, ascending)
     return lambda values: table[values]
 
 
-def _reads(store: KGStore, kind: str, nodes: np.ndarray) -> int:
-    """How many ``kind`` neighbours ``nodes`` have in all."""
-    indptr = store.array(f"{kind}_indptr")
-    return int((indptr[nodes + 1] - indptr[nodes]).sum())
-
-
-def _links(
-    store: KGStore, kind: str, nodes: np.ndarray, is_far: Membership
-) -> tuple[np.ndarray, np.ndarray]:
-    """``(origin, neighbour)`` of every ``kind`` link from ``nodes`` to a node ``is_far``
-    accepts, self-links dropped, as int64; ordered by origin, then neighbour."""
-    expansion = store.expand(kind, nodes)
-    neighbours = expansion.neighbours
-    # integer gathers: a boolean mask index over a scattered mask is several times slower
-    hit = np.flatnonzero(is_far(neighbours))
-    origin = np.repeat(expansion.nodes, np.diff(expansion.indptr))[hit]
-    neighbour = neighbours[hit].astype(np.int64)
-    distinct = origin != neighbour
-    if not distinct.all():
-        origin, neighbour = origin[distinct], neighbour[distinct]
-    return origin, neighbour
+def _far_lookup(far: np.ndarray, lookups: int, n_nodes: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(table, ascending)`` for ``path_passes.links``: ``_node_table`` and no list, or
+    where a binary search is cheaper, no table and the far nodes."""
+    table = _node_table(far, lookups, n_nodes)
+    if table is None:
+        return np.zeros(0, dtype=bool), far
+    return table, far[:0]
 
 
 def collect_candidates(store: KGStore, pair: ConceptPair) -> Candidates:
@@ -143,50 +145,82 @@ def collect_candidates(store: KGStore, pair: ConceptPair) -> Candidates:
     of the contract (``rank_rows`` orders by explicit keys). BRIDGE paths are found from
     whichever side has fewer citations to read: ``a cites b`` is ``b cited_by a``, so
     expanding the b-side major articles and swapping source and terminal gives the same
-    paths at a cost proportional to the smaller side."""
+    paths at a cost proportional to the smaller side. The links are found and written
+    straight into the candidate arrays, one compiled pass per direction
+    (``kg_platform.graph.path_passes``)."""
+    from kg_platform.graph import path_passes  # numba loads with the first question
+
     a, b = store.desc_idx(pair.a_ui), store.desc_idx(pair.b_ui)
-    direct = intersect_sorted(store.articles_of(a), store.articles_of(b), store.n_articles).astype(
-        np.int64
-    )
-    a_major = store.articles_of(a, major_only=True)
-    b_major = store.articles_of(b, major_only=True)
+    direct = intersect_sorted(store.articles_of(a), store.articles_of(b), store.n_articles)
+    mesh = [store.array(f"mesh2art_{name}") for name in ("indptr", "indices", "major")]
+    a_major = path_passes.flagged_row(*mesh, a)
+    b_major = path_passes.flagged_row(*mesh, b)
     kinds = ("cite", "cited_by")
-    a_reads = sum(_reads(store, kind, a_major) for kind in kinds)
-    b_reads = sum(_reads(store, kind, b_major) for kind in kinds)
+    csr = {kind: (store.array(f"{kind}_indptr"), store.array(f"{kind}_indices")) for kind in kinds}
+    indptrs = (csr["cite"][0], csr["cited_by"][0])
+    # which side has fewer citations to read: the side with fewer major articles is counted
+    # in full, the other only until it has more (then it is not expanded)
+    if b_major.size <= a_major.size:
+        b_reads = path_passes.reads(*indptrs, b_major, -1)
+        a_reads = path_passes.reads(*indptrs, a_major, b_reads)
+    else:
+        a_reads = path_passes.reads(*indptrs, a_major, -1)
+        b_reads = path_passes.reads(*indptrs, b_major, max(a_reads - 1, 0))
     from_b = b_reads < a_reads
     near, far, reads = (b_major, a_major, b_reads) if from_b else (a_major, b_major, a_reads)
-    is_far = _membership(far, reads, store.n_articles)
-    bridges: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-    for kind in kinds:
-        origin, neighbour = _links(store, kind, near, is_far)
-        relation = CITES if kind == "cite" else CITED_BY
-        if from_b:  # b --cites--> a is a <--cited-by-- b, and the other way round
-            relation = CITED_BY if relation == CITES else CITES
-            origin, neighbour = neighbour, origin
-        bridges[relation] = (origin, neighbour)
-    blocks = [(DIRECT, NO_HOP, direct, direct)]
-    blocks += [(BRIDGE, r, *bridges[r]) for r in (CITES, CITED_BY)]
-    return Candidates(
-        pair,
-        np.concatenate([np.full(s.size, k, dtype=np.int8) for k, _, s, _ in blocks]),
-        np.concatenate([s for _, _, s, _ in blocks]),
-        np.concatenate([t for _, _, _, t in blocks]),
-        np.concatenate([np.full(s.size, r, dtype=np.int8) for _, r, s, _ in blocks]),
-    )
+    table, ascending = _far_lookup(far, reads, store.n_articles)
+    # room for every link read; only the rows written are kept
+    rows = direct.size + int(reads)
+    kind = np.empty(rows, dtype=np.int8)
+    source = np.empty(rows, dtype=np.int64)
+    terminal = np.empty(rows, dtype=np.int64)
+    relation = np.empty(rows, dtype=np.int8)
+    kind[: direct.size] = DIRECT
+    source[: direct.size] = direct
+    terminal[: direct.size] = direct
+    relation[: direct.size] = NO_HOP
+    at = direct.size
+    for r in (CITES, CITED_BY):
+        # b --cites--> a is a <--cited-by-- b: from b, the CITES rows are b's cited_by links
+        expanded = ("cite", "cited_by")[(r == CITES) == from_b]
+        indptr, indices = csr[expanded]
+        at = path_passes.links(
+            indptr, indices, near, table, ascending, from_b, r, kind, source, terminal, relation, at
+        )
+    return Candidates(pair, kind[:at], source[:at], terminal[:at], relation[:at])
 
 
 def path_flags(store: KGStore, c: Candidates) -> dict[str, np.ndarray]:
     """Per candidate: quotable terminal, retracted anywhere on the path, concern anywhere,
-    newest year on the path (0 when unknown)."""
-    flags, years = store.array("flags"), store.array("year")
-    f_src, f_dst = flags[c.source], flags[c.terminal]
-    either = f_src | f_dst
-    return {
-        "quotable": (f_dst & QUOTABLE) != 0,
-        "retracted": (either & RETRACTED) != 0,
-        "concern": (either & CONCERN) != 0,
-        "year": np.maximum(years[c.source], years[c.terminal]).astype(np.int32),
+    newest year on the path (0 when unknown); one compiled pass over the rows."""
+    from kg_platform.graph import path_passes
+
+    n = len(c)
+    out = {
+        "quotable": np.empty(n, dtype=bool),
+        "retracted": np.empty(n, dtype=bool),
+        "concern": np.empty(n, dtype=bool),
+        "year": np.empty(n, dtype=np.int32),
     }
+    path_passes.flags(
+        store.array("flags"), store.array("year"), c.source, c.terminal,
+        QUOTABLE, RETRACTED, CONCERN,
+        out["quotable"], out["retracted"], out["concern"], out["year"],
+    )  # fmt: skip
+    return out
+
+
+def _year_term() -> np.ndarray:
+    """The score's year term of every int16 year, at year + 32768, made with the
+    formula's own operations: clip(year - 1900, 0, 200) / 2000."""
+    term = np.arange(-32768, 32768, dtype=np.float64)
+    term -= 1900.0
+    np.clip(term, 0.0, 200.0, out=term)
+    term /= 2000.0
+    return term
+
+
+_YEAR_TERM = _year_term()
 
 
 def structural_scores(
@@ -194,28 +228,32 @@ def structural_scores(
 ) -> np.ndarray:
     """DIRECT outranks BRIDGE; a terminal that also carries the question's FILTER concepts
     ranks higher; well-cited terminals and newer ones break ties; a path touching an
-    expression of concern ranks lower."""
-    # in place, but the same float operations in the same order as the plain formula:
-    # score = base + 0.5 * filter... + 0.1 * log1p(in_degree) + clip(year - 1900) / 2000
-    # - 0.5 * concern (adding 0.0 where a term does not apply changes no positive score)
-    score = np.where(c.kind == DIRECT, 2.0, 1.0)
+    expression of concern ranks lower.
+
+    score = base + 0.5 per FILTER carried + 0.1 * log1p(in_degree)
+    + clip(year - 1900, 0, 200) / 2000 - 0.5 * concern, each row's terms added in that
+    order in one compiled pass; the in-degree and year terms come from tables made by the
+    same numpy operations over every value that occurs, so every score is the plain
+    formula's bit for bit."""
+    from kg_platform.graph import path_passes
+
     terminal = c.terminal
+    years = store.array("year")
+    if years.dtype != np.int16:
+        raise TypeError(f"graph build {store.build_id}: year is {years.dtype}, expected int16")
+    carried = np.zeros(terminal.size if filter_descriptors else 0, dtype=np.uint8)
     for d in filter_descriptors:
         articles = store.articles_of(d)
-        carries = _membership(articles, terminal.size, store.n_articles)(terminal)
-        np.add(score, 0.5, out=score, where=carries)
-    indptr = store.array("cited_by_indptr")
-    term = indptr[terminal + 1]
-    term -= indptr[terminal]
-    term = np.log1p(term.astype(np.float64))
-    term *= 0.1
-    score += term
-    term = store.array("year")[terminal].astype(np.float64)
-    term -= 1900.0
-    np.clip(term, 0.0, 200.0, out=term)
-    term /= 2000.0
-    score += term
-    np.subtract(score, 0.5, out=score, where=np.asarray(concern, dtype=bool))
+        carried += _membership(articles, terminal.size, store.n_articles)(terminal)
+    degree = np.empty(terminal.size, dtype=np.int64)
+    top = path_passes.in_degrees(store.array("cited_by_indptr"), terminal, degree)
+    degree_term = np.log1p(np.arange(top + 1, dtype=np.float64))
+    degree_term *= 0.1
+    score = np.empty(terminal.size, dtype=np.float64)
+    path_passes.scores(
+        c.kind == DIRECT, carried, degree, degree_term, terminal, years, _YEAR_TERM, 32768,
+        np.asarray(concern, dtype=bool), score,
+    )  # fmt: skip
     return score
 
 
@@ -329,3 +367,115 @@ def top_paths(
             )
         )
     return paths
+
+
+# -- the numpy passes the compiled ones replaced, kept as their reference ---------------
+
+
+def _reference_reads(store: KGStore, kind: str, nodes: np.ndarray) -> int:
+    """How many ``kind`` neighbours ``nodes`` have in all."""
+    indptr = store.array(f"{kind}_indptr")
+    return int((indptr[nodes + 1] - indptr[nodes]).sum())
+
+
+def _reference_links(
+    store: KGStore, kind: str, nodes: np.ndarray, is_far: Membership
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(origin, neighbour)`` of every ``kind`` link from ``nodes`` to a node ``is_far``
+    accepts, self-links dropped, as int64; ordered by origin, then neighbour."""
+    expansion = store.expand(kind, nodes)
+    neighbours = expansion.neighbours
+    # integer gathers: a boolean mask index over a scattered mask is several times slower
+    hit = np.flatnonzero(is_far(neighbours))
+    origin = np.repeat(expansion.nodes, np.diff(expansion.indptr))[hit]
+    neighbour = neighbours[hit].astype(np.int64)
+    distinct = origin != neighbour
+    if not distinct.all():
+        origin, neighbour = origin[distinct], neighbour[distinct]
+    return origin, neighbour
+
+
+def _reference_collect_candidates(store: KGStore, pair: ConceptPair) -> Candidates:
+    """``collect_candidates`` in numpy passes, as it was before the compiled passes: the
+    reference they are tested and benchmarked against (the same rows in the same order).
+
+    All DIRECT and BRIDGE paths of ``pair``; nothing is capped here.
+
+    Rows come DIRECT first, then CITES, then CITED_BY; the order within a block is not part
+    of the contract (``rank_rows`` orders by explicit keys). BRIDGE paths are found from
+    whichever side has fewer citations to read: ``a cites b`` is ``b cited_by a``, so
+    expanding the b-side major articles and swapping source and terminal gives the same
+    paths at a cost proportional to the smaller side."""
+    a, b = store.desc_idx(pair.a_ui), store.desc_idx(pair.b_ui)
+    direct = intersect_sorted(store.articles_of(a), store.articles_of(b), store.n_articles).astype(
+        np.int64
+    )
+    a_major = store.articles_of(a, major_only=True)
+    b_major = store.articles_of(b, major_only=True)
+    kinds = ("cite", "cited_by")
+    a_reads = sum(_reference_reads(store, kind, a_major) for kind in kinds)
+    b_reads = sum(_reference_reads(store, kind, b_major) for kind in kinds)
+    from_b = b_reads < a_reads
+    near, far, reads = (b_major, a_major, b_reads) if from_b else (a_major, b_major, a_reads)
+    is_far = _membership(far, reads, store.n_articles)
+    bridges: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+    for kind in kinds:
+        origin, neighbour = _reference_links(store, kind, near, is_far)
+        relation = CITES if kind == "cite" else CITED_BY
+        if from_b:  # b --cites--> a is a <--cited-by-- b, and the other way round
+            relation = CITED_BY if relation == CITES else CITES
+            origin, neighbour = neighbour, origin
+        bridges[relation] = (origin, neighbour)
+    blocks = [(DIRECT, NO_HOP, direct, direct)]
+    blocks += [(BRIDGE, r, *bridges[r]) for r in (CITES, CITED_BY)]
+    return Candidates(
+        pair,
+        np.concatenate([np.full(s.size, k, dtype=np.int8) for k, _, s, _ in blocks]),
+        np.concatenate([s for _, _, s, _ in blocks]),
+        np.concatenate([t for _, _, _, t in blocks]),
+        np.concatenate([np.full(s.size, r, dtype=np.int8) for _, r, s, _ in blocks]),
+    )
+
+
+def _reference_path_flags(store: KGStore, c: Candidates) -> dict[str, np.ndarray]:
+    """``path_flags`` in numpy passes (the reference). Per candidate: quotable terminal, retracted anywhere on the path, concern anywhere,
+    newest year on the path (0 when unknown)."""
+    flags, years = store.array("flags"), store.array("year")
+    f_src, f_dst = flags[c.source], flags[c.terminal]
+    either = f_src | f_dst
+    return {
+        "quotable": (f_dst & QUOTABLE) != 0,
+        "retracted": (either & RETRACTED) != 0,
+        "concern": (either & CONCERN) != 0,
+        "year": np.maximum(years[c.source], years[c.terminal]).astype(np.int32),
+    }
+
+
+def _reference_structural_scores(
+    store: KGStore, c: Candidates, filter_descriptors: list[int], concern: np.ndarray
+) -> np.ndarray:
+    """``structural_scores`` in numpy passes (the reference). DIRECT outranks BRIDGE; a terminal that also carries the question's FILTER concepts
+    ranks higher; well-cited terminals and newer ones break ties; a path touching an
+    expression of concern ranks lower."""
+    # in place, but the same float operations in the same order as the plain formula:
+    # score = base + 0.5 * filter... + 0.1 * log1p(in_degree) + clip(year - 1900) / 2000
+    # - 0.5 * concern (adding 0.0 where a term does not apply changes no positive score)
+    score = np.where(c.kind == DIRECT, 2.0, 1.0)
+    terminal = c.terminal
+    for d in filter_descriptors:
+        articles = store.articles_of(d)
+        carries = _membership(articles, terminal.size, store.n_articles)(terminal)
+        np.add(score, 0.5, out=score, where=carries)
+    indptr = store.array("cited_by_indptr")
+    term = indptr[terminal + 1]
+    term -= indptr[terminal]
+    term = np.log1p(term.astype(np.float64))
+    term *= 0.1
+    score += term
+    term = store.array("year")[terminal].astype(np.float64)
+    term -= 1900.0
+    np.clip(term, 0.0, 200.0, out=term)
+    term /= 2000.0
+    score += term
+    np.subtract(score, 0.5, out=score, where=np.asarray(concern, dtype=bool))
+    return score

@@ -18,6 +18,7 @@ from benchmarks.graph import generate
 from kg_platform.graph import layout
 from kg_platform.graph.build import build_graph
 from kg_platform.graph.store import CONCERN, KGStore, intersect_sorted
+from kg_platform.retrieval import paths as paths_module
 from kg_platform.retrieval.linking import ConceptPair
 from kg_platform.retrieval.paths import (
     BRIDGE,
@@ -27,6 +28,9 @@ from kg_platform.retrieval.paths import (
     NO_HOP,
     Candidates,
     _membership,
+    _reference_collect_candidates,
+    _reference_path_flags,
+    _reference_structural_scores,
     collect_candidates,
     path_flags,
     rank_rows,
@@ -345,3 +349,49 @@ def test_membership_and_intersection_agree_with_numpy(members, lookups, n_nodes)
         for nodes in (n_nodes, n_nodes * 1_000):
             common = intersect_sorted(a, b, nodes)
             assert np.array_equal(common, np.intersect1d(a, b))
+
+
+def _forced_lookup(mode: str):
+    """``_far_lookup`` always answering with a table over every node, or never."""
+
+    def lookup(far: np.ndarray, lookups: int, n_nodes: int) -> tuple[np.ndarray, np.ndarray]:
+        if mode == "binary search":
+            return np.zeros(0, dtype=bool), far
+        table = np.zeros(n_nodes, dtype=bool)
+        table[far] = True
+        return table, far[:0]
+
+    return lookup
+
+
+@pytest.mark.parametrize("lookup", ["as chosen", "table", "binary search"])
+def test_compiled_passes_equal_the_numpy_reference(
+    corpus, pairs, descriptors, monkeypatch: pytest.MonkeyPatch, lookup: str
+) -> None:
+    """The compiled passes give today's numpy passes' rows in the same order, the same
+    flags, the same scores bit for bit and the same top paths, for every pair and FILTER
+    set, whichever way the far side is looked up."""
+    store = corpus[1]
+    if lookup != "as chosen":
+        monkeypatch.setattr(paths_module, "_far_lookup", _forced_lookup(lookup))
+    filter_sets = [[], [descriptors[1]], [descriptors[3], descriptors[5]], descriptors[:3]]
+    for pair in pairs:
+        c, ref = collect_candidates(store, pair), _reference_collect_candidates(store, pair)
+        for name in ("kind", "source", "terminal", "relation"):
+            got, want = getattr(c, name), getattr(ref, name)
+            assert got.dtype == want.dtype and np.array_equal(got, want), (pair, name)
+        flags, ref_flags = path_flags(store, c), _reference_path_flags(store, ref)
+        assert list(flags) == list(ref_flags)
+        for name, want in ref_flags.items():
+            assert flags[name].dtype == want.dtype, name
+            assert np.array_equal(flags[name], want), (pair, name)
+        keep = flags["quotable"] & ~flags["retracted"]
+        for uis in filter_sets:
+            filters = [store.desc_idx(ui) for ui in uis]
+            scores = structural_scores(store, c, filters, flags["concern"])
+            want = _reference_structural_scores(store, ref, filters, ref_flags["concern"])
+            assert scores.dtype == want.dtype and np.array_equal(scores, want), (pair, uis)
+            for top_k in (1, 10, 200):
+                assert top_paths(store, c, keep, scores, flags, top_k) == top_paths(
+                    store, ref, keep, want, ref_flags, top_k
+                ), (pair, uis, top_k)
