@@ -7,7 +7,8 @@ export DAGSTER_HOME := $(CURDIR)/.kg/dagster
 
 .PHONY: demo ui test lint format bench clean
 
-$(STAMP): pyproject.toml
+# setup.py and the C source too: pip install -e . compiles the reader next to its source
+$(STAMP): pyproject.toml setup.py kg_platform/pubmed/_reader.c
 	@command -v $(PYTHON) >/dev/null || { echo "needs $(PYTHON) on PATH"; exit 1; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q -U pip wheel

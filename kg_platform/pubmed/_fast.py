@@ -1,5 +1,15 @@
-"""The fast path of :mod:`kg_platform.pubmed.parse`: byte searches and compiled patterns over
-the decompressed text instead of a tree.
+"""The fast path of :mod:`kg_platform.pubmed.parse`: the decompressed bytes read without a tree.
+
+Two readers sit behind :func:`stream_records`, the same tables from both:
+
+- the compiled reader (``_reader.c``, built at install), used whenever it imports: it checks
+  each record's well-formedness itself and reads its fields in one pass over the bytes; any
+  record it is not sure to read exactly as lxml does, it declines, and lxml reads that record
+  (:func:`_stream_compiled`);
+- the checked pattern reader below, used when the extension is not built (a source tree run
+  without ``pip install -e .``): libxml2 checks the bytes, patterns read the fields.
+
+The rest of this docstring is about the second.
 
 NLM's files are machine-written in one canonical form, so each field of a record can be found
 by searching for its tag, moving forward through the record in the element order of NLM's DTD,
@@ -33,6 +43,11 @@ from typing import Any, BinaryIO
 
 from lxml import etree
 
+try:  # built by `pip install -e .` (setup.py); without it the checked pattern reader is used
+    from kg_platform.pubmed import _reader as compiled_reader
+except ImportError:  # pragma: no cover - a source tree that was never built
+    compiled_reader = None
+
 _PUBMED_SET = "PubmedArticleSet"
 
 
@@ -49,6 +64,7 @@ _PROLOG = re.compile(
     rb"<PubmedArticleSet>"
 )
 _ENCODING = re.compile(rb"""encoding\s*=\s*["']([^"']*)["']""")
+_VERSION_1_0 = re.compile(rb"""\s+version\s*=\s*["']1\.0["']""")
 _RECORD_START = re.compile(rb"\s*<(PubmedArticle|PubmedBookArticle|DeleteCitation)>")
 _SET_END = re.compile(rb"\s*</PubmedArticleSet>\s*")
 _MAX_RECORD_BYTES = 1 << 24
@@ -166,6 +182,97 @@ def stream_records(
     """Read every record of the stream into ``columns``; returns the set's root tag.
 
     Raises :class:`NotSimple` for anything it cannot prove it reads exactly as lxml does."""
+    if compiled_reader is not None:
+        return _stream_compiled(stream, columns, slow_record, flush_every)
+    return _stream_checked(stream, columns, slow_record, flush_every)
+
+
+_BLOCK = 1 << 20
+_XML_SPACE = re.compile(rb"[ \t\r\n]*")
+
+
+def _stream_compiled(
+    stream: BinaryIO | Any,
+    columns: Any,
+    slow_record: Callable[[bytes], None],
+    flush_every: int,
+) -> str:
+    """The records of the stream through the compiled reader; declined records through
+    ``slow_record`` (lxml), in file order. libxml2 reads only the prolog and those records."""
+    reader = compiled_reader
+    buffer = b""
+    pos = 0
+    started = closed = False
+    while True:
+        block = stream.read(_BLOCK)
+        final = not block
+        buffer = buffer[pos:] + block if pos else buffer + block
+        pos = 0
+        if not started:
+            prolog = _PROLOG.match(buffer)
+            if prolog is None:
+                if final or len(buffer) > 1 << 16:
+                    raise NotSimple("prolog")
+                continue
+            _check_prolog_with_libxml2(buffer[: prolog.end()], prolog)
+            started = True
+            pos = prolog.end()
+        while not closed:
+            pos, state, decline_end, books = reader.scan(
+                buffer, pos, columns.row_lists(), columns.deleted, flush_every - columns.pending
+            )
+            columns.book_articles += books
+            if state == reader.DECLINED:
+                slow_record(buffer[pos:decline_end])
+                pos = decline_end
+            elif state == reader.END:
+                closed = True
+            elif state == reader.NOT_SIMPLE:
+                raise NotSimple("text, a comment or another element between records")
+            if columns.pending >= flush_every:
+                columns.flush()
+            if state == reader.MORE:
+                break
+        if closed:
+            # after the set's end tag only white space, as _SET_END
+            if _XML_SPACE.fullmatch(buffer, pos) is None:
+                raise NotSimple("content after the set")
+            pos = len(buffer)
+        if final:
+            if not closed:
+                raise NotSimple("the set is not closed")
+            return _PUBMED_SET
+        if len(buffer) - pos > _MAX_RECORD_BYTES:
+            raise NotSimple("an oversized record")
+
+
+def _check_prolog_with_libxml2(prolog: bytes, found: re.Match[bytes]) -> None:
+    """The prolog matched by :data:`_PROLOG` must be UTF-8 and well formed to libxml2 (read
+    with the set closed at once, the same options as the tree path, no DTD loaded)."""
+    declared = found.group("decl")
+    if declared:
+        encoding = _ENCODING.search(declared)
+        if encoding and encoding.group(1).lower() not in (b"utf-8", b"utf8"):
+            raise NotSimple("encoding")
+        # the reader checks characters by XML 1.0's rules
+        if not _VERSION_1_0.match(declared):
+            raise NotSimple("XML version")
+    parser = etree.XMLParser(
+        load_dtd=False, no_network=True, resolve_entities=False, huge_tree=False
+    )
+    try:
+        etree.fromstring(prolog + b"</" + _PUBMED_SET.encode() + b">", parser)
+    except etree.XMLSyntaxError as exc:
+        raise NotSimple(f"prolog: {exc}") from exc
+
+
+def _stream_checked(
+    stream: BinaryIO | Any,
+    columns: Any,
+    slow_record: Callable[[bytes], None],
+    flush_every: int,
+) -> str:
+    """The records of the stream, libxml2 checking the bytes and patterns reading fields."""
     target = _NoTree()
     checker = etree.XMLParser(
         target=target,
@@ -223,6 +330,8 @@ def stream_records(
             end = buffer.find(_RECORD_ENDS[kind], body_start)
             if end < 0:
                 break
+            if _holds_a_record(buffer, body_start, end):
+                raise NotSimple("a record inside a record")
             if kind == b"PubmedArticle":
                 try:
                     if odd and odd[0] < end:
@@ -259,6 +368,14 @@ def stream_records(
         ):
             # held bytes must be the start of a record: anything else would be held to the end
             raise NotSimple("text, another element or an oversized record between records")
+
+
+def _holds_a_record(buffer: bytes, start: int, end: int) -> bool:
+    """A record tag inside a record: the tree path reads it as a record of its own."""
+    return any(buffer.find(tag, start, end) >= 0 for tag in _NESTED_RECORD_TAGS)
+
+
+_NESTED_RECORD_TAGS = (b"<PubmedArticle", b"<PubmedBookArticle", b"<DeleteCitation")
 
 
 def _odd_positions(buffer: bytes) -> list[int]:

@@ -4,11 +4,12 @@ Accepts the baseline/update and E-utilities efetch form (``PubmedArticleSet``) a
 2016 ``MedlineCitationSet`` form (bare ``MedlineCitation`` records, which carry no
 ``PubmedData`` and so no references). ``PubmedBookArticle`` records are counted and skipped.
 
-Two readers give the same tables: a fast path (:mod:`kg_platform.pubmed._fast`: libxml2
-checks the bytes without building a tree, compiled patterns read the fields of each record, and
-lxml reads any record not in NLM's canonical form), and lxml's tree for the whole file, used
-whenever the fast path finds anything it cannot read exactly, bad input included, so errors
-are the tree parser's.
+Two readers give the same tables: a fast path (:mod:`kg_platform.pubmed._fast`: a compiled
+byte-level reader, ``_reader.c``, checks and reads each record in one pass, or, where that
+extension is not built, libxml2 checks the bytes and compiled patterns read the fields; lxml
+reads any record either declines), and lxml's tree for the whole file, used whenever the fast
+path finds anything it cannot read exactly, bad input included, so errors are the tree
+parser's.
 
 Safety: the parser never loads a DTD, never touches the network and never substitutes
 entities; a document that declares any entity is rejected before any text is read, so a
@@ -76,6 +77,8 @@ SCHEMAS: dict[str, pa.Schema] = ARROW_SCHEMAS
 _PUBMED_SET = "PubmedArticleSet"
 _LEGACY_SET = "MedlineCitationSet"
 _RECORD_TAGS = ("PubmedArticle", "PubmedBookArticle", "MedlineCitation", "DeleteCitation")
+# the records of a PubmedArticleSet that the fast path may hand to _slow_record one at a time
+_SET_RECORD_TAGS = ("PubmedArticle", "PubmedBookArticle", "DeleteCitation")
 _YEAR_IN_MEDLINE_DATE = re.compile(r"\d{4}")
 _ENTITY_DECLARATION = re.compile(rb"<!ENTITY\s+(?:%\s+)?([^\s>]+)")
 _PROLOG_BYTES = 1 << 16
@@ -212,6 +215,13 @@ _UNREAD_SUBTREES = (
     (b"<KeywordList", b"</KeywordList>"),
 )
 _READ_BLOCK = 1 << 20
+# a start marker that _cut_unread would cut from (one left after a cut found no end marker)
+_UNREAD_START = re.compile(
+    b"|".join(
+        re.escape(start) + (b"" if start.endswith(b">") else b"[ >]")
+        for start, _ in _UNREAD_SUBTREES
+    )
+)
 
 
 class _HeadThenRest:
@@ -293,7 +303,8 @@ def _cut_unread(data: bytes, final: bool) -> tuple[bytes, bytes]:
 
 def _slow_record(columns: _Columns, name: str) -> Callable[[bytes], None]:
     """lxml for one record the fast path finds unusual (inline markup with attributes, a
-    self-closed element, ...); a record that fails here sends the whole file to lxml."""
+    self-closed element, ...); a record that fails here sends the whole file to lxml, and so
+    does one holding another record, which the whole-file reader would read as two."""
     # one parser per file: lxml parsers are not to be shared between threads
     parser = etree.XMLParser(
         load_dtd=False,
@@ -305,10 +316,25 @@ def _slow_record(columns: _Columns, name: str) -> Callable[[bytes], None]:
     )
 
     def read(record: bytes) -> None:
+        # the record as the whole-file reader sees it, its unread subtrees cut; a subtree not
+        # closed inside the record would be cut across records there
+        record, _ = _cut_unread(record, final=True)
+        if _UNREAD_START.search(record):
+            raise _fast.NotSimple("an unread subtree is not closed inside its record")
         try:
             article = etree.fromstring(record, parser)
         except etree.XMLSyntaxError as exc:
             raise _fast.NotSimple(str(exc)) from exc
+        tag = article.tag
+        nested = next(article.iterdescendants(_SET_RECORD_TAGS), None)
+        if tag not in _SET_RECORD_TAGS or nested is not None:
+            raise _fast.NotSimple(f"record <{tag}> is not a plain record")
+        if tag == "PubmedBookArticle":
+            columns.book_articles += 1
+            return
+        if tag == "DeleteCitation":
+            columns.add_deletions(article, name)
+            return
         first = article[0] if len(article) else None
         if first is None or first.tag != "MedlineCitation":
             first = article.find("MedlineCitation")
@@ -493,6 +519,20 @@ class _Columns:
     @property
     def pending(self) -> int:
         return len(self.a_pmid)
+
+    def row_lists(self) -> tuple[list, ...]:
+        """The column lists the compiled reader (``_reader.c``, ``emit_article``) appends an
+        accepted record's rows to, in this order: the rows are those of :meth:`add_record`."""
+        return (
+            *(self.a_pmid, self.a_version, self.a_title, self.a_abstract, self.a_year),
+            *(self.a_journal, self.a_language, self.a_n_pubtypes),
+            *(self.m_pmid, self.m_version, self.m_descriptor, self.m_descriptor_major),
+            *(self.m_qualifier, self.m_qualifier_major),
+            *(self.c_pmid, self.c_version, self.c_cited),
+            *(self.k_pmid, self.k_version, self.k_type, self.k_ref),
+            *(self.h_pmid, self.h_version, self.h_registry, self.h_ui, self.h_name),
+            *(self.p_pmid, self.p_version, self.p_ui, self.p_name),
+        )
 
     # One writer per table row, shared by the lxml path and the fast path (_fast.py), so
     # the two cannot drift apart in what a row holds.

@@ -1,0 +1,17 @@
+"""The compiled part of the package: the byte-level PubMed XML reader (a CPython extension).
+
+Everything else is declared in pyproject.toml; setuptools merges the two. ``pip install -e .``
+(``make venv``) compiles it next to its sources, so ``import`` finds it in a source checkout.
+"""
+
+from setuptools import Extension, setup
+
+setup(
+    ext_modules=[
+        Extension(
+            "kg_platform.pubmed._reader",
+            sources=["kg_platform/pubmed/_reader.c"],
+            extra_compile_args=["-O2", "-std=c11", "-Wall", "-Wextra", "-Wno-unused-parameter"],
+        )
+    ]
+)
