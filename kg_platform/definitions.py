@@ -12,6 +12,7 @@ from kg_platform.assets import (
     mesh,
     pubmed,
     updates,
+    verification,
 )
 from kg_platform.orchestration.executor import executor_for
 from kg_platform.resources.catalog import CatalogResource
@@ -30,6 +31,7 @@ STAGES = [
     embeddings.defs,
     allocation.defs,
     answering.defs,
+    verification.defs,
 ]
 
 

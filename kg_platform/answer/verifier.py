@@ -9,6 +9,9 @@ article.
   contradiction / neutral are read as SUPPORT / CONTRADICT / NOINFO).
 - ``scifact_pairs``: the training pairs, (claim, title + full abstract) for every class.
 - ``claim_from_question``: the rule that turns a yes/no question into a declarative claim.
+- ``verifier.json`` beside a saved verifier: gate 7's tau, fitted on the out-of-fold scores
+  of the training claims (``write_tau`` / ``read_tau``); ``load_verifier`` exposes it as
+  ``.tau`` and ``kg ask --verifier`` uses it when ``--verifier-tau`` is not given.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import ast
 import csv
 import gzip
 import io
+import json
 import os
 import re
 import tokenize
@@ -48,6 +52,8 @@ VERDICT_SYNONYMS = {
 }
 # where the pairs come from
 EVIDENCE, CITED, RANDOM = "evidence", "cited", "random"
+# gate 7's fitted tau and where it was fitted, saved beside the model's own files
+TAU_FILE = "verifier.json"
 
 
 @runtime_checkable
@@ -188,10 +194,14 @@ def pairs_as_examples(pairs: Sequence[VerifierPair]) -> list[LabelledQuestion]:
 class ClassifierVerifier:
     """A 3-way sequence classifier read on (claim, text) pairs."""
 
-    def __init__(self, classifier: Any, columns: list[int] | None = None) -> None:
+    def __init__(
+        self, classifier: Any, columns: list[int] | None = None, tau: float | None = None
+    ) -> None:
         self.classifier = classifier
         # the classifier's output columns, reordered to VERDICTS (None: already in order)
         self.columns = columns
+        # gate 7's threshold fitted for this model (None: not fitted, the ladder's default)
+        self.tau = tau
         self.name = f"verifier:{classifier.name}"
 
     def scores(self, claim: str, texts: Sequence[str]) -> np.ndarray:
@@ -230,15 +240,38 @@ def load_verifier(
     from kg_platform.answer.readers.classifier import load_classifier
 
     classifier = load_classifier(folder, device=device, batch_size=batch_size)
+    tau = read_tau(folder)
     # the classifier reorders named yes/no/maybe columns itself; everything else is mapped
     # from the raw model output here
     id2label = getattr(classifier.model.config, "id2label", None)
     names = {str(n).strip().lower() for n in (id2label or {}).values()}
     if names == set(LABELS):
-        return ClassifierVerifier(classifier)
+        return ClassifierVerifier(classifier, tau=tau)
     columns = verdict_columns(id2label)
     classifier.columns = list(range(len(LABELS)))  # raw model order
-    return ClassifierVerifier(classifier, columns)
+    return ClassifierVerifier(classifier, columns, tau=tau)
+
+
+def write_tau(folder: str | os.PathLike[str], tau: float, fitted_on: dict[str, Any]) -> None:
+    """Record gate 7's ``tau`` in ``folder``/verifier.json with what it was fitted on."""
+    if not 0.0 <= tau <= 1.0:
+        raise ValueError(f"verifier tau {tau}: must be in [0, 1]")
+    record = {"tau": float(tau), "fitted_on": dict(fitted_on)}
+    (Path(folder) / TAU_FILE).write_text(json.dumps(record, indent=2, sort_keys=True))
+
+
+def read_tau(folder: str | os.PathLike[str]) -> float | None:
+    """The tau saved with the verifier in ``folder``, or None when there is none."""
+    path = Path(folder) / TAU_FILE
+    if not path.is_file():
+        return None
+    try:
+        tau = float(json.loads(path.read_text())["tau"])
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"{path}: no readable tau: {exc}") from exc
+    if not 0.0 <= tau <= 1.0:
+        raise ValueError(f"{path}: tau {tau} is outside [0, 1]")
+    return tau
 
 
 def train_verifier(

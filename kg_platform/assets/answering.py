@@ -3,7 +3,7 @@ and the PubMedQA report (kg_platform.evaluation.pubmedqa_answering holds the rul
 
 import dagster as dg
 
-from kg_platform.assets.checks import check_results, data_version
+from kg_platform.assets.checks import blocking_specs, check_results, data_version
 from kg_platform.assets.partitions import answering_evaluations, dims_of, reader_configs
 from kg_platform.evaluation import pubmedqa_answering as answering
 from kg_platform.evaluation.pubmedqa_report import write_pubmedqa_report
@@ -13,18 +13,11 @@ from kg_platform.resources.lake import LakeResource
 REPORT_PREFIX = answering.REPORT_PREFIX
 
 
-def _specs(asset: str, checks: dict[str, str]) -> list[dg.AssetCheckSpec]:
-    return [
-        dg.AssetCheckSpec(name, asset=asset, description=text, blocking=True)
-        for name, text in checks.items()
-    ]
-
-
 @dg.asset(
     partitions_def=reader_configs,
     group_name="answering",
     code_version="1",
-    check_specs=_specs("reader_model", answering.READER_CHECKS),
+    check_specs=blocking_specs("reader_model", answering.READER_CHECKS),
 )
 def reader_model(context: dg.AssetExecutionContext, lake: LakeResource) -> dg.MaterializeResult:
     """The configuration's reader trained on its DEV question set, saved under
@@ -64,7 +57,7 @@ def reader_model(context: dg.AssetExecutionContext, lake: LakeResource) -> dg.Ma
     group_name="answering",
     kinds={"parquet"},
     code_version="1",
-    check_specs=_specs("posterior_cache", answering.CACHE_CHECKS),
+    check_specs=blocking_specs("posterior_cache", answering.CACHE_CHECKS),
 )
 def posterior_cache(context: dg.AssetExecutionContext, lake: LakeResource) -> dg.MaterializeResult:
     """P(yes, no, maybe) for every (question, setting, candidate) of a question set, one table
@@ -111,7 +104,7 @@ def posterior_cache(context: dg.AssetExecutionContext, lake: LakeResource) -> dg
     group_name="answering",
     kinds={"markdown"},
     code_version="1",
-    check_specs=_specs("pubmedqa_report", answering.REPORT_CHECKS),
+    check_specs=blocking_specs("pubmedqa_report", answering.REPORT_CHECKS),
 )
 def pubmedqa_report(context: dg.AssetExecutionContext, lake: LakeResource) -> dg.MaterializeResult:
     """Accuracy with CIs, settings, controls, calibration and error budget of a reader on

@@ -34,6 +34,14 @@ def _severity(outcome: Any, blocking: set[str]) -> dg.AssetCheckSeverity:
     return dg.AssetCheckSeverity.ERROR if outcome.name in blocking else dg.AssetCheckSeverity.WARN
 
 
+def blocking_specs(asset: str, checks: Mapping[str, str]) -> list[dg.AssetCheckSpec]:
+    """Blocking check specs of ``asset`` from the domain's {name: what it guards}."""
+    return [
+        dg.AssetCheckSpec(name, asset=asset, description=text, blocking=True)
+        for name, text in checks.items()
+    ]
+
+
 def blocking_checks(context: dg.AssetExecutionContext) -> set[str]:
     return {spec.name for spec in context.assets_def.check_specs if spec.blocking}
 

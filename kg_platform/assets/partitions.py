@@ -12,7 +12,14 @@
 - reader configuration (``cues-1a2b3c4d``): a reader kind, recipe, seed, folds, truncations
   and training (DEV) question set, registered as ``readers/configs/<key>.json``
   (kg_platform.evaluation.reader_configs); posterior caches and PubMedQA reports are
-  reader configuration x question set.
+  reader configuration x question set;
+- verifier configuration (``minilm-1a2b3c4d``): a verifier kind, recipe, seed, folds and the
+  SciFact claim set and corpus it trains on (``verifiers/configs/<key>.json``,
+  kg_platform.evaluation.verifier_training);
+- SciFact claim set (``claims_train-1a2b3c4d``): a claims CSV registered like a question set;
+- ladder configuration (``ladder-1a2b3c4d``): min_paths, seed, graph build, gate 7's verifier
+  and the reader whose posterior cache is compared (kg_platform.evaluation.refusal_report);
+  refusal reports are question set x ladder configuration.
 """
 
 from __future__ import annotations
@@ -45,6 +52,13 @@ reader_configs = dg.DynamicPartitionsDefinition(name="reader_configs")
 # is the same key read as (DEV = the set the configuration names, TEST = the question set)
 answering_evaluations = dg.MultiPartitionsDefinition(
     {"reader_config": reader_configs, "question_set": pubmedqa_sets}
+)
+
+verifier_configs = dg.DynamicPartitionsDefinition(name="verifier_configs")
+scifact_claim_sets = dg.DynamicPartitionsDefinition(name="scifact_claim_sets")
+ladder_configs = dg.DynamicPartitionsDefinition(name="ladder_configs")
+refusal_evaluations = dg.MultiPartitionsDefinition(
+    {"question_set": pubmedqa_sets, "ladder_config": ladder_configs}
 )
 
 

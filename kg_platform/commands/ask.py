@@ -54,9 +54,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--verifier-tau",
         type=float,
-        default=DEFAULT_VERIFIER_TAU,
+        default=None,
         metavar="T",
-        help=f"gate 7 refuses when P(NOINFO) > T on every article read (default {DEFAULT_VERIFIER_TAU})",
+        help="gate 7 refuses when P(NOINFO) > T on every article read (default: the tau "
+        f"fitted on SciFact training folds and saved with the verifier, else {DEFAULT_VERIFIER_TAU})",
     )
     parser.set_defaults(func=run_ask)
 
@@ -132,15 +133,24 @@ def open_verifier(folder: str | None) -> Verifier | None:
         raise ValueError(f"--verifier: {folder}: {error}") from None
 
 
+def gate_tau(given: float | None, verifier: Verifier | None) -> float:
+    """Gate 7's tau: ``--verifier-tau`` when given, else the one saved with the verifier
+    (fitted on SciFact training folds), else the ladder's default."""
+    if given is not None:
+        return given
+    saved = getattr(verifier, "tau", None)
+    return DEFAULT_VERIFIER_TAU if saved is None else float(saved)
+
+
 def run_ask(args: argparse.Namespace) -> int:
     try:
+        reader = open_reader(args.reader)
+        verifier = open_verifier(args.verifier)
         config = AskConfig(
             ranker=args.ranker,
             hybrid_threshold=args.hybrid,
-            ladder=LadderConfig(verifier_tau=args.verifier_tau),
+            ladder=LadderConfig(verifier_tau=gate_tau(args.verifier_tau, verifier)),
         )
-        reader = open_reader(args.reader)
-        verifier = open_verifier(args.verifier)
         lake, build = scoped_lake(args, quiet=args.json)
         answer = KnowledgeGraph.open(lake, config, reader=reader, verifier=verifier).ask(
             args.question, as_of=args.as_of, top_k=args.top_k

@@ -12,7 +12,14 @@ from pathlib import Path
 
 from kg_platform.storage.lake import Lake
 
-KINDS = ("pubmedqa", "hotpotqa")
+# kind -> the file suffix its objects keep (SciFact claims and corpora are CSV files)
+SUFFIXES = {
+    "pubmedqa": ".json",
+    "hotpotqa": ".json",
+    "scifact": ".csv",
+    "scifact_corpus": ".csv.gz",
+}
+KINDS = tuple(SUFFIXES)
 
 
 def question_set_key(path: str | Path) -> str:
@@ -25,7 +32,7 @@ def question_set_key(path: str | Path) -> str:
 def lake_key(kind: str, key: str) -> str:
     if kind not in KINDS:
         raise ValueError(f"question set kind {kind!r}: expected one of {KINDS}")
-    return f"questions/{kind}/{key}.json"
+    return f"questions/{kind}/{key}{SUFFIXES[kind]}"
 
 
 def register_question_set(lake: Lake, kind: str, path: str | Path) -> str:

@@ -197,6 +197,8 @@ class ControlResult:
     real_reasons: dict[str, int]
     control_reasons: dict[str, int]
     controls: tuple[ControlQuestion, ...] = field(repr=False, default=())
+    # the ladder's outcome (min_paths 1) on each real question, in question order
+    real: tuple[Outcome, ...] = field(repr=False, default=())
 
 
 def evaluate_controls(
@@ -244,6 +246,7 @@ def evaluate_controls(
         real_reasons=_reasons(real),
         control_reasons=_reasons([t for t in twin if t is not None]),
         controls=tuple(controls),
+        real=tuple(real),
     )
 
 

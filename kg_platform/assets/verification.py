@@ -1,0 +1,158 @@
+"""Verification: the evidence verifier of a configuration (gate 7, with its tau), the SciFact
+report of a claim set, and the refusal report of a question set under a ladder
+configuration (kg_platform.evaluation.verifier_training, scifact_report and refusal_report
+hold the rules)."""
+
+import dagster as dg
+
+from kg_platform.assets.checks import blocking_specs, check_results, data_version
+from kg_platform.assets.partitions import (
+    dims_of,
+    refusal_evaluations,
+    scifact_claim_sets,
+    verifier_configs,
+)
+from kg_platform.evaluation import pubmedqa_answering as answering
+from kg_platform.evaluation import refusal_report as refusal
+from kg_platform.evaluation import scifact_report as scifact
+from kg_platform.evaluation import verifier_training as training
+from kg_platform.resources.lake import LakeResource
+from kg_platform.storage.scope import Scope
+
+# every partition of an upstream asset, read by name from the lake (as FILES_TO_RELEASE)
+ALL = dg.AllPartitionMapping()
+
+
+@dg.asset(
+    partitions_def=verifier_configs,
+    group_name="verification",
+    code_version="1",
+    check_specs=blocking_specs("verifier_model", training.VERIFIER_CHECKS),
+)
+def verifier_model(context: dg.AssetExecutionContext, lake: LakeResource) -> dg.MaterializeResult:
+    """The configuration's SUPPORT / CONTRADICT / NOINFO verifier trained on its SciFact claim
+    set, with gate 7's tau fitted on the out-of-fold scores of those claims, under
+    verifiers/models/<content hash>/. Partitioned by **verifier configuration**: a model is a
+    function of (claim set, corpus, recipe, seed, folds), all of which the configuration names."""
+    root = lake.get()
+    config = training.load_verifier_config(root, context.partition_key)
+    with training.open_claim_set(root, config.training_set, config.corpus) as claims:
+        trained = training.train_config_verifier(config, claims)
+        with root.transaction() as staged:
+            record = training.save_trained_verifier(staged, config, claims, trained)
+            outcomes = training.check_verifier_model(staged, record, trained, claims, config)
+            results = check_results(context, outcomes, f"verifier_model[{config.key}]")
+            digest = staged.digest([training.trained_key(config.key), record["oof"]])
+    return dg.MaterializeResult(
+        metadata={
+            "model": record["model"],
+            "path": root.path(record["model_prefix"]),
+            "verifier": record["verifier"],
+            "tau": record["tau"],
+            "claim_set": config.training_set,
+            "pairs": record["pairs"],
+            "scores": record["scores"],
+            "configuration": dg.MetadataValue.json(config.to_json()),
+        },
+        check_results=results,
+        data_version=data_version(digest),
+    )
+
+
+@dg.asset(
+    partitions_def=scifact_claim_sets,
+    deps=[dg.AssetDep("verifier_model", partition_mapping=ALL)],
+    group_name="verification",
+    kinds={"markdown"},
+    code_version="1",
+    check_specs=blocking_specs("scifact_report", scifact.SCIFACT_REPORT_CHECKS),
+)
+def scifact_report(context: dg.AssetExecutionContext, lake: LakeResource) -> dg.MaterializeResult:
+    """NOINFO AUROC, macro-F1 and confusion matrix of every verifier trained on a SciFact claim
+    set (out of fold), beside the untrained-encoder baseline on the same folds: markdown, PNG
+    and JSON under reports/scifact/<claim set>/. Partitioned by **claim set**; the verifiers
+    are every verifier_model partition whose configuration trains on it."""
+    root = lake.get()
+    key = context.partition_key
+    entries = scifact.trained_on(root, key)
+    with training.open_claim_set(root, key, scifact.corpus_of(entries, key)) as claims:
+        scored = [
+            scifact.aligned_scores(
+                config,
+                record,
+                root.read_parquet(record["oof"]),
+                claims,
+                scifact.baseline_embed(config),
+            )
+            for config, record in entries
+        ]
+        report = scifact.build_scifact_report(claims, scored)
+        outcomes = scifact.check_scifact_report(report, claims, scored)
+    store = root.scoped(Scope(report=key))
+    prefix = scifact.REPORT_PREFIX
+    with store.transaction() as staged:
+        scifact.write_scifact_report(staged, report)
+        results = check_results(context, outcomes, f"scifact_report[{key}]")
+        markdown = staged.read_bytes(f"{prefix}/report.md").decode()
+        digest = staged.digest([f"{prefix}/report.json"])
+    return dg.MaterializeResult(
+        metadata={
+            "report": dg.MetadataValue.md(markdown),
+            "summary": dg.MetadataValue.json(scifact.report_summary(report)),
+            "path": store.path(f"{prefix}/report.json"),
+            "claim_set": key,
+        },
+        check_results=results,
+        data_version=data_version(digest),
+    )
+
+
+@dg.asset(
+    partitions_def=refusal_evaluations,
+    deps=[
+        dg.AssetDep("graph", partition_mapping=ALL),
+        dg.AssetDep("verifier_model", partition_mapping=ALL),
+        dg.AssetDep("posterior_cache", partition_mapping=ALL),
+    ],
+    group_name="verification",
+    kinds={"markdown"},
+    code_version="1",
+    check_specs=blocking_specs("refusal_report", refusal.REFUSAL_REPORT_CHECKS),
+)
+def refusal_report(context: dg.AssetExecutionContext, lake: LakeResource) -> dg.MaterializeResult:
+    """Are the ladder's refusals right: real vs control answered shares with the paired leak,
+    the min_paths sweep, T0-T3 refusal rates per failure class, and graph certification vs
+    reader confidence: markdown, PNGs and JSON under reports/refusal/<question set>/<ladder
+    config>/. Partitioned by **question set x ladder configuration**; the configuration names
+    the graph build, gate 7's verifier and the reader configuration whose posterior cache is
+    read, each by name from the lake."""
+    dims = dims_of(context)
+    root = lake.get()
+    config = refusal.load_ladder_config(root, dims["ladder_config"])
+    with answering.open_question_set(root, dims["question_set"]) as questions:
+        doc, evaluated = refusal.refusal_report(root, questions, config)
+        matches_key = answering.check_question_set_matches_key(questions)
+        outcomes = refusal.check_refusal_report(
+            doc, evaluated, len(questions.questions), matches_key
+        )
+    store = root.scoped(refusal.report_scope(questions.key, config.key))
+    prefix = refusal.REPORT_PREFIX
+    with store.transaction() as staged:
+        refusal.write_refusal_report(staged, doc)
+        results = check_results(context, outcomes, f"refusal_report[{context.partition_key}]")
+        markdown = staged.read_bytes(f"{prefix}/report.md").decode()
+        digest = staged.digest([f"{prefix}/report.json"])
+    return dg.MaterializeResult(
+        metadata={
+            "report": dg.MetadataValue.md(markdown),
+            "summary": dg.MetadataValue.json(refusal.report_summary(doc)),
+            "path": store.path(f"{prefix}/report.json"),
+            "question_set": questions.key,
+            "ladder_config": config.key,
+        },
+        check_results=results,
+        data_version=data_version(digest),
+    )
+
+
+defs = dg.Definitions(assets=[verifier_model, scifact_report, refusal_report])
