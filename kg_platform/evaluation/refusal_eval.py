@@ -12,7 +12,9 @@
 - **The T0-T3 ablation.** Gates switched on cumulatively (``TIERS``) on question sets built
   from the graph to fail one gate class each (``FAILURE_CLASSES``); each built question is
   kept only when the full ladder refuses it for its own class. The gate sets are nested and
-  a gate switched on can only shrink the surviving paths, so the refusal rates are monotone.
+  a gate switched on can only shrink the surviving paths (gate 7 can only refuse an answer
+  gates 1-6 let through), so the refusal rates are monotone. The verifier NOINFO class needs
+  a verifier on the graph (gate 7 on, with its tau); without one it is empty, its rate None.
 
 The twin of a question is a function of (question, seed) on a given graph.
 """
@@ -38,8 +40,15 @@ from kg_platform.retrieval.linking import concepts_in_graph
 
 SWEEP_KS = tuple(range(1, 9))
 MAX_SWAP_TRIES = 25
-# every reason that is not a ladder gate of T0-T3 stays off in the ablation
-FAILURE_CLASSES = ("unknown_concept", "no_path", "as_of_cutoff", "retracted_only")
+FAILURE_CLASSES = (
+    "unknown_concept",
+    "no_path",
+    "as_of_cutoff",
+    "retracted_only",
+    "verifier_noinfo",
+)
+# every reason that is not a gate of a tier stays off in that tier; T3 is the full ladder
+# (gate 7 there does nothing without a verifier)
 TIERS: tuple[tuple[str, frozenset[R]], ...] = (
     ("T0", frozenset({R.NO_MESH_ENTRY_POINT, R.TOO_FEW_SPECIFIC_CONCEPTS})),
     (
@@ -56,13 +65,14 @@ TIERS: tuple[tuple[str, frozenset[R]], ...] = (
     ),
 )
 TIERS += (("T2", TIERS[1][1] | {R.NO_EVIDENCE_AS_OF_DATE}),)
-TIERS += (("T3", TIERS[2][1] | {R.ONLY_RETRACTED_EVIDENCE}),)
+TIERS += (("T3", TIERS[2][1] | {R.ONLY_RETRACTED_EVIDENCE, R.VERIFIER_NOINFO}),)
 # the reasons that mean "built to fail this class" (the full ladder's first failing gate)
 CLASS_REASONS = {
     "unknown_concept": {R.NO_MESH_ENTRY_POINT, R.TOO_FEW_SPECIFIC_CONCEPTS},
     "no_path": {R.NO_PATH},
     "as_of_cutoff": {R.NO_EVIDENCE_AS_OF_DATE},
     "retracted_only": {R.ONLY_RETRACTED_EVIDENCE},
+    "verifier_noinfo": {R.VERIFIER_NOINFO},
 }
 UNKNOWN_PLACEHOLDER = "zyxoquantrel"  # no MeSH term: the fallback unknown concept
 
@@ -160,6 +170,20 @@ class Outcome:
 def _top_k(kg: KnowledgeGraph) -> int:
     # the evidence a verifier (gate 7) reads, when there is one; the verdict needs no more
     return kg.config.verifier_k
+
+
+def verifier_gate_on(kg: KnowledgeGraph) -> bool:
+    """Whether gate 7 can refuse on this graph: a verifier, a tau and the gate not off."""
+    ladder = kg.config.ladder
+    return (
+        kg.verifier is not None and ladder.verifier_tau is not None and ladder.on(R.VERIFIER_NOINFO)
+    )
+
+
+def without_verifier_gate(kg: KnowledgeGraph) -> KnowledgeGraph:
+    """The same graph with gate 7 switched off (gates 1-6 as they are)."""
+    ladder = replace(kg.config.ladder, disabled=kg.config.ladder.disabled | {R.VERIFIER_NOINFO})
+    return kg.with_config(replace(kg.config, ladder=ladder))
 
 
 def ask_outcome(kg: KnowledgeGraph, question: str, as_of: int | None = None) -> Outcome:
@@ -275,21 +299,23 @@ def build_failure_sets(
 ) -> dict[str, list[BuiltQuestion]]:
     """Up to ``per_class`` questions per failure class, each refused by the full ladder (at
     the kg's own min_paths) for that class; a class the graph cannot produce (e.g. no
-    retracted article) stays empty."""
+    retracted article, or no verifier for verifier NOINFO) stays empty."""
     rng = np.random.default_rng(seed)
     names = kg.grounder.names
     made = graph_questions(kg, 20 * per_class, seed).questions
-    answerable = [q for q in made if kg.ask(q.text, top_k=_top_k(kg)).verdict.answerable][
-        :per_class
-    ]
+    # the graph-made questions that pass gates 1-6 (the verifier is not run on them here)
+    unverified = without_verifier_gate(kg)
+    passing = [q for q in made if unverified.ask(q.text, top_k=_top_k(kg)).verdict.answerable]
+    answerable = passing[:per_class]
     sets: dict[str, list[BuiltQuestion]] = {c: [] for c in FAILURE_CLASSES}
 
-    seen: set[tuple[str, int | None]] = set()
+    seen: set[tuple[str, str, int | None]] = set()
 
     def keep(q: BuiltQuestion) -> None:
-        if (q.text, q.as_of) in seen or len(sets[q.failure_class]) == per_class:
+        key = (q.failure_class, q.text, q.as_of)
+        if key in seen or len(sets[q.failure_class]) == per_class:
             return
-        seen.add((q.text, q.as_of))
+        seen.add(key)
         if _fails_as(kg, q):
             sets[q.failure_class].append(q)
 
@@ -312,7 +338,7 @@ def build_failure_sets(
             keep(BuiltQuestion("no_path", text))
     # as-of cutoff: an answerable question asked the year before its oldest evidence
     for q in answerable:
-        years = [e.path.terminal.year for e in kg.ask(q.text, top_k=10**6).evidence]
+        years = [e.path.terminal.year for e in unverified.ask(q.text, top_k=10**6).evidence]
         years = [y for y in years if y and y > 1000]
         if years:
             keep(BuiltQuestion("as_of_cutoff", q.text, min(years) - 1))
@@ -334,6 +360,13 @@ def build_failure_sets(
             )
         if len(sets["retracted_only"]) == per_class:
             break
+    # verifier NOINFO: a question passing gates 1-6 whose top evidence the verifier finds
+    # no information in (P(NOINFO) above tau on every article it read)
+    if verifier_gate_on(kg):
+        for q in passing:
+            if len(sets["verifier_noinfo"]) == per_class:
+                break
+            keep(BuiltQuestion("verifier_noinfo", q.text))
     return sets
 
 

@@ -1,18 +1,24 @@
 """The refusal evaluation on the small real-shaped question graph (answer/graph_fixture):
 control twins, the min_paths sweep against real asks at each k, the T0-T3 ablation (monotone,
-each class refused from its own tier on) and `kg eval refusal --json`."""
+each class refused from its own tier on; verifier NOINFO only with a verifier) and
+`kg eval refusal --json`."""
 
 from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import replace
 
 import pytest
 
+from kg_platform.answer.api import AskConfig
+from kg_platform.answer.ladder import LadderConfig, RefusalReason
 from kg_platform.commands.eval_refusal import add_eval_parser
 from kg_platform.evaluation.refusal_eval import (
     FAILURE_CLASSES,
     SWEEP_KS,
+    TIERS,
+    BuiltQuestion,
     ControlMaker,
     ControlQuestion,
     build_failure_sets,
@@ -29,6 +35,7 @@ from kg_platform_tests.answer.graph_fixture import (
     STROKE,
     WARFARIN,
 )
+from kg_platform_tests.answer.test_verifier_gate import FixedVerifier
 
 QUESTIONS = [
     ("q1", "Does aspirin prevent myocardial infarction?"),
@@ -92,6 +99,7 @@ def test_ablation_sets_fail_their_gate_and_rates_rise_monotonically(kg) -> None:
         "no_path": 5,
         "as_of_cutoff": 1,
         "retracted_only": 1,
+        "verifier_noinfo": 0,  # no verifier: the class cannot be produced
     }
     assert [(q.text, q.as_of) for q in sets["as_of_cutoff"]] == [
         ("Is there a link between Aspirin and Myocardial Infarction?", 2000)
@@ -100,13 +108,75 @@ def test_ablation_sets_fail_their_gate_and_rates_rise_monotonically(kg) -> None:
     tiers = evaluate_ablation(kg, sets)
     assert [t.tier for t in tiers] == ["T0", "T1", "T2", "T3"]
     assert [t.refusal_rate for t in tiers] == [1 / 8, 6 / 8, 7 / 8, 1.0]
-    # each class is refused from its own tier on, never before
-    for i, name in enumerate(FAILURE_CLASSES):
+    # each class is refused from its own tier on, never before; an empty class has no rate
+    for i, name in enumerate(FAILURE_CLASSES[:4]):
         assert [t.per_class[name] for t in tiers] == [0.0] * i + [1.0] * (4 - i), name
+    assert [t.per_class["verifier_noinfo"] for t in tiers] == [None] * 4
     assert is_monotone(tiers)
     # every tier's gates include the previous tier's
     for before, after in zip(tiers, tiers[1:], strict=False):
         assert set(before.gates) < set(after.gates)
+
+
+NOINFO = {"Title 100": 0.9, "Title 300": 0.8, "Title 400": 0.7}  # the answerable q1's articles
+
+
+def with_verifier(kg, tau: float | None) -> tuple:
+    verifier = FixedVerifier(NOINFO)
+    gated = kg.with_config(AskConfig(ladder=LadderConfig(verifier_tau=tau)))
+    gated.verifier = verifier
+    return gated, verifier
+
+
+def test_verifier_noinfo_class_is_refused_at_t3_only(kg) -> None:
+    gated, verifier = with_verifier(kg, tau=0.6)  # every top article of q1 is NOINFO
+    sets = build_failure_sets(gated, per_class=5, seed=0)
+    # the one graph-made question that passes gates 1-6, refused by the verifier
+    assert sets["verifier_noinfo"] == [
+        BuiltQuestion(
+            "verifier_noinfo", "Is there a link between Aspirin and Myocardial Infarction?"
+        )
+    ]
+    # the other classes do not depend on the verifier
+    plain = build_failure_sets(kg, per_class=5, seed=0)
+    assert {k: v for k, v in sets.items() if k != "verifier_noinfo"} == {
+        k: v for k, v in plain.items() if k != "verifier_noinfo"
+    }
+    (question,) = sets["verifier_noinfo"]
+    for tier, on in TIERS:
+        ladder = replace(gated.config.ladder, disabled=frozenset(RefusalReason) - on)
+        verdict = gated.with_config(replace(gated.config, ladder=ladder)).ask(question.text).verdict
+        if tier == "T3":
+            assert (verdict.answerable, verdict.reason) == (False, "verifier_noinfo")
+            assert verdict.verifier["p_noinfo"] == 0.7
+        else:
+            assert (verdict.answerable, verdict.reason, verdict.verifier) == (True, None, None)
+    tiers = evaluate_ablation(gated, sets)
+    assert [t.refusal_rate for t in tiers] == [1 / 9, 6 / 9, 7 / 9, 1.0]
+    assert [t.per_class["verifier_noinfo"] for t in tiers] == [0.0, 0.0, 0.0, 1.0]
+    assert [t.per_class["retracted_only"] for t in tiers] == [0.0, 0.0, 0.0, 1.0]
+    assert is_monotone(tiers)
+    assert "verifier_noinfo" in tiers[3].gates and "verifier_noinfo" not in tiers[2].gates
+    # a tau above one article's P(NOINFO) lets q1 through: the class is empty
+    loose, _ = with_verifier(kg, tau=0.75)
+    assert build_failure_sets(loose, per_class=5, seed=0)["verifier_noinfo"] == []
+
+
+def test_report_json_carries_the_verifier_class(kg) -> None:
+    gated, _ = with_verifier(kg, tau=0.6)
+    doc = evaluate_refusal(gated, QUESTIONS, min_paths=1, seed=0, per_class=5, resamples=200)
+    doc = doc.to_json()
+    assert doc["ablation_sets"]["verifier_noinfo"] == 1
+    assert doc["ablation"] == [round(1 / 9, 6), round(6 / 9, 6), round(7 / 9, 6), 1.0]
+    assert [t["per_class"]["verifier_noinfo"] for t in doc["ablation_tiers"]] == [0, 0, 0, 1]
+    assert doc["ablation_monotone"] is True
+    # q1 is refused by the verifier as asked, too
+    assert doc["real_answered"] == 0.0 and doc["real_reasons"]["verifier_noinfo"] == 1
+    # without a verifier the class is reported, empty and without rates
+    plain = evaluate_refusal(kg, QUESTIONS, min_paths=1, seed=0, per_class=5, resamples=200)
+    plain = plain.to_json()
+    assert plain["ablation_sets"]["verifier_noinfo"] == 0
+    assert [t["per_class"]["verifier_noinfo"] for t in plain["ablation_tiers"]] == [None] * 4
 
 
 def test_cli_json_last_line(question_lake, tmp_path, capsys) -> None:
