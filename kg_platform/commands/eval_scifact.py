@@ -77,12 +77,15 @@ def run_eval_scifact(args: argparse.Namespace) -> int:
         print(json.dumps(doc))
     else:
         b = doc["baseline"]
+        c = doc["controls"]["baseline_shuffled_labels"]
         print(
             f"scifact: {doc['n_claims']} claims, {doc['n_pairs']} pairs {doc['pair_sources']}, "
             f"{doc['folds']}-fold CV by claim\n"
             f"  verifier: NOINFO AUROC {doc['noinfo_auroc']}, macro-F1 {doc['macro_f1']}, "
             f"tau {doc['tau']}\n  confusion {doc['confusion']}\n"
             f"  untrained-encoder baseline: NOINFO AUROC {b['noinfo_auroc']}, "
-            f"macro-F1 {b['macro_f1']}"
+            f"macro-F1 {b['macro_f1']}\n"
+            f"  control, the baseline fitted on shuffled labels: NOINFO AUROC "
+            f"{c['noinfo_auroc']}, macro-F1 {c['macro_f1']}"
         )
     return 0

@@ -127,25 +127,42 @@ def cross_validate_verifier(
     return out
 
 
-def baseline_posteriors(
-    pairs: Sequence[VerifierPair], folds: np.ndarray, embed: Embed, seed: int
-) -> np.ndarray:
-    """Out-of-fold (n, 3) scores of the untrained-encoder baseline."""
-    from sklearn.linear_model import LogisticRegression
-
+def baseline_features(pairs: Sequence[VerifierPair], embed: Embed) -> np.ndarray:
+    """[c, t, c*t, |c-t|] of each pair from the untrained encoder's vectors."""
     claims = sorted({p.claim for p in pairs})
     texts = sorted({p.text for p in pairs})
     vectors = np.asarray(embed([*claims, *texts]), dtype=np.float64)
     row = {t: i for i, t in enumerate([*claims, *texts])}
     c = vectors[[row[p.claim] for p in pairs]]
     t = vectors[[row[p.text] for p in pairs]]
-    features = np.hstack([c, t, c * t, np.abs(c - t)])
+    return np.hstack([c, t, c * t, np.abs(c - t)])
+
+
+def baseline_posteriors(
+    pairs: Sequence[VerifierPair],
+    folds: np.ndarray,
+    embed: Embed,
+    seed: int,
+    shuffle_seed: int | None = None,
+    features: np.ndarray | None = None,
+) -> np.ndarray:
+    """Out-of-fold (n, 3) scores of the untrained-encoder baseline. With ``shuffle_seed``
+    the control: each training fold's labels are permuted before the fit, so the scores can
+    carry no signal about the held-out labels (expect NOINFO AUROC near 0.5)."""
+    from sklearn.linear_model import LogisticRegression
+
+    if features is None:
+        features = baseline_features(pairs, embed)
     labels = labels_of(pairs)
     out = np.zeros((len(pairs), 3), dtype=np.float64)
+    shuffler = None if shuffle_seed is None else np.random.default_rng(shuffle_seed)
     for fold in range(int(folds.max()) + 1):
         train, held = folds != fold, folds == fold
+        fit_labels = labels[train]
+        if shuffler is not None:
+            fit_labels = shuffler.permutation(fit_labels)
         model = LogisticRegression(max_iter=2000, random_state=seed)
-        model.fit(features[train], labels[train])
+        model.fit(features[train], fit_labels)
         columns = [list(model.classes_).index(c) if c in model.classes_ else None for c in range(3)]
         probs = model.predict_proba(features[held])
         out[held] = np.stack(
@@ -166,6 +183,8 @@ class ScifactReport:
     baseline: VerdictMetrics
     tau: float | None
     recipe: dict[str, Any]
+    # the baseline fitted on shuffled training labels: the control that cannot carry signal
+    shuffled_control: VerdictMetrics | None = None
 
     def to_json(self) -> dict:
         v = self.verifier
@@ -182,6 +201,11 @@ class ScifactReport:
             "noinfo_auroc_hard": None if v is None else v.to_json()["noinfo_auroc_hard"],
             "tau": self.tau,
             "baseline": self.baseline.to_json(),
+            "controls": {
+                "baseline_shuffled_labels": None
+                if self.shuffled_control is None
+                else self.shuffled_control.to_json()
+            },
             "recipe": dict(self.recipe),
         }
 
@@ -204,7 +228,14 @@ def evaluate_scifact(
         scores = cross_validate_verifier(pairs, fold_of, seed, recipe, on_fold)
         verifier = verdict_metrics(scores, labels, hard)
         tau = round(fit_tau(scores[:, NOINFO], labels), 6)
-    baseline = verdict_metrics(baseline_posteriors(pairs, fold_of, embed, seed), labels, hard)
+    features = baseline_features(pairs, embed)
+    baseline = verdict_metrics(
+        baseline_posteriors(pairs, fold_of, embed, seed, features=features), labels, hard
+    )
+    shuffled = baseline_posteriors(
+        pairs, fold_of, embed, seed, shuffle_seed=seed + 1, features=features
+    )
+    shuffled_control = verdict_metrics(shuffled, labels, hard)
     sources: dict[str, int] = {}
     for p in pairs:
         sources[p.source] = sources.get(p.source, 0) + 1
@@ -220,4 +251,5 @@ def evaluate_scifact(
         baseline=baseline,
         tau=tau,
         recipe=recipe.to_dict() if recipe is not None else {},
+        shuffled_control=shuffled_control,
     )

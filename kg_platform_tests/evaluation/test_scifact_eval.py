@@ -76,3 +76,14 @@ def test_cross_validation_with_a_tiny_verifier(tiny_bert) -> None:
     assert doc["noinfo_auroc_hard"] is None and doc["baseline"]["noinfo_auroc_hard"] is None
     # the hashed encoder sees the cue word: the baseline separates the classes
     assert doc["baseline"]["macro_f1"] == 1.0 and doc["baseline"]["noinfo_auroc"] == 1.0
+
+
+def test_the_shuffled_label_control_loses_the_baselines_signal() -> None:
+    """The same pairs, folds and features: the baseline reads the cue perfectly; fitted on
+    each training fold's labels permuted, it cannot."""
+    report = evaluate_scifact(_pairs(), 2, 0, None, hashed_embed).to_json()
+    assert report["baseline"]["noinfo_auroc"] == 1.0
+    control = report["controls"]["baseline_shuffled_labels"]
+    # 15 training pairs a fold: the permuted fit is as likely to anti-learn as to learn
+    assert (control["noinfo_auroc"], control["macro_f1"]) == (0.1875, 0.064073)
+    assert control["confusion"] == [[0, 8, 2], [3, 1, 6], [5, 4, 1]]
