@@ -201,14 +201,18 @@ def save_trained_reader(lake: Lake, config: ReaderConfig, reader: Reader) -> dic
     return record
 
 
-def read_trained(lake: Lake, config_key: str) -> dict:
-    key = trained_key(config_key)
+def read_trained_record(lake: Lake, key: str, what: str, asset: str) -> dict:
+    """The JSON record a model asset wrote at ``key``; a clear error naming ``what`` (the
+    configuration) and the asset to materialise when it is missing."""
     if not lake.exists(key):
-        raise FileNotFoundError(
-            f"reader configuration {config_key}: {lake.path(key)} is missing; "
-            "materialise reader_model first"
-        )
+        raise FileNotFoundError(f"{what}: {lake.path(key)} is missing; materialise {asset} first")
     return json.loads(lake.read_bytes(key))
+
+
+def read_trained(lake: Lake, config_key: str) -> dict:
+    return read_trained_record(
+        lake, trained_key(config_key), f"reader configuration {config_key}", "reader_model"
+    )
 
 
 @contextmanager

@@ -16,7 +16,6 @@ and by selective accuracy at the certified share of the questions (``pubmedqa_re
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import io
 import json
@@ -46,6 +45,7 @@ from kg_platform.evaluation.refusal_eval import (
     evaluate_refusal,
     is_monotone,
 )
+from kg_platform.evaluation.report_files import plot_lines, write_report_files
 from kg_platform.graph.layout import CURRENT_POINTER, choose_pair, published_pairs
 from kg_platform.storage.lake import Lake
 from kg_platform.storage.scope import Scope
@@ -409,21 +409,13 @@ def render_markdown(doc: dict, plots: dict[str, bytes]) -> str:
                 f"| {_pct(r['graph_certification'])} |"
             )
     lines.append("")
-    for name, data in plots.items():
-        lines.append(f"![{name}](data:image/png;base64,{base64.b64encode(data).decode('ascii')})")
+    lines += plot_lines(plots)
     return "\n".join(lines) + "\n"
 
 
 def write_refusal_report(lake: Lake, doc: dict, prefix: str = REPORT_PREFIX) -> list[str]:
     plots = render_plots(doc)
-    files = {
-        "report.json": json.dumps(doc, indent=2, sort_keys=True).encode(),
-        "report.md": render_markdown(doc, plots).encode(),
-        **plots,
-    }
-    for name, data in files.items():
-        lake.write_bytes(f"{prefix}/{name}", data)
-    return [f"{prefix}/{name}" for name in files]
+    return write_report_files(lake, prefix, doc, render_markdown(doc, plots), plots)
 
 
 def report_scope(question_set: str, ladder_config: str) -> Scope:

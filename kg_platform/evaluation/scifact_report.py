@@ -9,9 +9,7 @@ source recounted independently from the CSV with Polars (not by ``scifact_pairs`
 
 from __future__ import annotations
 
-import base64
 import io
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +20,7 @@ import pyarrow
 
 from kg_platform.answer.verifier import CITED, EVIDENCE, RANDOM, VERDICTS, VerifierPair
 from kg_platform.evaluation.posterior_cache import CacheCheck
+from kg_platform.evaluation.report_files import plot_lines, write_report_files
 from kg_platform.evaluation.scifact_eval import (
     Embed,
     baseline_posteriors,
@@ -282,22 +281,14 @@ def render_markdown(report: dict, plots: dict[str, bytes]) -> str:
             f"- {v['config']}: verifier {v['confusion']}, baseline {v['baseline']['confusion']}"
         )
     lines.append("")
-    for name, data in plots.items():
-        lines.append(f"![{name}](data:image/png;base64,{base64.b64encode(data).decode('ascii')})")
+    lines += plot_lines(plots)
     return "\n".join(lines) + "\n"
 
 
 def write_scifact_report(lake: Lake, report: dict, prefix: str = REPORT_PREFIX) -> list[str]:
     """report.json, report.md and the PNG under ``prefix``; returns the keys written."""
     plots = render_plots(report)
-    files = {
-        "report.json": json.dumps(report, indent=2, sort_keys=True).encode(),
-        "report.md": render_markdown(report, plots).encode(),
-        **plots,
-    }
-    for name, data in files.items():
-        lake.write_bytes(f"{prefix}/{name}", data)
-    return [f"{prefix}/{name}" for name in files]
+    return write_report_files(lake, prefix, report, render_markdown(report, plots), plots)
 
 
 def report_summary(report: dict) -> dict:

@@ -46,6 +46,7 @@ from kg_platform.answer.verifier import (
     write_tau,
 )
 from kg_platform.evaluation.posterior_cache import CacheCheck
+from kg_platform.evaluation.pubmedqa_answering import read_trained_record, reader_folder
 from kg_platform.evaluation.question_sets import question_set_object
 from kg_platform.evaluation.scifact_eval import (
     claim_folds,
@@ -291,27 +292,14 @@ def save_trained_verifier(
 
 
 def read_trained(lake: Lake, config_key: str) -> dict:
-    key = trained_key(config_key)
-    if not lake.exists(key):
-        raise FileNotFoundError(
-            f"verifier configuration {config_key}: {lake.path(key)} is missing; "
-            "materialise verifier_model first"
-        )
-    return json.loads(lake.read_bytes(key))
-
-
-@contextmanager
-def trained_folder(lake: Lake, record: dict) -> Iterator[Path]:
-    """A local folder holding the trained verifier's files."""
-    from kg_platform.evaluation.pubmedqa_answering import reader_folder
-
-    with reader_folder(lake, record) as folder:
-        yield folder
+    return read_trained_record(
+        lake, trained_key(config_key), f"verifier configuration {config_key}", "verifier_model"
+    )
 
 
 def load_trained_verifier(lake: Lake, record: dict) -> ClassifierVerifier:
     """The verifier ``verifier_model`` saved, with its tau."""
-    with trained_folder(lake, record) as folder:
+    with reader_folder(lake, record) as folder:
         return load_verifier(folder, device="cpu")
 
 
@@ -322,7 +310,7 @@ def check_verifier_model(
     from kg_platform.answer.readers.classifier import content_hash
 
     probe = trained.pairs[:PROBE_PAIRS]
-    with trained_folder(lake, record) as folder:
+    with reader_folder(lake, record) as folder:
         rehashed = content_hash(folder)
         reloaded = load_verifier(folder, device="cpu")
         saved_tau = read_tau(folder)
