@@ -3,7 +3,12 @@ and the PubMedQA report (kg_platform.evaluation.pubmedqa_answering holds the rul
 
 import dagster as dg
 
-from kg_platform.assets.checks import blocking_specs, check_results, data_version
+from kg_platform.assets.checks import (
+    blocking_specs,
+    check_results,
+    data_version,
+    published_report,
+)
 from kg_platform.assets.partitions import answering_evaluations, dims_of, reader_configs
 from kg_platform.evaluation import pubmedqa_answering as answering
 from kg_platform.evaluation.pubmedqa_report import write_pubmedqa_report
@@ -126,21 +131,16 @@ def pubmedqa_report(context: dg.AssetExecutionContext, lake: LakeResource) -> dg
         report = answering.pubmedqa_report(dev, test, dev_caches, test_caches)
         outcomes = answering.check_report(report, dev, test, dev_caches, test_caches)
     store = root.scoped(answering.report_scope(dev.key, test.key, config.key))
-    with store.transaction() as staged:
-        write_pubmedqa_report(staged, report, prefix=REPORT_PREFIX)
-        results = check_results(context, outcomes, f"pubmedqa_report[{context.partition_key}]")
-        markdown = staged.read_bytes(f"{REPORT_PREFIX}/report.md").decode()
-        digest = staged.digest([f"{REPORT_PREFIX}/report.json"])
-    return dg.MaterializeResult(
-        metadata={
-            "report": dg.MetadataValue.md(markdown),
-            "summary": dg.MetadataValue.json(answering.report_summary(report)),
-            "path": store.path(f"{REPORT_PREFIX}/report.json"),
-            "dev": dev.key,
-            "test": test.key,
-        },
-        check_results=results,
-        data_version=data_version(digest),
+    return published_report(
+        context,
+        store,
+        REPORT_PREFIX,
+        lambda staged: write_pubmedqa_report(staged, report, prefix=REPORT_PREFIX),
+        outcomes,
+        f"pubmedqa_report[{context.partition_key}]",
+        answering.report_summary(report),
+        dev=dev.key,
+        test=test.key,
     )
 
 

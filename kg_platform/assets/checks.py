@@ -115,3 +115,34 @@ def latest_data_version(
     materialization = result.records[0].asset_materialization
     tags = (materialization.tags or {}) if materialization else {}
     return tags.get("dagster/data_version")
+
+
+def published_report(
+    context: dg.AssetExecutionContext,
+    store: Any,
+    prefix: str,
+    write: Any,
+    outcomes: Iterable[Any],
+    label: str,
+    summary: Any,
+    **metadata: Any,
+) -> dg.MaterializeResult:
+    """Stage a report (``write(staged)`` writes report.json, report.md and its plots under
+    ``prefix``), evaluate its checks on what was staged (a failed blocking one raises, so
+    nothing is published), publish it, and return the materialisation: the markdown shown
+    in the UI, ``summary``, the JSON's path and ``metadata``, data version from the JSON."""
+    with store.transaction() as staged:
+        write(staged)
+        results = check_results(context, outcomes, label)
+        markdown = staged.read_bytes(f"{prefix}/report.md").decode()
+        digest = staged.digest([f"{prefix}/report.json"])
+    return dg.MaterializeResult(
+        metadata={
+            "report": dg.MetadataValue.md(markdown),
+            "summary": dg.MetadataValue.json(summary),
+            "path": store.path(f"{prefix}/report.json"),
+            **metadata,
+        },
+        check_results=results,
+        data_version=data_version(digest),
+    )

@@ -5,7 +5,12 @@ hold the rules)."""
 
 import dagster as dg
 
-from kg_platform.assets.checks import blocking_specs, check_results, data_version
+from kg_platform.assets.checks import (
+    blocking_specs,
+    check_results,
+    data_version,
+    published_report,
+)
 from kg_platform.assets.partitions import (
     dims_of,
     refusal_evaluations,
@@ -88,22 +93,15 @@ def scifact_report(context: dg.AssetExecutionContext, lake: LakeResource) -> dg.
         ]
         report = scifact.build_scifact_report(claims, scored)
         outcomes = scifact.check_scifact_report(report, claims, scored)
-    store = root.scoped(Scope(report=key))
-    prefix = scifact.REPORT_PREFIX
-    with store.transaction() as staged:
-        scifact.write_scifact_report(staged, report)
-        results = check_results(context, outcomes, f"scifact_report[{key}]")
-        markdown = staged.read_bytes(f"{prefix}/report.md").decode()
-        digest = staged.digest([f"{prefix}/report.json"])
-    return dg.MaterializeResult(
-        metadata={
-            "report": dg.MetadataValue.md(markdown),
-            "summary": dg.MetadataValue.json(scifact.report_summary(report)),
-            "path": store.path(f"{prefix}/report.json"),
-            "claim_set": key,
-        },
-        check_results=results,
-        data_version=data_version(digest),
+    return published_report(
+        context,
+        root.scoped(Scope(report=key)),
+        scifact.REPORT_PREFIX,
+        lambda staged: scifact.write_scifact_report(staged, report),
+        outcomes,
+        f"scifact_report[{key}]",
+        scifact.report_summary(report),
+        claim_set=key,
     )
 
 
@@ -135,23 +133,16 @@ def refusal_report(context: dg.AssetExecutionContext, lake: LakeResource) -> dg.
         outcomes = refusal.check_refusal_report(
             doc, evaluated, len(questions.questions), matches_key
         )
-    store = root.scoped(refusal.report_scope(questions.key, config.key))
-    prefix = refusal.REPORT_PREFIX
-    with store.transaction() as staged:
-        refusal.write_refusal_report(staged, doc)
-        results = check_results(context, outcomes, f"refusal_report[{context.partition_key}]")
-        markdown = staged.read_bytes(f"{prefix}/report.md").decode()
-        digest = staged.digest([f"{prefix}/report.json"])
-    return dg.MaterializeResult(
-        metadata={
-            "report": dg.MetadataValue.md(markdown),
-            "summary": dg.MetadataValue.json(refusal.report_summary(doc)),
-            "path": store.path(f"{prefix}/report.json"),
-            "question_set": questions.key,
-            "ladder_config": config.key,
-        },
-        check_results=results,
-        data_version=data_version(digest),
+    return published_report(
+        context,
+        root.scoped(refusal.report_scope(questions.key, config.key)),
+        refusal.REPORT_PREFIX,
+        lambda staged: refusal.write_refusal_report(staged, doc),
+        outcomes,
+        f"refusal_report[{context.partition_key}]",
+        refusal.report_summary(doc),
+        question_set=questions.key,
+        ladder_config=config.key,
     )
 
 
