@@ -28,13 +28,15 @@ two sets combined (every timed question of both).
 the four descriptors on the most articles (0.4M-2.6M candidates at the default size), wall
 and CPU seconds of the core's own thread. The grounder
 gives such descriptors the IGNORE role (too common), so no question reaches them; the pair's
-part of the question path is timed directly: ``collect_candidates``, ``path_flags``, the
-ladder, ``structural_scores`` and ``top_paths`` (top 10), as ``KnowledgeGraph.ask`` runs
-them after linking.
+part of the structural question path is timed directly, as ``KnowledgeGraph.ask`` runs it
+after linking: ``pair_evidence`` (one compiled pass: every candidate found, flagged, counted
+at gates 3-6, scored, and the best 10 kept), the ladder's decision, and ``top_paths``.
 
 Same-run reference: every set and every giant pair is timed again, interleaved round by
-round, with the numpy passes the compiled ones replaced (``paths._reference_*``), and the
-top paths of both are compared (``same_top_paths``). ``*_over_reference`` is p95 over the
+round, with that pass replaced by the numpy passes it replaced (``paths._reference_*``
+collect, flag and score every candidate into arrays, ``ladder.path_counts`` masks them and
+``paths.top_rows`` ranks the survivors), and the top paths of both are compared
+(``same_top_paths``, ``same_evidence_as_reference``). ``*_over_reference`` is p95 over the
 reference's p95 (lower is better). The last line printed is one JSON object.
 
     .venv/bin/python benchmarks/ask.py --articles 1000000 --citations 10000000 --mesh-edges 9000000
@@ -49,7 +51,7 @@ import shutil
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import numpy as np
 
@@ -59,7 +61,14 @@ from benchmarks.graph import generate  # noqa: E402
 from kg_platform.answer import api  # noqa: E402
 from kg_platform.answer.api import KnowledgeGraph  # noqa: E402
 from kg_platform.answer.examples import graph_questions  # noqa: E402
-from kg_platform.answer.ladder import LadderInput, run_ladder  # noqa: E402
+from kg_platform.answer.ladder import (  # noqa: E402
+    LadderConfig,
+    LadderInput,
+    PathCounts,
+    RefusalReason,
+    decide,
+    path_counts,
+)
 from kg_platform.evaluation.grounding_eval import load_pubmedqa  # noqa: E402
 from kg_platform.graph import layout  # noqa: E402
 from kg_platform.graph.build import build_graph  # noqa: E402
@@ -106,20 +115,34 @@ def time_questions(kg: KnowledgeGraph, questions: list[str], timings: Timings) -
             timings.ranked_paths.append(verdict.counts["evidence_paths"])
 
 
-# the question path's three passes over a pair's candidates: compiled, and the reference
-PASSES = {
-    "compiled": (paths.collect_candidates, paths.path_flags, paths.structural_scores),
-    "reference": (
-        paths._reference_collect_candidates,
-        paths._reference_path_flags,
-        paths._reference_structural_scores,
-    ),
-}
+def reference_pair_evidence(
+    store, pair, filter_descriptors, top_k, quotable_gate=True, retracted_gate=True, as_of=None
+) -> paths.PairEvidence:
+    """``paths.pair_evidence`` from the numpy passes it replaced: every candidate collected,
+    flagged, counted by the ladder, scored and ranked (``paths._reference_*``, ``top_rows``)."""
+    c = paths._reference_collect_candidates(store, pair)
+    flags = paths._reference_path_flags(store, c)
+    disabled = set()
+    if not quotable_gate:
+        disabled.add(RefusalReason.NO_QUOTABLE_TERMINAL)
+    if not retracted_gate:
+        disabled.add(RefusalReason.ONLY_RETRACTED_EVIDENCE)
+    inp = LadderInput(1, 2, len(c), flags["quotable"], flags["retracted"], flags["year"], as_of)
+    counts, alive = path_counts(inp, LadderConfig(disabled=frozenset(disabled)))
+    scores = paths._reference_structural_scores(store, c, filter_descriptors, flags["concern"])
+    head = paths.top_rows(c, alive, scores, top_k)
+    top = paths.Candidates(pair, c.kind[head], c.source[head], c.terminal[head], c.relation[head])
+    return paths.PairEvidence(pair, asdict(counts), top, scores[head])
+
+
+# the structural question path over a pair: the one compiled pass kg ask runs, and the
+# numpy passes it replaced
+PASSES = {"compiled": paths.pair_evidence, "reference": reference_pair_evidence}
 
 
 def use_passes(variant: str) -> None:
-    """Make ``KnowledgeGraph.ask`` run the compiled or the reference passes."""
-    api.collect_candidates, api.path_flags, api.structural_scores = PASSES[variant]
+    """Make ``KnowledgeGraph.ask`` run the compiled pass or the reference passes."""
+    api.pair_evidence = PASSES[variant]
 
 
 def giant_pairs(kg: KnowledgeGraph, n_descriptors: int = 4) -> list[ConceptPair]:
@@ -137,21 +160,20 @@ def giant_pairs(kg: KnowledgeGraph, n_descriptors: int = 4) -> list[ConceptPair]
 def pair_path(
     kg: KnowledgeGraph, pair: ConceptPair, variant: str
 ) -> tuple[float, float, int, list]:
-    """Wall and CPU seconds of the pair's part of the question path, its candidates and its
-    top paths (the CPU seconds tell the work apart from waiting for the core)."""
-    collect, flags_of, scores_of = PASSES[variant]
+    """Wall and CPU seconds of the pair's part of the structural question path, its
+    candidates and its top paths, as ``KnowledgeGraph._structural`` runs it (the CPU seconds
+    tell the work apart from waiting for the core)."""
     store = kg.store
     cpu = time.thread_time()
     t = time.perf_counter()
-    c = collect(store, pair)
-    flags = flags_of(store, c)
-    verdict, alive = run_ladder(
-        LadderInput(1, 2, len(c), flags["quotable"], flags["retracted"], flags["year"], None),
-        kg.config.ladder,
-    )
-    scores = scores_of(store, c, [], flags["concern"])
-    top = paths.top_paths(store, c, alive, scores, flags, 10) if verdict.answerable else []
-    return time.perf_counter() - t, time.thread_time() - cpu, len(c), top
+    found = PASSES[variant](store, pair, [], 10)
+    verdict = decide(1, 2, PathCounts(**found.counts), None, kg.config.ladder)
+    top = []
+    if verdict.answerable:
+        kept = np.ones(len(found.top), dtype=bool)
+        flags = paths.path_flags(store, found.top)
+        top = paths.top_paths(store, found.top, kept, found.scores, flags, 10)
+    return time.perf_counter() - t, time.thread_time() - cpu, found.counts["candidates"], top
 
 
 def time_giant_pairs(kg: KnowledgeGraph, rounds: int) -> dict:

@@ -32,8 +32,10 @@ import polars as pl
 from kg_platform.answer.ladder import (
     LadderConfig,
     LadderInput,
+    PathCounts,
     RefusalReason,
     Verdict,
+    decide,
     run_ladder,
     verifier_gate,
 )
@@ -55,6 +57,7 @@ from kg_platform.retrieval.paths import (
     Candidates,
     EvidencePath,
     collect_candidates,
+    pair_evidence,
     path_flags,
     structural_scores,
     top_paths,
@@ -344,59 +347,15 @@ class KnowledgeGraph:
         concepts = concepts_in_graph(self.store, bridges)
         pairs = score_pairs(self.store, concepts)
         clock.lap("pairs")
-        chosen, candidates = None, None
-        for pair in pairs[: self.config.max_pairs_tried]:
-            found = collect_candidates(self.store, pair)
-            if chosen is None or len(found):
-                chosen, candidates = pair, found
-            if len(found):
-                break
-        if candidates is None:
-            candidates = Candidates.empty(pairs[0]) if pairs else None
-        clock.lap("paths")
-        if candidates is not None and len(candidates):
-            flags = path_flags(self.store, candidates)
-        else:
-            z = np.zeros(0, dtype=bool)
-            flags = {"quotable": z, "retracted": z, "concern": z, "year": z.astype(np.int32)}
-        verdict, alive = run_ladder(
-            LadderInput(
-                n_groundings=len(roled),
-                n_bridge_concepts=len(concepts),
-                n_candidates=len(candidates) if candidates is not None else 0,
-                quotable=flags["quotable"],
-                retracted=flags["retracted"],
-                year=flags["year"],
-                as_of=as_of,
-            ),
-            self.config.ladder,
+        filters = []
+        for r in roled:
+            if r.role == Role.FILTER:
+                with contextlib.suppress(KeyError):  # a FILTER the graph never saw
+                    filters.append(self.store.desc_idx(r.grounding.ui))
+        path = self._structural if self.semantic is None else self._dense
+        verdict, evidence, chosen = path(
+            text, len(roled), len(concepts), pairs, filters, as_of, top_k, clock
         )
-        clock.lap("ladder")
-        evidence: tuple[Evidence, ...] = ()
-        verdict = replace(verdict, ranker=self.ranker)
-        if verdict.answerable and candidates is not None:
-            filters = []
-            for r in roled:
-                if r.role == Role.FILTER:
-                    with contextlib.suppress(KeyError):  # a FILTER the graph never saw
-                        filters.append(self.store.desc_idx(r.grounding.ui))
-            scores = structural_scores(self.store, candidates, filters, flags["concern"])
-            similarity = None
-            if self.semantic is not None:
-                # every surviving candidate is scored against this question, then cut
-                similarity, semantic = self._similarity(text, candidates, alive)
-                verdict = replace(
-                    verdict,
-                    signals=_signals(semantic),
-                    explanation=f"{verdict.explanation} {_dense_note(semantic)}",
-                )
-            else:
-                verdict = replace(
-                    verdict, explanation=f"{verdict.explanation} Ranked by structural score."
-                )
-            paths = top_paths(self.store, candidates, alive, scores, flags, top_k, similarity)
-            titles = self._titles([p.terminal.pmid for p in paths])
-            evidence = tuple(Evidence(p, titles.get(p.terminal.pmid)) for p in paths)
         clock.lap("rank")
         if verdict.answerable:
             verdict = self._verify(text, verdict, evidence)
@@ -418,6 +377,105 @@ class KnowledgeGraph:
             grounder=self.grounder_description,
             reading=reading,
         )
+
+    def _structural(
+        self,
+        text: str,
+        n_groundings: int,
+        n_concepts: int,
+        pairs: list[ConceptPair],
+        filters: list[int],
+        as_of: int | None,
+        top_k: int,
+        clock: _Clock,
+    ) -> tuple[Verdict, tuple[Evidence, ...], ConceptPair | None]:
+        """The structural ranker's path: per pair tried, one compiled pass counts the
+        candidates at gates 3-6 and keeps the ``top_k`` best (``pair_evidence``); the same
+        verdict, counts and evidence as collecting every candidate, flagging, scoring and
+        ranking them (``_dense`` without similarity), which ``test_paths_large`` checks."""
+        ladder = self.config.ladder
+        gates = {
+            "quotable_gate": ladder.on(RefusalReason.NO_QUOTABLE_TERMINAL),
+            "retracted_gate": ladder.on(RefusalReason.ONLY_RETRACTED_EVIDENCE),
+            "as_of": as_of if ladder.on(RefusalReason.NO_EVIDENCE_AS_OF_DATE) else None,
+        }
+        chosen, found = None, None
+        for pair in pairs[: self.config.max_pairs_tried]:
+            tried = pair_evidence(self.store, pair, filters, top_k, **gates)
+            if chosen is None or tried.counts["candidates"]:
+                chosen, found = pair, tried
+            if tried.counts["candidates"]:
+                break
+        clock.lap("paths")
+        counts = PathCounts(**found.counts) if found is not None else PathCounts(0, 0, 0, 0, 0)
+        verdict = decide(n_groundings, n_concepts, counts, as_of, ladder)
+        clock.lap("ladder")
+        verdict = replace(verdict, ranker=self.ranker)
+        if not verdict.answerable or found is None:
+            return verdict, (), chosen
+        verdict = replace(verdict, explanation=f"{verdict.explanation} Ranked by structural score.")
+        top = found.top
+        kept = np.ones(len(top), dtype=bool)
+        paths = top_paths(self.store, top, kept, found.scores, path_flags(self.store, top), top_k)
+        return verdict, self._evidence(paths), chosen
+
+    def _dense(
+        self,
+        text: str,
+        n_groundings: int,
+        n_concepts: int,
+        pairs: list[ConceptPair],
+        filters: list[int],
+        as_of: int | None,
+        top_k: int,
+        clock: _Clock,
+    ) -> tuple[Verdict, tuple[Evidence, ...], ConceptPair | None]:
+        """The dense ranker's path: every candidate of the first pair that has any is
+        collected, flagged and put through the ladder; every survivor is scored against the
+        question, then ranked and cut."""
+        chosen, candidates = None, None
+        for pair in pairs[: self.config.max_pairs_tried]:
+            found = collect_candidates(self.store, pair)
+            if chosen is None or len(found):
+                chosen, candidates = pair, found
+            if len(found):
+                break
+        clock.lap("paths")
+        if candidates is not None and len(candidates):
+            flags = path_flags(self.store, candidates)
+        else:
+            z = np.zeros(0, dtype=bool)
+            flags = {"quotable": z, "retracted": z, "concern": z, "year": z.astype(np.int32)}
+        verdict, alive = run_ladder(
+            LadderInput(
+                n_groundings=n_groundings,
+                n_bridge_concepts=n_concepts,
+                n_candidates=len(candidates) if candidates is not None else 0,
+                quotable=flags["quotable"],
+                retracted=flags["retracted"],
+                year=flags["year"],
+                as_of=as_of,
+            ),
+            self.config.ladder,
+        )
+        clock.lap("ladder")
+        verdict = replace(verdict, ranker=self.ranker)
+        if not verdict.answerable or candidates is None:
+            return verdict, (), chosen
+        scores = structural_scores(self.store, candidates, filters, flags["concern"])
+        # every surviving candidate is scored against this question, then cut
+        similarity, semantic = self._similarity(text, candidates, alive)
+        verdict = replace(
+            verdict,
+            signals=_signals(semantic),
+            explanation=f"{verdict.explanation} {_dense_note(semantic)}",
+        )
+        paths = top_paths(self.store, candidates, alive, scores, flags, top_k, similarity)
+        return verdict, self._evidence(paths), chosen
+
+    def _evidence(self, paths: list[EvidencePath]) -> tuple[Evidence, ...]:
+        titles = self._titles([p.terminal.pmid for p in paths])
+        return tuple(Evidence(p, titles.get(p.terminal.pmid)) for p in paths)
 
     def _verify(self, question: str, verdict: Verdict, evidence: tuple[Evidence, ...]) -> Verdict:
         """Gate 7: the verifier on the question's claim against the first readable evidence

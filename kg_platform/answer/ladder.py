@@ -97,71 +97,109 @@ class Verdict:
         }
 
 
+@dataclass(frozen=True)
+class PathCounts:
+    """How many candidate paths pass each of gates 3-6's conditions, in the ladder's order:
+    every candidate, quotable terminal, then alive after gate 5's retraction filter (when on)
+    and after the as-of cutoff (when given and on); ``evidence`` is what survives all of
+    them. The question path can count these in one compiled pass
+    (``retrieval.paths.pair_evidence``) without keeping a mask per candidate."""
+
+    candidates: int
+    quotable: int
+    unretracted: int
+    as_of: int
+    evidence: int
+
+
+def path_counts(inp: LadderInput, config: LadderConfig) -> tuple[PathCounts, np.ndarray]:
+    """The counts of ``inp``'s candidates and the mask of those alive after gates 4-5 (and
+    the as-of cutoff), each gate's condition looked at only when it is on."""
+    quotable = np.asarray(inp.quotable, dtype=bool)
+    if config.on(RefusalReason.NO_QUOTABLE_TERMINAL):
+        alive = quotable.copy()
+    else:
+        alive = np.ones(inp.n_candidates, dtype=bool)
+    unretracted = as_of = 0
+    if config.on(RefusalReason.ONLY_RETRACTED_EVIDENCE):
+        alive &= ~np.asarray(inp.retracted, dtype=bool)
+        unretracted = int(alive.sum())
+    if inp.as_of is not None and config.on(RefusalReason.NO_EVIDENCE_AS_OF_DATE):
+        year = np.asarray(inp.year)
+        alive &= (year > 0) & (year <= inp.as_of)
+        as_of = int(alive.sum())
+    counts = PathCounts(inp.n_candidates, int(quotable.sum()), unretracted, as_of, int(alive.sum()))
+    return counts, alive
+
+
 def run_ladder(
     inp: LadderInput, config: LadderConfig = LadderConfig()
 ) -> tuple[Verdict, np.ndarray]:
     """The verdict and the mask of candidate paths that survive every gate."""
-    counts = {"groundings": inp.n_groundings, "bridge_concepts": inp.n_bridge_concepts}
-    survivors = np.zeros(inp.n_candidates, dtype=bool)
+    paths, alive = path_counts(inp, config)
+    verdict = decide(inp.n_groundings, inp.n_bridge_concepts, paths, inp.as_of, config)
+    return verdict, alive if verdict.answerable else np.zeros(inp.n_candidates, dtype=bool)
 
-    def refuse(reason: RefusalReason, explanation: str) -> tuple[Verdict, np.ndarray]:
-        return Verdict(False, reason, GATE_OF[reason], explanation, counts), survivors
 
-    if inp.n_groundings == 0 and config.on(RefusalReason.NO_MESH_ENTRY_POINT):
+def decide(
+    n_groundings: int,
+    n_bridge_concepts: int,
+    paths: PathCounts,
+    as_of: int | None,
+    config: LadderConfig = LadderConfig(),
+) -> Verdict:
+    """Gates 1-6 in order on the counts: the first gate that is on and whose condition
+    fails refuses, with the counts of every stage reached."""
+    counts = {"groundings": n_groundings, "bridge_concepts": n_bridge_concepts}
+
+    def refuse(reason: RefusalReason, explanation: str) -> Verdict:
+        return Verdict(False, reason, GATE_OF[reason], explanation, counts)
+
+    if n_groundings == 0 and config.on(RefusalReason.NO_MESH_ENTRY_POINT):
         return refuse(
             RefusalReason.NO_MESH_ENTRY_POINT, "No MeSH concept was recognised in the question."
         )
-    if inp.n_bridge_concepts < 2 and config.on(RefusalReason.TOO_FEW_SPECIFIC_CONCEPTS):
+    if n_bridge_concepts < 2 and config.on(RefusalReason.TOO_FEW_SPECIFIC_CONCEPTS):
         return refuse(
             RefusalReason.TOO_FEW_SPECIFIC_CONCEPTS,
-            f"The question names {inp.n_bridge_concepts} specific concept(s) the graph knows; "
+            f"The question names {n_bridge_concepts} specific concept(s) the graph knows; "
             "linking needs two.",
         )
-    counts["candidate_paths"] = inp.n_candidates
-    if inp.n_candidates == 0 and config.on(RefusalReason.NO_PATH):
+    counts["candidate_paths"] = paths.candidates
+    if paths.candidates == 0 and config.on(RefusalReason.NO_PATH):
         return refuse(
             RefusalReason.NO_PATH,
             "No article carries both concepts and no citation links articles about them.",
         )
-    quotable = np.asarray(inp.quotable, dtype=bool)
-    counts["quotable_paths"] = int(quotable.sum())
-    if config.on(RefusalReason.NO_QUOTABLE_TERMINAL):
-        if not quotable.any():
-            return refuse(
-                RefusalReason.NO_QUOTABLE_TERMINAL,
-                f"All {inp.n_candidates} paths end at articles without an abstract to quote.",
-            )
-        alive = quotable.copy()
-    else:
-        alive = np.ones(inp.n_candidates, dtype=bool)
+    counts["quotable_paths"] = paths.quotable
+    if config.on(RefusalReason.NO_QUOTABLE_TERMINAL) and paths.quotable == 0:
+        return refuse(
+            RefusalReason.NO_QUOTABLE_TERMINAL,
+            f"All {paths.candidates} paths end at articles without an abstract to quote.",
+        )
     if config.on(RefusalReason.ONLY_RETRACTED_EVIDENCE):
-        alive &= ~np.asarray(inp.retracted, dtype=bool)
-        counts["unretracted_paths"] = int(alive.sum())
-        if not alive.any():
+        counts["unretracted_paths"] = paths.unretracted
+        if paths.unretracted == 0:
             return refuse(
                 RefusalReason.ONLY_RETRACTED_EVIDENCE,
                 f"Every quotable path ({counts['quotable_paths']}) runs through a retracted "
                 "article.",
             )
-    if inp.as_of is not None and config.on(RefusalReason.NO_EVIDENCE_AS_OF_DATE):
-        year = np.asarray(inp.year)
-        alive &= (year > 0) & (year <= inp.as_of)
-        counts["as_of_paths"] = int(alive.sum())
-        if not alive.any():
+    if as_of is not None and config.on(RefusalReason.NO_EVIDENCE_AS_OF_DATE):
+        counts["as_of_paths"] = paths.as_of
+        if paths.as_of == 0:
             return refuse(
                 RefusalReason.NO_EVIDENCE_AS_OF_DATE,
-                f"No usable evidence was published in or before {inp.as_of}.",
+                f"No usable evidence was published in or before {as_of}.",
             )
-    n_alive = int(alive.sum())
-    counts["evidence_paths"] = n_alive
-    if n_alive < config.min_paths and config.on(RefusalReason.INSUFFICIENT_PATHS):
+    counts["evidence_paths"] = paths.evidence
+    if paths.evidence < config.min_paths and config.on(RefusalReason.INSUFFICIENT_PATHS):
         return refuse(
             RefusalReason.INSUFFICIENT_PATHS,
-            f"{n_alive} evidence path(s) survive; at least {config.min_paths} are required.",
+            f"{paths.evidence} evidence path(s) survive; at least {config.min_paths} are required.",
         )
-    return (
-        Verdict(True, None, None, f"{n_alive} evidence path(s) support the concept pair.", counts),
-        alive,
+    return Verdict(
+        True, None, None, f"{paths.evidence} evidence path(s) support the concept pair.", counts
     )
 
 

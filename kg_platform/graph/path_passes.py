@@ -155,3 +155,179 @@ def scores(
         if concern[i]:
             score -= 0.5
         out[i] = score
+
+
+# -- from a pair's links to its ladder counts and its top rows --------------------------
+# The question path with the structural ranker needs, of a pair's candidates, only the
+# counts gates 3-6 look at and the ``top_k`` best alive rows. ``pair_evidence`` finds the
+# rows as ``links`` does (source and terminal only: kind and relation follow from the
+# block a row is in), then visits each once: flags, the gates' counts and the structural
+# score, and the row is offered to the top rows. No flag, score or mask array over a
+# million rows is written and read back, and no full partition of the scores is needed.
+
+
+@njit(nogil=True, cache=True)
+def _ranks_before(
+    s1: float, t1: int, r1: int, o1: int, s2: float, t2: int, r2: int, o2: int
+) -> bool:
+    """Row 1 comes before row 2 in ``rank_rows``' structural order: score descending, then
+    terminal, relation and source ascending."""
+    if s1 != s2:
+        return s1 > s2
+    if t1 != t2:
+        return t1 < t2
+    if r1 != r2:
+        return r1 < r2
+    return o1 < o2
+
+
+@njit(nogil=True, cache=True)
+def _carried(node: int, filter_articles: np.ndarray, filter_offsets: np.ndarray) -> int:
+    """How many FILTER descriptors' (ascending) article lists hold ``node``."""
+    n = 0
+    for f in range(filter_offsets.size - 1):
+        lo, hi = filter_offsets[f], filter_offsets[f + 1]
+        at = lo + np.searchsorted(filter_articles[lo:hi], node)
+        if at < hi and filter_articles[at] == node:
+            n += 1
+    return n
+
+
+@njit(nogil=True, cache=True)
+def _far_links(
+    indptr: np.ndarray,
+    indices: np.ndarray,
+    near: np.ndarray,
+    table: np.ndarray,
+    ascending: np.ndarray,
+    swap: bool,
+    source: np.ndarray,
+    terminal: np.ndarray,
+    at: int,
+) -> int:
+    """``links`` without kind and relation: every far link of ``near`` from row ``at``."""
+    origin, far_end = (terminal, source) if swap else (source, terminal)
+    read = at
+    for k in range(near.size):
+        node = near[k]
+        for j in range(indptr[node], indptr[node + 1]):
+            origin[read] = node
+            far_end[read] = indices[j]
+            read += 1
+    for i in range(at, read):
+        node, neighbour = origin[i], far_end[i]
+        origin[at] = node
+        far_end[at] = neighbour
+        at += (neighbour != node) & _found(neighbour, table, ascending)
+    return at
+
+
+@njit(nogil=True, cache=True)
+def pair_evidence(
+    direct: np.ndarray,
+    near: np.ndarray,
+    table: np.ndarray,
+    ascending: np.ndarray,
+    from_b: bool,
+    reads: int,
+    cite_indptr: np.ndarray,
+    cite_indices: np.ndarray,
+    cited_by_indptr: np.ndarray,
+    cited_by_indices: np.ndarray,
+    node_flags: np.ndarray,
+    years: np.ndarray,
+    bits: np.ndarray,
+    gates: np.ndarray,
+    degree_term: np.ndarray,
+    year_term: np.ndarray,
+    year_offset: int,
+    filter_articles: np.ndarray,
+    filter_offsets: np.ndarray,
+    counts: np.ndarray,
+    heap_score: np.ndarray,
+    heap_rows: np.ndarray,
+) -> int:
+    """Every candidate of ``collect_candidates`` counted at gates 3-6 and the best alive
+    ones kept. ``bits``: quotable, retracted, concern; ``gates``: quotable gate on,
+    retraction gate on, as-of year (0: none); ``counts`` (out): candidates, quotable,
+    unretracted, as-of, evidence; ``heap_rows`` (out): kind, source, terminal, relation of
+    the rows kept, ``heap_score`` their scores. Returns how many rows are kept (at most
+    ``heap_score.size``), in no order."""
+    n_direct = direct.size
+    source = np.empty(n_direct + reads, dtype=np.int64)
+    terminal = np.empty(n_direct + reads, dtype=np.int64)
+    source[:n_direct] = direct
+    terminal[:n_direct] = direct
+    # b --cites--> a is a <--cited-by-- b: from b, the CITES rows are b's cited_by links
+    if from_b:
+        end_cites = _far_links(cited_by_indptr, cited_by_indices, near, table, ascending, True,
+                               source, terminal, n_direct)  # fmt: skip
+        n = _far_links(cite_indptr, cite_indices, near, table, ascending, True, source,
+                       terminal, end_cites)  # fmt: skip
+    else:
+        end_cites = _far_links(cite_indptr, cite_indices, near, table, ascending, False, source,
+                               terminal, n_direct)  # fmt: skip
+        n = _far_links(cited_by_indptr, cited_by_indices, near, table, ascending, False,
+                       source, terminal, end_cites)  # fmt: skip
+    quotable_bit, retracted_bit, concern_bit = bits[0], bits[1], bits[2]
+    quotable_gate, retracted_gate, as_of = gates[0] != 0, gates[1] != 0, gates[2]
+    with_filters = filter_offsets.size > 1
+    n_quotable = n_unretracted = n_as_of = n_alive = 0
+    k = heap_score.size
+    held = 0
+    worst = 0  # the kept row that ranks last, once k are kept
+    for i in range(n):
+        s, t = source[i], terminal[i]
+        f_dst = node_flags[t]
+        either = node_flags[s] | f_dst
+        quotable = (f_dst & quotable_bit) != 0
+        n_quotable += quotable
+        alive = quotable or not quotable_gate
+        if retracted_gate:
+            alive = alive and (either & retracted_bit) == 0
+            n_unretracted += alive
+        if as_of != 0:
+            year = max(years[s], years[t])
+            alive = alive and 0 < year <= as_of
+            n_as_of += alive
+        n_alive += alive
+        # the structural score, term by term in the order of structural_scores
+        direct_row = i < n_direct
+        score = 2.0 if direct_row else 1.0
+        if with_filters:
+            for _ in range(_carried(t, filter_articles, filter_offsets)):
+                score += 0.5
+        score += degree_term[cited_by_indptr[t + 1] - cited_by_indptr[t]]
+        score += year_term[years[t] + year_offset]
+        if (either & concern_bit) != 0:
+            score -= 0.5
+        if not alive or (held == k and score < heap_score[worst]):
+            continue
+        relation = 0 if direct_row else (1 if i < end_cites else 2)
+        if held < k:
+            at = held
+            held += 1
+        else:
+            row = heap_rows[worst]
+            if not _ranks_before(score, t, relation, s, heap_score[worst], row[2], row[3], row[1]):
+                continue
+            at = worst
+        heap_score[at] = score
+        heap_rows[at, 0] = 0 if direct_row else 1
+        heap_rows[at, 1] = s
+        heap_rows[at, 2] = t
+        heap_rows[at, 3] = relation
+        if held == k:  # full: find the row that ranks last
+            worst = 0
+            for j in range(1, k):
+                a, b = heap_rows[worst], heap_rows[j]
+                if _ranks_before(
+                    heap_score[worst], a[2], a[3], a[1], heap_score[j], b[2], b[3], b[1]
+                ):
+                    worst = j
+    counts[0] = n
+    counts[1] = n_quotable
+    counts[2] = n_unretracted
+    counts[3] = n_as_of
+    counts[4] = n_alive
+    return held

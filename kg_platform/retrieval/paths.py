@@ -19,10 +19,17 @@ and in-degrees. ``collect_candidates``, ``path_flags`` and ``structural_scores``
 one compiled loop over the rows (``kg_platform.graph.path_passes``) with the same rows, flags
 and scores bit for bit; the numpy versions are kept below as ``_reference_*``, which the
 tests and ``benchmarks/ask.py`` compare against.
+
+The question path with the structural ranker needs less than all of that: the counts the
+ladder's gates 3-6 look at and the ``top_k`` best surviving paths. ``pair_evidence`` gives
+exactly those in one compiled pass that keeps no array per candidate (every candidate is
+still flagged, counted and scored before the cut). The dense ranker scores every survivor
+against the question, so it keeps the arrays.
 """
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -138,16 +145,24 @@ def _far_lookup(far: np.ndarray, lookups: int, n_nodes: int) -> tuple[np.ndarray
     return table, far[:0]
 
 
-def collect_candidates(store: KGStore, pair: ConceptPair) -> Candidates:
-    """All DIRECT and BRIDGE paths of ``pair``; nothing is capped here.
+@dataclass(frozen=True)
+class _BridgePlan:
+    """How a pair's candidates are found: its DIRECT articles, and the side whose major
+    articles' citations are expanded (``near``) with the test for the other side's."""
 
-    Rows come DIRECT first, then CITES, then CITED_BY; the order within a block is not part
-    of the contract (``rank_rows`` orders by explicit keys). BRIDGE paths are found from
-    whichever side has fewer citations to read: ``a cites b`` is ``b cited_by a``, so
-    expanding the b-side major articles and swapping source and terminal gives the same
-    paths at a cost proportional to the smaller side. The links are found and written
-    straight into the candidate arrays, one compiled pass per direction
-    (``kg_platform.graph.path_passes``)."""
+    direct: np.ndarray
+    near: np.ndarray
+    table: np.ndarray  # a boolean table over every node, or empty with ``ascending``
+    ascending: np.ndarray
+    from_b: bool
+    reads: int
+    csr: dict[str, tuple[np.ndarray, np.ndarray]]
+
+
+def _bridge_plan(store: KGStore, pair: ConceptPair) -> _BridgePlan:
+    """BRIDGE paths are found from whichever side has fewer citations to read: ``a cites
+    b`` is ``b cited_by a``, so expanding the b-side major articles and swapping source and
+    terminal gives the same paths at a cost proportional to the smaller side."""
     from kg_platform.graph import path_passes  # numba loads with the first question
 
     a, b = store.desc_idx(pair.a_ui), store.desc_idx(pair.b_ui)
@@ -169,8 +184,22 @@ def collect_candidates(store: KGStore, pair: ConceptPair) -> Candidates:
     from_b = b_reads < a_reads
     near, far, reads = (b_major, a_major, b_reads) if from_b else (a_major, b_major, a_reads)
     table, ascending = _far_lookup(far, reads, store.n_articles)
+    return _BridgePlan(direct, near, table, ascending, bool(from_b), int(reads), csr)
+
+
+def collect_candidates(store: KGStore, pair: ConceptPair) -> Candidates:
+    """All DIRECT and BRIDGE paths of ``pair``; nothing is capped here.
+
+    Rows come DIRECT first, then CITES, then CITED_BY; the order within a block is not part
+    of the contract (``rank_rows`` orders by explicit keys). The BRIDGE links are found from
+    the cheaper side (``_bridge_plan``) and written straight into the candidate arrays, one
+    compiled pass per direction (``kg_platform.graph.path_passes``)."""
+    from kg_platform.graph import path_passes
+
+    plan = _bridge_plan(store, pair)
+    direct = plan.direct
     # room for every link read; only the rows written are kept
-    rows = direct.size + int(reads)
+    rows = direct.size + plan.reads
     kind = np.empty(rows, dtype=np.int8)
     source = np.empty(rows, dtype=np.int64)
     terminal = np.empty(rows, dtype=np.int64)
@@ -182,12 +211,93 @@ def collect_candidates(store: KGStore, pair: ConceptPair) -> Candidates:
     at = direct.size
     for r in (CITES, CITED_BY):
         # b --cites--> a is a <--cited-by-- b: from b, the CITES rows are b's cited_by links
-        expanded = ("cite", "cited_by")[(r == CITES) == from_b]
-        indptr, indices = csr[expanded]
+        expanded = ("cite", "cited_by")[(r == CITES) == plan.from_b]
+        indptr, indices = plan.csr[expanded]
         at = path_passes.links(
-            indptr, indices, near, table, ascending, from_b, r, kind, source, terminal, relation, at
-        )
+            indptr, indices, plan.near, plan.table, plan.ascending, plan.from_b, r,
+            kind, source, terminal, relation, at,
+        )  # fmt: skip
     return Candidates(pair, kind[:at], source[:at], terminal[:at], relation[:at])
+
+
+@dataclass(frozen=True)
+class PairEvidence:
+    """What the structural question path needs of a pair, from ``pair_evidence``: the
+    candidate counts at gates 3-6 (``candidates``, ``quotable``, ``unretracted``, ``as_of``,
+    ``evidence``, as ``answer.ladder.PathCounts`` names them) and the best ``top_k`` alive
+    rows, in ``rank_rows`` order, with their structural scores."""
+
+    pair: ConceptPair
+    counts: dict[str, int]
+    top: Candidates
+    scores: np.ndarray
+
+
+_DEGREE_TERMS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _degree_term(store: KGStore) -> np.ndarray:
+    """``0.1 * log1p(d)`` for every in-degree up to the graph's largest, made as
+    ``structural_scores`` makes its table (so the same values bit for bit); once per store."""
+    term = _DEGREE_TERMS.get(store)
+    if term is None:
+        indptr = store.array("cited_by_indptr")
+        top = int(np.diff(indptr).max()) if indptr.size > 1 else 0
+        term = np.log1p(np.arange(top + 1, dtype=np.float64))
+        term *= 0.1
+        _DEGREE_TERMS[store] = term
+    return term
+
+
+def pair_evidence(
+    store: KGStore,
+    pair: ConceptPair,
+    filter_descriptors: list[int],
+    top_k: int,
+    quotable_gate: bool = True,
+    retracted_gate: bool = True,
+    as_of: int | None = None,
+) -> PairEvidence:
+    """``collect_candidates``, ``path_flags``, the counts of gates 3-6 and
+    ``top_rows(c, alive, structural_scores(...), top_k)`` in one compiled pass that keeps no
+    per-candidate array: the same counts, rows, order and scores bit for bit. The gates are
+    the ladder's: the quotable-terminal gate, the retraction gate and an as-of year (None:
+    no cutoff), each as configured."""
+    from kg_platform.graph import path_passes
+
+    if top_k < 1:
+        raise ValueError(f"top_k: must be at least 1, got {top_k}")
+    years = store.array("year")
+    if years.dtype != np.int16:
+        raise TypeError(f"graph build {store.build_id}: year is {years.dtype}, expected int16")
+    plan = _bridge_plan(store, pair)
+    lists = [store.articles_of(d) for d in filter_descriptors]
+    filter_offsets = np.cumsum([0] + [x.size for x in lists], dtype=np.int64)
+    filter_articles = np.concatenate(lists) if lists else np.zeros(0, dtype=np.int64)
+    counts = np.zeros(5, dtype=np.int64)
+    heap_score = np.empty(top_k, dtype=np.float64)
+    heap_rows = np.empty((top_k, 4), dtype=np.int64)
+    held = path_passes.pair_evidence(
+        plan.direct, plan.near, plan.table, plan.ascending, plan.from_b, plan.reads,
+        *plan.csr["cite"], *plan.csr["cited_by"],
+        store.array("flags"), years,
+        np.array([QUOTABLE, RETRACTED, CONCERN], dtype=np.int64),
+        np.array([quotable_gate, retracted_gate, as_of or 0], dtype=np.int64),
+        _degree_term(store), _YEAR_TERM, 32768, filter_articles, filter_offsets,
+        counts, heap_score, heap_rows,
+    )  # fmt: skip
+    rows, score = heap_rows[:held], heap_score[:held]
+    order = np.lexsort([rows[:, 1], rows[:, 3], rows[:, 2], -score])
+    rows, score = rows[order], score[order]
+    top = Candidates(
+        pair,
+        rows[:, 0].astype(np.int8),
+        rows[:, 1].copy(),
+        rows[:, 2].copy(),
+        rows[:, 3].astype(np.int8),
+    )
+    names = ("candidates", "quotable", "unretracted", "as_of", "evidence")
+    return PairEvidence(pair, dict(zip(names, counts.tolist(), strict=True)), top, score)
 
 
 def path_flags(store: KGStore, c: Candidates) -> dict[str, np.ndarray]:

@@ -8,6 +8,8 @@ recomputed from the raw Parquet with polars; the ranking is recomputed with a fu
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import polars as pl
 import pyarrow as pa
@@ -15,6 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from benchmarks.graph import generate
+from kg_platform.answer.ladder import LadderConfig, LadderInput, RefusalReason, path_counts
 from kg_platform.graph import layout
 from kg_platform.graph.build import build_graph
 from kg_platform.graph.store import CONCERN, KGStore, intersect_sorted
@@ -32,6 +35,7 @@ from kg_platform.retrieval.paths import (
     _reference_path_flags,
     _reference_structural_scores,
     collect_candidates,
+    pair_evidence,
     path_flags,
     rank_rows,
     structural_scores,
@@ -395,3 +399,84 @@ def test_compiled_passes_equal_the_numpy_reference(
                 assert top_paths(store, c, keep, scores, flags, top_k) == top_paths(
                     store, ref, keep, want, ref_flags, top_k
                 ), (pair, uis, top_k)
+
+
+# the gates pair_evidence takes, and the ladder configuration that means the same
+GATES = [
+    ({}, frozenset(), None),
+    ({"as_of": 2005}, frozenset(), 2005),
+    ({"quotable_gate": False}, frozenset({RefusalReason.NO_QUOTABLE_TERMINAL}), None),
+    (
+        {"retracted_gate": False, "as_of": 1990},
+        frozenset({RefusalReason.ONLY_RETRACTED_EVIDENCE}),
+        1990,
+    ),
+    (
+        {"quotable_gate": False, "retracted_gate": False},
+        frozenset({RefusalReason.NO_QUOTABLE_TERMINAL, RefusalReason.ONLY_RETRACTED_EVIDENCE}),
+        None,
+    ),
+]
+
+
+def test_pair_evidence_equals_collecting_flagging_the_ladder_and_ranking(
+    corpus, pairs, descriptors
+) -> None:
+    """The structural question path's one pass gives, for every pair, FILTER set, gate
+    setting and top_k, the ladder's counts over every candidate and the head of the full
+    ranking of the survivors: same rows, same order, scores bit for bit."""
+    store = corpus[1]
+    filter_sets = [[], [descriptors[3]], descriptors[3:5]]
+    bites = {"quotable": 0, "unretracted": 0, "as_of": 0}
+    for pair in pairs:
+        c = collect_candidates(store, pair)
+        flags = path_flags(store, c)
+        for filters in filter_sets:
+            idx = [store.desc_idx(d) for d in filters]
+            scores = structural_scores(store, c, idx, flags["concern"])
+            for gates, disabled, as_of in GATES:
+                inp = LadderInput(
+                    1, 2, len(c), flags["quotable"], flags["retracted"], flags["year"], as_of
+                )
+                counts, alive = path_counts(inp, LadderConfig(disabled=disabled))
+                full = rank_rows(c, alive, scores)
+                bites["quotable"] += counts.candidates - counts.quotable
+                if RefusalReason.ONLY_RETRACTED_EVIDENCE not in disabled:
+                    quotable_gate = RefusalReason.NO_QUOTABLE_TERMINAL not in disabled
+                    before = counts.quotable if quotable_gate else counts.candidates
+                    bites["unretracted"] += before - counts.unretracted
+                if as_of:
+                    uncut, _ = path_counts(
+                        dataclasses.replace(inp, as_of=None), LadderConfig(disabled=disabled)
+                    )
+                    bites["as_of"] += uncut.evidence - counts.evidence
+                for top_k in sorted({1, 10, 57, len(c) + 5}):
+                    got = pair_evidence(store, pair, idx, top_k, **gates)
+                    assert got.counts == dataclasses.asdict(counts), (pair, gates)
+                    head = full[:top_k]
+                    assert _rows(store, got.top).equals(_rows(store, _rows_at(c, head))), (
+                        pair,
+                        filters,
+                        gates,
+                        top_k,
+                    )
+                    assert got.scores.tobytes() == scores[head].tobytes(), (pair, top_k)
+    # every gate removed paths somewhere, so each condition was tested
+    assert min(bites.values()) > 0, bites
+
+
+def test_pair_evidence_of_a_pair_without_paths_and_bad_top_k(corpus, pairs) -> None:
+    store = corpus[1]
+    empty = [p for p in pairs if len(collect_candidates(store, p)) == 0]
+    assert empty, "the graph has a pair without any path"
+    got = pair_evidence(store, empty[0], [], 10)
+    assert got.counts == {
+        "candidates": 0,
+        "quotable": 0,
+        "unretracted": 0,
+        "as_of": 0,
+        "evidence": 0,
+    }
+    assert len(got.top) == 0 and got.scores.size == 0
+    with pytest.raises(ValueError, match="top_k: must be at least 1, got 0"):
+        pair_evidence(store, pairs[0], [], 0)
