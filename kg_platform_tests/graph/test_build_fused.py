@@ -14,6 +14,7 @@ from benchmarks.graph import generate
 from kg_platform.graph import build as build_module
 from kg_platform.graph import layout
 from kg_platform.graph.build import GraphBuild, build_graph
+from kg_platform.mesh.tsv import read_descriptor_tsv
 from kg_platform.storage.lake import Lake
 from kg_platform_tests.conftest import require_reference
 
@@ -64,17 +65,9 @@ def real_lake(tmp_path_factory) -> Lake:
         for table, data in tables.items():
             lake.write_parquet(table_key(table, file), data)
     fold_release(lake, list(parsed))
-    mesh = pl.read_csv(
-        tsv,
-        separator="\t",
-        has_header=False,
-        quote_char=None,
-        new_columns=["ui", "name", "terms", "trees", "taxa"],
-        infer_schema=False,
-    )
-    lake.write_parquet("mesh/descriptors.parquet", mesh.select("ui", "name").to_arrow())
-    tree = mesh.select("ui", pl.col("trees").str.split("|").alias("tree_number"))
-    lake.write_parquet("mesh/tree.parquet", tree.explode("tree_number").drop_nulls().to_arrow())
+    mesh = read_descriptor_tsv(str(tsv))
+    lake.write_parquet("mesh/descriptors.parquet", mesh["descriptors"].to_arrow())
+    lake.write_parquet("mesh/tree.parquet", mesh["tree"].to_arrow())
     return lake
 
 

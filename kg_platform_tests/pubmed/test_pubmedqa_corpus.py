@@ -13,6 +13,7 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
+from kg_platform.mesh.tsv import read_descriptor_tsv
 from kg_platform.pubmed.pubmedqa_corpus import (
     MeshNameResolver,
     pubmedqa_corpus,
@@ -151,17 +152,9 @@ def test_folds_beside_the_mirror_into_a_graph(tmp_path, resolver, records) -> No
     fold = fold_release(lake, files)
     assert fold.rows["articles"] == 63
     assert all(c.passed for c in fold_checks(lake, files, fold))
-    mesh = pl.read_csv(
-        tsv,
-        separator="\t",
-        has_header=False,
-        quote_char=None,
-        new_columns=["ui", "name", "terms", "trees", "taxa"],
-        infer_schema=False,
-    )
-    lake.write_parquet("mesh/descriptors.parquet", mesh.select("ui", "name").to_arrow())
-    tree = mesh.select("ui", pl.col("trees").str.split("|").alias("tree_number"))
-    lake.write_parquet("mesh/tree.parquet", tree.explode("tree_number").drop_nulls().to_arrow())
+    mesh = read_descriptor_tsv(str(tsv))
+    lake.write_parquet("mesh/descriptors.parquet", mesh["descriptors"].to_arrow())
+    lake.write_parquet("mesh/tree.parquet", mesh["tree"].to_arrow())
     build = build_graph(lake)
     assert (build.stats.n_articles, build.stats.mesh_pairs) == (63, 300 + 40)
     store = KGStore.open(lake, build.build_id)
