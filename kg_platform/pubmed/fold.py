@@ -12,7 +12,6 @@ separate Polars implementation of the same rules that the corpus check compares 
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import os
 import shutil
@@ -49,6 +48,15 @@ CHILD_TABLES = [t for t in CORPUS_TABLES if t != "articles"]
 # --fold-records: at 1M records a 1 GB limit held RSS at 1.2 GiB for 1.4x the CPU.
 FOLD_MEMORY_LIMIT_ENV = "KG_FOLD_MEMORY_LIMIT"
 DEFAULT_FOLD_MEMORY_LIMIT = "4GB"
+# The corpus tables are written sorted by PMID one PMID range at a time, each range holding
+# at most this many surviving records: one range's articles (~1.5 KB of abstract each, ~1.5
+# GB) sort within the memory limit, so no sort spills; the ranges are written in order into
+# one Parquet file. Sorting all 40M at once spilled ~60 GB of abstracts: at 5M records this
+# halved the fold's CPU seconds (benchmarks/build.py --fold-records). Each range re-reads the
+# files whose PMIDs overlap it (with the footers cached), so fewer, larger ranges read less.
+FOLD_RANGE_RECORDS = 1_000_000
+# rows per row group of the other corpus tables (DuckDB's own default)
+CHILD_ROW_GROUP_ROWS = 122_880
 
 
 def table_key(table: str, file: str) -> str:
@@ -119,6 +127,61 @@ def _sql_list(paths: list[str]) -> str:
     return "[" + ", ".join("'" + p.replace("'", "''") + "'" for p in paths) + "]"
 
 
+def _pmid_ranges(con: duckdb.DuckDBPyConnection, records: int) -> list[tuple[int, int]]:
+    """Inclusive PMID bounds of consecutive ranges of at most ``records`` surviving PMIDs,
+    covering every survivor, in order; one open range when there is none."""
+    pmids = con.sql("SELECT pmid FROM fold_survivors ORDER BY pmid").fetchnumpy()["pmid"]
+    if pmids.size == 0:
+        return [(-(2**62), 2**62)]
+    lows = pmids[::records]
+    highs = np.append(lows[1:] - 1, pmids[-1])
+    return [(int(lo), int(hi)) for lo, hi in zip(lows, highs, strict=True)]
+
+
+def _write_in_pmid_order(
+    con: duckdb.DuckDBPyConnection,
+    query: str,
+    ranges: list[tuple[int, int]],
+    local: str,
+    group_rows: int,
+) -> int:
+    """``query`` (ordered, with ``{lo}`` and ``{hi}`` for a range's PMID bounds) run range by
+    range and written to ``local`` (zstd) in row groups of exactly ``group_rows`` rows but the
+    last; returns the rows. Each range is sorted on its own, in memory, and streamed to one
+    Parquet writer."""
+    writer: pq.ParquetWriter | None = None
+    pending: list[pa.RecordBatch] = []
+    held = total = 0
+
+    def flush(final: bool) -> None:
+        nonlocal held, pending
+        table = pa.Table.from_batches(pending, schema=schema)
+        whole = table.num_rows if final else table.num_rows - table.num_rows % group_rows
+        if whole:
+            writer.write_table(table.slice(0, whole), row_group_size=group_rows)
+        rest = table.slice(whole)
+        pending = rest.to_batches()
+        held = rest.num_rows
+
+    try:
+        for lo, hi in ranges:
+            reader = con.sql(query.format(lo=lo, hi=hi)).to_arrow_reader(group_rows)
+            if writer is None:
+                schema = reader.schema
+                writer = pq.ParquetWriter(local, schema, compression="zstd")
+            for batch in reader:
+                pending.append(batch)
+                held += batch.num_rows
+                total += batch.num_rows
+                if held >= group_rows:
+                    flush(final=False)
+        flush(final=True)
+    finally:
+        if writer is not None:
+            writer.close()
+    return total
+
+
 def fold_release(
     lake: Lake, files: list[str], con: duckdb.DuckDBPyConnection | None = None
 ) -> FoldResult:
@@ -132,21 +195,17 @@ def fold_release(
     staging = lake.staging_dir()
     try:
         con = _connect(lake, con, spill_dir=os.path.join(staging, "spill"))
-        tables = [*CORPUS_TABLES, "deletions"]
-        order = pa.table(
-            {
-                "path": [lake.path(table_key(t, f)) for t in tables for f in files],
-                "file_ord": pa.array([n for _ in tables for n in range(len(files))], pa.int32()),
-            }
-        )
-        con.register("fold_order", order)
+        # every range's query opens every file: read each footer once
+        _run(con, "SET parquet_metadata_cache = true")
 
         def per_file(table: str) -> str:
-            # file_ord from the path each row came from; file_row_number keeps row order stable
-            paths = _sql_list([lake.path(table_key(table, f)) for f in files])
-            return (
-                f"SELECT t.* EXCLUDE (filename), o.file_ord FROM read_parquet({paths}, "
-                f"filename=true, file_row_number=true) t JOIN fold_order o ON t.filename = o.path"
+            # each file's rows with its place in the fold order as a constant (no join on
+            # the file name per row); file_row_number keeps the row order within a file
+            return " UNION ALL ".join(
+                f"SELECT *, {n}::INTEGER AS file_ord FROM read_parquet("
+                + _sql_list([lake.path(table_key(table, f))])[1:-1]
+                + ", file_row_number=true)"
+                for n, f in enumerate(files)
             )
 
         # the winner per PMID from keys only: titles and abstracts are read once, at the output
@@ -167,17 +226,18 @@ def fold_release(
             "SELECT w.* FROM fold_winners w LEFT JOIN fold_deletions d USING (pmid) "
             "WHERE d.deleted_ord IS NULL OR d.deleted_ord <= w.file_ord",
         )
+        ranges = _pmid_ranges(con, FOLD_RANGE_RECORDS)
         rows: dict[str, int] = {}
         for table, pmid_col in CORPUS_TABLES.items():
             query = (
                 f"SELECT t.* EXCLUDE (file_ord, file_row_number) FROM ({per_file(table)}) t "
                 f"JOIN fold_survivors s ON t.{pmid_col} = s.pmid AND t.version = s.version "
-                f"AND t.file_ord = s.file_ord ORDER BY t.{pmid_col}, t.file_row_number"
+                f"AND t.file_ord = s.file_ord WHERE t.{pmid_col} BETWEEN {{lo}} AND {{hi}} "
+                f"ORDER BY t.{pmid_col}, t.file_row_number"
             )
             local = os.path.join(staging, f"{table}.parquet")
-            groups = f", ROW_GROUP_SIZE {ARTICLE_ROW_GROUP_ROWS}" if table == "articles" else ""
-            _run(con, f"COPY ({query}) TO '{local}' (FORMAT parquet, COMPRESSION zstd{groups})")
-            rows[table] = _scalar(con, f"SELECT count(*) FROM read_parquet('{local}')")
+            group_rows = ARTICLE_ROW_GROUP_ROWS if table == "articles" else CHILD_ROW_GROUP_ROWS
+            rows[table] = _write_in_pmid_order(con, query, ranges, local, group_rows)
         deleted = _scalar(
             con,
             "SELECT count(*) FROM fold_winners w JOIN fold_deletions d USING (pmid) "
@@ -194,11 +254,7 @@ def fold_release(
             lake.copy_in(corpus_key(table), os.path.join(staging, f"{table}.parquet"))
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-        if not own_connection:
-            # leave the caller's connection as it was (temp fold_* tables aside)
-            with contextlib.suppress(duckdb.Error):
-                con.unregister("fold_order")
-        elif con is not None:
+        if own_connection and con is not None:
             con.close()
     return FoldResult(
         rows=rows,

@@ -151,6 +151,51 @@ def test_fold_of_the_2026_mirror(tmp_path: Path) -> None:
     assert result["dangling_citations"] == 1348
 
 
+def test_fold_written_range_by_range_is_the_fold_written_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The corpus tables are sorted and written one PMID range at a time; with ranges of 7
+    records (9 ranges over the mirror's 60) and row groups of 5 articles and 50 child rows,
+    the tables are the same rows in the same order as with one range, and every row group
+    but the last holds exactly its size."""
+    import pyarrow.parquet as pq
+
+    from kg_platform.pubmed import fold as fold_module
+
+    mirror = require_reference("pubmed", "mirror")
+    paths = [
+        mirror / "baseline" / "pubmed26n1334.xml.gz",
+        mirror / "updatefiles" / "pubmed26n1335.xml.gz",
+    ]
+    whole = Lake(str(tmp_path / "whole"))
+    assert_folded_as_expected(whole, paths)
+    monkeypatch.setattr(fold_module, "FOLD_RANGE_RECORDS", 7)
+    monkeypatch.setattr(fold_module, "ARTICLE_ROW_GROUP_ROWS", 5)
+    monkeypatch.setattr(fold_module, "CHILD_ROW_GROUP_ROWS", 50)
+    made = []
+    ranges_of = fold_module._pmid_ranges
+    monkeypatch.setattr(
+        fold_module, "_pmid_ranges", lambda *a: made.append(ranges_of(*a)) or made[-1]
+    )
+    ranged = Lake(str(tmp_path / "ranged"))
+    assert_folded_as_expected(ranged, paths)
+    (ranges,) = made
+    assert len(ranges) == 9  # 60 surviving PMIDs, 7 per range
+    assert all(
+        lo <= hi < next_lo for (lo, hi), (next_lo, _) in zip(ranges, ranges[1:], strict=False)
+    )
+    for table in CORPUS_TABLES:
+        a = pq.read_table(whole.path(corpus_key(table)))
+        b = pq.read_table(ranged.path(corpus_key(table)))
+        assert a.schema.equals(b.schema) and a.equals(b), table
+        groups = pq.ParquetFile(ranged.path(corpus_key(table))).metadata
+        sizes = [groups.row_group(i).num_rows for i in range(groups.num_row_groups)]
+        size = 5 if table == "articles" else 50
+        assert sizes[:-1] == [size] * (len(sizes) - 1) and 0 < sizes[-1] <= size, table
+        assert sum(sizes) == b.num_rows
+    assert pq.ParquetFile(ranged.path(corpus_key("articles"))).metadata.num_row_groups == 12
+
+
 @pytest.mark.parametrize("release", ["23", "24", "25"])
 def test_fold_of_sample_releases(tmp_path: Path, release: str) -> None:
     root = require_reference("pubmed", "samples", f"pubmed{release}")
