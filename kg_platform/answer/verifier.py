@@ -7,6 +7,9 @@ article.
   reader's classifier machinery (``readers/classifier.py``: bit-reproducible on CPU) or any
   local Hugging Face sequence-classification folder (an NLI model: entailment /
   contradiction / neutral are read as SUPPORT / CONTRADICT / NOINFO).
+- ``ProbeVerifier``: the frozen sentence encoder (not fine-tuned) and a multinomial logistic
+  regression on [c, t, c*t, |c-t|] of the claim and text vectors (``train_probe``); saved as
+  the encoder's files under ``encoder/`` and the head in ``verifier_probe.json``.
 - ``scifact_pairs``: the training pairs, (claim, title + full abstract) for every class.
 - ``claim_from_question``: the rule that turns a yes/no question into a declarative claim.
 - ``verifier.json`` beside a saved verifier: gate 7's tau, fitted on the out-of-fold scores
@@ -24,7 +27,7 @@ import json
 import os
 import re
 import tokenize
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -54,6 +57,10 @@ VERDICT_SYNONYMS = {
 EVIDENCE, CITED, RANDOM = "evidence", "cited", "random"
 # gate 7's fitted tau and where it was fitted, saved beside the model's own files
 TAU_FILE = "verifier.json"
+# a saved probe verifier: its head and recipe, and the frozen encoder's folder
+PROBE_FILE = "verifier_probe.json"
+PROBE_ENCODER = "encoder"
+PROBE_FEATURES = "[c, t, c*t, |c-t|]"
 
 
 @runtime_checkable
@@ -234,11 +241,13 @@ def verdict_columns(id2label: dict[Any, Any] | None) -> list[int] | None:
 
 def load_verifier(
     folder: str | os.PathLike[str], device: str = "auto", batch_size: int = 64
-) -> ClassifierVerifier:
-    """A verifier from a local folder: one ``train_verifier`` saved, or any Hugging Face
-    sequence-classification model with three labels."""
+) -> ClassifierVerifier | ProbeVerifier:
+    """A verifier from a local folder: one ``train_verifier`` or ``train_probe`` saved, or
+    any Hugging Face sequence-classification model with three labels."""
     from kg_platform.answer.readers.classifier import load_classifier
 
+    if (Path(folder) / PROBE_FILE).is_file():
+        return ProbeVerifier.load(folder, device=device)
     classifier = load_classifier(folder, device=device, batch_size=batch_size)
     tau = read_tau(folder)
     # the classifier reorders named yes/no/maybe columns itself; everything else is mapped
@@ -284,6 +293,227 @@ def train_verifier(
     classifier = train_classifier(pairs_as_examples(pairs), seed, recipe, device)
     classifier.metadata["verifier_labels"] = dict(VERDICT_OF_READER_LABEL)
     return ClassifierVerifier(classifier)
+
+
+# --- the probe verifier: frozen encoder + logistic regression ----------------------------
+
+
+@dataclass(frozen=True)
+class ProbeRecipe:
+    """How a probe verifier is made: the encoder as shipped (``base_model``; "": the packaged
+    MiniLM), its token limit (0: the encoder's own), and the logistic regression's inverse
+    regularisation ``c`` and iteration cap."""
+
+    base_model: str = ""
+    max_length: int = 0
+    c: float = 1.0
+    max_iter: int = 2000
+
+    def __post_init__(self) -> None:
+        if self.max_length < 0 or self.c <= 0 or self.max_iter < 1:
+            raise ValueError(
+                f"probe recipe {self}: max_length must be >= 0, c > 0 and max_iter >= 1"
+            )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "base_model": self.base_model,
+            "max_length": self.max_length,
+            "c": self.c,
+            "max_iter": self.max_iter,
+        }
+
+    def encoder(self, device: str = "cpu") -> Any:
+        from kg_platform.embeddings.encoder import Encoder
+
+        return Encoder(self.base_model, device=device, max_length=self.max_length or None)
+
+
+Embed = Callable[[Sequence[str]], np.ndarray]
+
+
+def pair_features(claims: Sequence[str], texts: Sequence[str], embed: Embed) -> np.ndarray:
+    """[c, t, c*t, |c-t|] (float64) of each (claim, text) pair; every distinct claim and
+    text is embedded once, in one call, sorted (claims first)."""
+    if len(claims) != len(texts):
+        raise ValueError(f"pair_features: {len(claims)} claims, {len(texts)} texts")
+    unique_claims, unique_texts = sorted(set(claims)), sorted(set(texts))
+    vectors = np.asarray(embed([*unique_claims, *unique_texts]), dtype=np.float64)
+    claim_row = {t: i for i, t in enumerate(unique_claims)}
+    text_row = {t: len(unique_claims) + i for i, t in enumerate(unique_texts)}
+    c = vectors[[claim_row[x] for x in claims]]
+    t = vectors[[text_row[x] for x in texts]]
+    return np.hstack([c, t, c * t, np.abs(c - t)])
+
+
+@dataclass(frozen=True)
+class ProbeHead:
+    """A fitted multinomial logistic regression over the verdicts it saw in training
+    (``classes``, indices into ``VERDICTS``; a verdict it never saw gets probability 0)."""
+
+    classes: tuple[int, ...]
+    coef: np.ndarray  # (len(classes), d), or (1, d) for two classes
+    intercept: np.ndarray
+
+    def posteriors(self, features: np.ndarray) -> np.ndarray:
+        """float32 (n, 3) in ``VERDICTS`` order, as the regression's ``predict_proba``."""
+        features = np.asarray(features, dtype=np.float64)
+        if features.ndim != 2 or features.shape[1] != self.coef.shape[1]:
+            raise ValueError(
+                f"probe head: features of shape {features.shape}, expected (n, "
+                f"{self.coef.shape[1]})"
+            )
+        logits = features @ self.coef.T + self.intercept
+        if len(self.classes) == 2:  # a binary fit has one row: the second class's logit
+            logits = np.hstack([np.zeros_like(logits), logits])
+        logits = logits - logits.max(axis=1, keepdims=True)
+        probs = np.exp(logits)
+        probs /= probs.sum(axis=1, keepdims=True)
+        out = np.zeros((len(features), len(VERDICTS)), dtype=np.float64)
+        out[:, list(self.classes)] = probs
+        return (out / out.sum(axis=1, keepdims=True)).astype(np.float32)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "classes": [VERDICTS[c] for c in self.classes],
+            "coef": self.coef.tolist(),
+            "intercept": self.intercept.tolist(),
+        }
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> ProbeHead:
+        classes = tuple(VERDICTS.index(c) for c in doc["classes"])
+        coef = np.asarray(doc["coef"], dtype=np.float64)
+        intercept = np.asarray(doc["intercept"], dtype=np.float64)
+        rows = 1 if len(classes) == 2 else len(classes)
+        if (
+            len(classes) < 2
+            or coef.ndim != 2
+            or coef.shape[0] != rows
+            or intercept.shape != (rows,)
+        ):
+            raise ValueError(
+                f"probe head: {len(classes)} classes with coef {coef.shape} and intercept "
+                f"{intercept.shape}"
+            )
+        return cls(classes, coef, intercept)
+
+
+def fit_probe_head(
+    features: np.ndarray, labels: np.ndarray, seed: int, c: float = 1.0, max_iter: int = 2000
+) -> ProbeHead:
+    """The logistic regression (lbfgs, multinomial) of ``labels`` (indices into
+    ``VERDICTS``) on ``features``; a function of its inputs."""
+    from sklearn.linear_model import LogisticRegression
+
+    labels = np.asarray(labels, dtype=np.int64)
+    if len(np.unique(labels)) < 2:
+        raise ValueError(
+            f"probe: training labels {sorted(set(labels.tolist()))}: need two verdicts"
+        )
+    model = LogisticRegression(C=c, max_iter=max_iter, random_state=seed)
+    model.fit(features, labels)
+    return ProbeHead(
+        tuple(int(x) for x in model.classes_),
+        np.asarray(model.coef_, dtype=np.float64),
+        np.asarray(model.intercept_, dtype=np.float64),
+    )
+
+
+class ProbeVerifier:
+    """The frozen encoder's [c, t, c*t, |c-t|] read by a logistic-regression head."""
+
+    def __init__(
+        self,
+        encoder: Any,
+        head: ProbeHead,
+        recipe: ProbeRecipe,
+        tau: float | None = None,
+        seed: int = 0,
+    ) -> None:
+        self.encoder = encoder
+        self.head = head
+        self.recipe = recipe
+        self.tau = tau
+        self.seed = seed
+        # named by the encoder's content fingerprint, not its folder: the same once reloaded
+        self.name = f"verifier:probe:{encoder.fingerprint.rsplit(':', 1)[-1]}"
+
+    def scores(self, claim: str, texts: Sequence[str]) -> np.ndarray:
+        texts = check_texts(texts, self.name)
+        return self.score_pairs([claim] * len(texts), texts)
+
+    def score_pairs(self, claims: Sequence[str], texts: Sequence[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, len(VERDICTS)), dtype=np.float32)
+        features = pair_features(list(claims), list(texts), self.encoder.encode)
+        return check_posteriors(self.head.posteriors(features), len(texts), self.name)
+
+    def save(self, folder: str | os.PathLike[str]) -> str:
+        """The encoder's files under ``encoder/`` and ``verifier_probe.json`` (head, recipe, seed);
+        returns the content hash of what was written. A function of the encoder's files,
+        the head and the recipe: the same training gives the same bytes."""
+        import shutil
+
+        from kg_platform.answer.readers.classifier import content_hash
+
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        shutil.copytree(self.encoder.layout.path, folder / PROBE_ENCODER, dirs_exist_ok=True)
+        recipe = {**self.recipe.to_dict(), "max_length": int(self.encoder.max_length)}
+        recipe.pop("base_model")  # the files are under encoder/; where they came from is not
+        doc = {
+            "verifier": "probe",
+            "features": PROBE_FEATURES,
+            "encoder": PROBE_ENCODER,
+            "recipe": recipe,
+            "seed": self.seed,
+            "head": self.head.to_json(),
+        }
+        (folder / PROBE_FILE).write_text(json.dumps(doc, indent=1, sort_keys=True))
+        return content_hash(folder)
+
+    @classmethod
+    def load(cls, folder: str | os.PathLike[str], device: str = "auto") -> ProbeVerifier:
+        folder = Path(folder)
+        path = folder / PROBE_FILE
+        try:
+            doc = json.loads(path.read_text())
+            if doc.get("verifier") != "probe" or doc.get("features") != PROBE_FEATURES:
+                raise ValueError(f"not a probe over {PROBE_FEATURES}")
+            head = ProbeHead.from_json(doc["head"])
+            recipe = ProbeRecipe(
+                str(folder / doc["encoder"]),
+                **{k: doc["recipe"][k] for k in ("max_length", "c", "max_iter")},
+            )
+            seed = int(doc["seed"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"{path}: not a readable probe verifier: {exc}") from exc
+        encoder = recipe.encoder(device)
+        if head.coef.shape[1] != 4 * encoder.dim:
+            raise ValueError(
+                f"{path}: head reads {head.coef.shape[1]} features, the encoder gives "
+                f"4 x {encoder.dim}"
+            )
+        return cls(encoder, head, recipe, tau=read_tau(folder), seed=seed)
+
+
+def train_probe(
+    pairs: Sequence[VerifierPair],
+    seed: int,
+    recipe: ProbeRecipe,
+    encoder: Any = None,
+    features: np.ndarray | None = None,
+) -> ProbeVerifier:
+    """The probe fitted on every pair: a function of (pairs, seed, recipe). ``encoder``
+    (``recipe.encoder()`` when None) and ``features`` (its ``pair_features`` of the pairs)
+    may be passed in when already computed."""
+    encoder = recipe.encoder() if encoder is None else encoder
+    if features is None:
+        features = pair_features([p.claim for p in pairs], [p.text for p in pairs], encoder.encode)
+    labels = np.array([VERDICTS.index(p.label) for p in pairs], dtype=np.int64)
+    head = fit_probe_head(features, labels, seed, recipe.c, recipe.max_iter)
+    return ProbeVerifier(encoder, head, recipe, seed=seed)
 
 
 # --- question -> claim ---------------------------------------------------------------------

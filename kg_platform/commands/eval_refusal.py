@@ -1,5 +1,5 @@
 """`kg eval refusal --pubmedqa FILE [--json] [--lake DIR] [--release R --mesh-year Y]
-[--min-paths K] [--seed S] [--per-class N]`."""
+[--min-paths K] [--seed S] [--per-class N] [--verifier DIR [--verifier-tau T]]`."""
 
 from __future__ import annotations
 
@@ -7,8 +7,10 @@ import argparse
 import json
 import sys
 
-from kg_platform.answer.api import KnowledgeGraph
+from kg_platform.answer.api import AskConfig, KnowledgeGraph
+from kg_platform.answer.ladder import LadderConfig
 from kg_platform.answer.readers.base import load_pubmedqa
+from kg_platform.commands.ask import gate_tau, open_verifier
 from kg_platform.commands.partition_args import add_partition_args, scoped_lake
 from kg_platform.evaluation.refusal_eval import evaluate_refusal, render_report
 
@@ -29,6 +31,20 @@ def add_eval_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--per-class", type=int, default=50, help="built questions per ablation failure class"
     )
+    parser.add_argument(
+        "--verifier",
+        default=None,
+        metavar="DIR",
+        help="a local verifier folder (kg eval scifact --save, a verifier_model, an NLI "
+        "model): gate 7 on, so the ablation's verifier-NOINFO class is built and measured",
+    )
+    parser.add_argument(
+        "--verifier-tau",
+        type=float,
+        default=None,
+        metavar="T",
+        help="gate 7's tau (default: the one saved with the verifier, as kg ask)",
+    )
     parser.set_defaults(func=run_eval_refusal)
 
 
@@ -37,14 +53,24 @@ def run_eval_refusal(args: argparse.Namespace) -> int:
         questions = [(q.qid, q.question) for q in load_pubmedqa(args.pubmedqa)]
         if args.per_class < 1:
             raise ValueError(f"--per-class {args.per_class}: must be at least 1")
+        if args.verifier_tau is not None and args.verifier is None:
+            raise ValueError(f"--verifier-tau {args.verifier_tau}: needs --verifier")
+        verifier = open_verifier(args.verifier)
+        tau = gate_tau(args.verifier_tau, verifier)
+        config = AskConfig(ladder=LadderConfig(verifier_tau=tau))
         lake, build = scoped_lake(args, quiet=args.json)
-        kg = KnowledgeGraph.open(lake)
+        kg = KnowledgeGraph.open(lake, config, verifier=verifier)
         report = evaluate_refusal(kg, questions, args.min_paths, args.seed, args.per_class)
     except (OSError, ValueError) as error:
         print(f"kg eval refusal: {error}", file=sys.stderr)
         return 2
+    gate = None
+    if verifier is not None:
+        gate = {"folder": str(args.verifier), "verifier": verifier.name, "tau": tau}
     if args.json:
-        print(json.dumps({**report.to_json(), "partition": build}))
+        print(json.dumps({**report.to_json(), "partition": build, "verifier": gate}))
     else:
         print(render_report(report, args.pubmedqa), end="")
+        if gate is not None:
+            print(f"  gate 7: {gate['verifier']} from {gate['folder']}, tau {gate['tau']}")
     return 0

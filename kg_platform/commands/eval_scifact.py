@@ -1,14 +1,18 @@
-"""`kg eval scifact --claims FILE [--corpus FILE] [--json] [--folds 5] [--seed 0]
-[--epochs 3] [--max-length 256] [--max-claims N] [--baseline-only] [--device auto]`."""
+"""`kg eval scifact --claims FILE [--corpus FILE] [--json] [--kind minilm|probe] [--save DIR]
+[--folds 5] [--seed 0] [--epochs 3] [--max-length L] [--max-claims N] [--baseline-only]
+[--device auto]`."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
 
 from kg_platform.settings import reference_data_dir
+
+KINDS = ("minilm", "probe")
 
 
 def add_eval_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -24,10 +28,29 @@ def add_eval_parser(subparsers: argparse._SubParsersAction) -> None:
         help="SciFact corpus (default: <reference data>/scifact/corpus.csv.gz)",
     )
     parser.add_argument("--json", action="store_true", help="the figures as one JSON line")
+    parser.add_argument(
+        "--kind",
+        choices=KINDS,
+        default="minilm",
+        help="minilm: the encoder fine-tuned as a 3-way classifier; probe: the encoder frozen, "
+        "a logistic regression on [c, t, c*t, |c-t|] (default: minilm)",
+    )
+    parser.add_argument(
+        "--save",
+        default=None,
+        metavar="DIR",
+        help="also train the verifier on every claim and save it in DIR (new or empty) with "
+        "tau, fitted on the out-of-fold scores, in DIR/verifier.json: kg ask --verifier DIR",
+    )
     parser.add_argument("--folds", type=int, default=5)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--epochs", type=int, default=3)
-    parser.add_argument("--max-length", type=int, default=256, help="tokens per pair")
+    parser.add_argument(
+        "--max-length",
+        type=int,
+        default=None,
+        help="tokens per pair (minilm, default 256) or per text (probe, default: the encoder's)",
+    )
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument(
         "--max-claims", type=int, default=None, help="only the first N claims by id (a short run)"
@@ -38,41 +61,85 @@ def add_eval_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run_eval_scifact)
 
 
-def run_eval_scifact(args: argparse.Namespace) -> int:
+def verifier_recipe(args: argparse.Namespace) -> dict:
+    """The ``VerifierConfig.recipe`` of ``--kind``: the options that differ from the kind's
+    recipe defaults, so the same model has the same configuration key here as registered
+    with `kg eval verification --recipe` (and the same saved bytes)."""
     from kg_platform.answer.readers.classifier import ClassifierRecipe
-    from kg_platform.answer.verifier import read_claims, read_corpus, scifact_pairs
+    from kg_platform.answer.verifier import ProbeRecipe
+
+    given = {"base_model": args.base_model, "max_length": args.max_length}
+    if args.kind == "minilm":
+        given |= {"epochs": args.epochs, "batch_size": args.batch_size}
+    kind = ProbeRecipe if args.kind == "probe" else ClassifierRecipe
+    defaults = {f.name: f.default for f in dataclasses.fields(kind)}
+    return {k: v for k, v in given.items() if v is not None and v != defaults[k]}
+
+
+def run_eval_scifact(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
     from kg_platform.embeddings.encoder import Encoder
     from kg_platform.evaluation.scifact_eval import evaluate_scifact
+    from kg_platform.evaluation.verifier_training import (
+        VerifierConfig,
+        claim_set_from_files,
+        train_config_verifier,
+        write_verifier_folder,
+    )
 
     started = time.perf_counter()
+    saved = None
     try:
-        corpus_path = args.corpus or reference_data_dir() / "scifact" / "corpus.csv.gz"
-        claims = read_claims(args.claims)
-        if args.max_claims is not None:
-            claims = claims[: args.max_claims]
-        pairs = scifact_pairs(claims, read_corpus(corpus_path), seed=args.seed)
-        recipe = None
-        if not args.baseline_only:
-            recipe = ClassifierRecipe(
-                base_model=args.base_model,
-                epochs=args.epochs,
-                max_length=args.max_length,
-                batch_size=args.batch_size,
-                truncation_side="right",  # the claim is whole; the abstract's end is cut
+        if args.save and (args.baseline_only or args.max_claims is not None):
+            raise ValueError(
+                f"--save {args.save}: trains on every claim of --claims; not with "
+                "--baseline-only or --max-claims"
             )
-        encoder = Encoder(args.base_model, device=args.device)
+        if args.save and Path(args.save).exists() and any(Path(args.save).iterdir()):
+            raise ValueError(f"--save {args.save}: not empty; give a new or empty folder")
+        corpus_path = args.corpus or reference_data_dir() / "scifact" / "corpus.csv.gz"
+        claim_set = claim_set_from_files(args.claims, corpus_path)
+        if args.max_claims is not None:
+            claim_set = dataclasses.replace(claim_set, claims=claim_set.claims[: args.max_claims])
+        config = VerifierConfig(
+            args.kind,
+            claim_set.key,
+            claim_set.corpus_key,
+            recipe=verifier_recipe(args),
+            seed=args.seed,
+            folds=args.folds,
+        )
+        pairs = claim_set.pairs(args.seed)
+        recipe = None if args.baseline_only else config.recipe_object()
+        progress = lambda f: print(f"fold {f} done", file=sys.stderr)  # noqa: E731
+        scores = features = None
+        if recipe is not None and (args.save or args.kind == "probe"):
+            trained = train_config_verifier(config, claim_set, progress, args.device)
+            scores, features = trained.oof, trained.features
+            if args.save:
+                digest, _ = write_verifier_folder(Path(args.save), config, claim_set, trained)
+                saved = {
+                    "folder": str(args.save),
+                    "model": digest,
+                    "verifier": trained.verifier.name,
+                    "tau": trained.tau,
+                    "verifier_config": config.key,
+                }
+        # a probe's own features are the baseline's: the baseline is the probe on the folds
+        embed = None if features is not None else Encoder(args.base_model, args.device).encode
         report = evaluate_scifact(
-            pairs,
-            args.folds,
-            args.seed,
-            recipe,
-            encoder.encode,
-            on_fold=lambda f: print(f"fold {f} done", file=sys.stderr),
+            pairs, args.folds, args.seed, recipe, embed, progress, scores, features
         )
     except (OSError, ValueError) as error:
         print(f"kg eval scifact: {error}", file=sys.stderr)
         return 2
-    doc = {**report.to_json(), "seconds": round(time.perf_counter() - started, 1)}
+    doc = {
+        **report.to_json(),
+        "kind": None if recipe is None else args.kind,
+        "saved": saved,
+        "seconds": round(time.perf_counter() - started, 1),
+    }
     if args.json:
         print(json.dumps(doc))
     else:
@@ -81,11 +148,13 @@ def run_eval_scifact(args: argparse.Namespace) -> int:
         print(
             f"scifact: {doc['n_claims']} claims, {doc['n_pairs']} pairs {doc['pair_sources']}, "
             f"{doc['folds']}-fold CV by claim\n"
-            f"  verifier: NOINFO AUROC {doc['noinfo_auroc']}, macro-F1 {doc['macro_f1']}, "
-            f"tau {doc['tau']}\n  confusion {doc['confusion']}\n"
+            f"  verifier ({doc['kind']}): NOINFO AUROC {doc['noinfo_auroc']}, macro-F1 "
+            f"{doc['macro_f1']}, tau {doc['tau']}\n  confusion {doc['confusion']}\n"
             f"  untrained-encoder baseline: NOINFO AUROC {b['noinfo_auroc']}, "
             f"macro-F1 {b['macro_f1']}\n"
             f"  control, the baseline fitted on shuffled labels: NOINFO AUROC "
             f"{c['noinfo_auroc']}, macro-F1 {c['macro_f1']}"
         )
+        if saved:
+            print(f"  saved: {saved['folder']} (model {saved['model'][:16]}, tau {saved['tau']})")
     return 0

@@ -16,10 +16,18 @@ from typing import Any
 
 import numpy as np
 
-from kg_platform.answer.verifier import NOINFO, RANDOM, VERDICTS, VerifierPair, train_verifier
+from kg_platform.answer.verifier import (
+    NOINFO,
+    RANDOM,
+    VERDICTS,
+    Embed,
+    ProbeRecipe,
+    VerifierPair,
+    fit_probe_head,
+    pair_features,
+    train_verifier,
+)
 from kg_platform.evaluation.pubmedqa_report import auroc
-
-Embed = Callable[[Sequence[str]], np.ndarray]
 
 
 def claim_folds(pairs: Sequence[VerifierPair], k: int, seed: int) -> np.ndarray:
@@ -129,46 +137,60 @@ def cross_validate_verifier(
 
 def baseline_features(pairs: Sequence[VerifierPair], embed: Embed) -> np.ndarray:
     """[c, t, c*t, |c-t|] of each pair from the untrained encoder's vectors."""
-    claims = sorted({p.claim for p in pairs})
-    texts = sorted({p.text for p in pairs})
-    vectors = np.asarray(embed([*claims, *texts]), dtype=np.float64)
-    row = {t: i for i, t in enumerate([*claims, *texts])}
-    c = vectors[[row[p.claim] for p in pairs]]
-    t = vectors[[row[p.text] for p in pairs]]
-    return np.hstack([c, t, c * t, np.abs(c - t)])
+    return pair_features([p.claim for p in pairs], [p.text for p in pairs], embed)
 
 
 def baseline_posteriors(
     pairs: Sequence[VerifierPair],
     folds: np.ndarray,
-    embed: Embed,
+    embed: Embed | None,
     seed: int,
     shuffle_seed: int | None = None,
     features: np.ndarray | None = None,
+    c: float = 1.0,
+    max_iter: int = 2000,
 ) -> np.ndarray:
-    """Out-of-fold (n, 3) scores of the untrained-encoder baseline. With ``shuffle_seed``
-    the control: each training fold's labels are permuted before the fit, so the scores can
-    carry no signal about the held-out labels (expect NOINFO AUROC near 0.5)."""
-    from sklearn.linear_model import LogisticRegression
-
+    """Out-of-fold (n, 3) scores of the untrained-encoder baseline, which is the probe
+    verifier's head (``fit_probe_head``) on each fold: the probe's out-of-fold scores. With
+    ``shuffle_seed`` the control: each training fold's labels are permuted before the fit,
+    so the scores can carry no signal about the held-out labels (expect NOINFO AUROC near
+    0.5)."""
     if features is None:
+        if embed is None:
+            raise ValueError("baseline_posteriors: neither features nor an encoder given")
         features = baseline_features(pairs, embed)
     labels = labels_of(pairs)
-    out = np.zeros((len(pairs), 3), dtype=np.float64)
+    out = np.zeros((len(pairs), 3), dtype=np.float32)
     shuffler = None if shuffle_seed is None else np.random.default_rng(shuffle_seed)
     for fold in range(int(folds.max()) + 1):
         train, held = folds != fold, folds == fold
         fit_labels = labels[train]
         if shuffler is not None:
             fit_labels = shuffler.permutation(fit_labels)
-        model = LogisticRegression(max_iter=2000, random_state=seed)
-        model.fit(features[train], fit_labels)
-        columns = [list(model.classes_).index(c) if c in model.classes_ else None for c in range(3)]
-        probs = model.predict_proba(features[held])
-        out[held] = np.stack(
-            [probs[:, j] if j is not None else np.zeros(held.sum()) for j in columns], axis=1
+        head = fit_probe_head(features[train], fit_labels, seed, c, max_iter)
+        out[held] = head.posteriors(features[held])
+    return out
+
+
+def out_of_fold_scores(
+    pairs: Sequence[VerifierPair],
+    folds: np.ndarray,
+    seed: int,
+    recipe: Any,
+    features: np.ndarray | None = None,
+    on_fold: Callable[[int], None] | None = None,
+) -> np.ndarray:
+    """The out-of-fold scores of the verifier ``recipe`` makes: a ``ProbeRecipe``'s head on
+    the probe features (``features``, or computed with its encoder), any other recipe
+    fine-tuned per fold (``cross_validate_verifier``)."""
+    if isinstance(recipe, ProbeRecipe):
+        if features is None:
+            encoder = recipe.encoder()
+            features = baseline_features(pairs, encoder.encode)
+        return baseline_posteriors(
+            pairs, folds, None, seed, features=features, c=recipe.c, max_iter=recipe.max_iter
         )
-    return (out / out.sum(axis=1, keepdims=True)).astype(np.float32)
+    return cross_validate_verifier(pairs, folds, seed, recipe, on_fold)
 
 
 @dataclass(frozen=True)
@@ -215,20 +237,30 @@ def evaluate_scifact(
     folds: int,
     seed: int,
     recipe: Any | None,
-    embed: Embed,
+    embed: Embed | None,
     on_fold: Callable[[int], None] | None = None,
+    scores: np.ndarray | None = None,
+    features: np.ndarray | None = None,
 ) -> ScifactReport:
-    """Cross-validated verifier (skipped when ``recipe`` is None) and baseline."""
+    """Cross-validated verifier (skipped when ``recipe`` is None: a ``ClassifierRecipe`` is
+    fine-tuned per fold, a ``ProbeRecipe`` fits its head on the frozen encoder's features)
+    and baseline. ``scores``: the verifier's out-of-fold scores on these claim folds when
+    already computed; ``features``: the baseline's features when already computed."""
     pairs = list(pairs)
     fold_of = claim_folds(pairs, folds, seed)
     labels = labels_of(pairs)
     hard = np.array([p.source != RANDOM for p in pairs])
     verifier = tau = None
     if recipe is not None:
-        scores = cross_validate_verifier(pairs, fold_of, seed, recipe, on_fold)
+        if scores is None:
+            scores = out_of_fold_scores(pairs, fold_of, seed, recipe, on_fold=on_fold)
+        scores = np.asarray(scores, dtype=np.float32)
+        if scores.shape != (len(pairs), 3):
+            raise ValueError(f"verifier scores of shape {scores.shape} for {len(pairs)} pairs")
         verifier = verdict_metrics(scores, labels, hard)
         tau = round(fit_tau(scores[:, NOINFO], labels), 6)
-    features = baseline_features(pairs, embed)
+    if features is None:
+        features = baseline_features(pairs, embed)
     baseline = verdict_metrics(
         baseline_posteriors(pairs, fold_of, embed, seed, features=features), labels, hard
     )
@@ -240,6 +272,7 @@ def evaluate_scifact(
     for p in pairs:
         sources[p.source] = sources.get(p.source, 0) + 1
     claims = {p.claim_id for p in pairs}
+    kind = None if recipe is None else "probe" if isinstance(recipe, ProbeRecipe) else "minilm"
     return ScifactReport(
         n_claims=len(claims),
         n_claims_scored=len({p.claim_id for p, f in zip(pairs, fold_of, strict=True) if f >= 0}),
@@ -250,6 +283,6 @@ def evaluate_scifact(
         verifier=verifier,
         baseline=baseline,
         tau=tau,
-        recipe=recipe.to_dict() if recipe is not None else {},
+        recipe={"kind": kind, **recipe.to_dict()} if recipe is not None else {},
         shuffled_control=shuffled_control,
     )

@@ -12,8 +12,12 @@ Lake layout (unscoped; keys carry the partition):
 
 Claim sets and corpora are question sets of kind ``scifact`` and ``scifact_corpus``
 (``question_sets.py``). tau is fitted on the training claims only: for a retrainable
-configuration on K-fold out-of-fold scores (each claim scored by a model that never saw it),
-for a saved folder (not trained here) on its scores of the training claims.
+configuration (``minilm``, ``probe``) on K-fold out-of-fold scores (each claim scored by a
+model that never saw it), for a saved folder (not trained here) on its scores of the
+training claims.
+
+The same training and folder writing serve ``kg eval scifact --save DIR`` (a claim set read
+from files, ``claim_set_from_files``; the folder written by ``write_verifier_folder``).
 """
 
 from __future__ import annotations
@@ -35,31 +39,37 @@ from kg_platform.answer.verifier import (
     NOINFO,
     VERDICTS,
     ClassifierVerifier,
+    ProbeRecipe,
+    ProbeVerifier,
     ScifactClaim,
     VerifierPair,
     load_verifier,
+    pair_features,
     read_claims,
     read_corpus,
     read_tau,
     scifact_pairs,
+    train_probe,
     train_verifier,
     write_tau,
 )
 from kg_platform.evaluation.posterior_cache import CacheCheck
 from kg_platform.evaluation.pubmedqa_answering import read_trained_record, reader_folder
-from kg_platform.evaluation.question_sets import question_set_object
+from kg_platform.evaluation.question_sets import question_set_key, question_set_object
 from kg_platform.evaluation.scifact_eval import (
     claim_folds,
-    cross_validate_verifier,
     fit_tau,
     labels_of,
+    out_of_fold_scores,
 )
 from kg_platform.pubmed.tables import local_copy
 from kg_platform.storage.lake import Lake
 
-# minilm: the packaged MiniLM (or recipe.base_model) fine-tuned here; folder: a local NLI or
-# cross-encoder folder read as it is (not retrained, so tau is fitted on its plain scores)
-VERIFIER_KINDS = ("minilm", "folder")
+# minilm: the packaged MiniLM (or recipe.base_model) fine-tuned here; probe: that encoder
+# frozen, with a logistic regression on [c, t, c*t, |c-t|] fitted here (recipe: ProbeRecipe's
+# fields); folder: a local NLI or cross-encoder folder read as it is (not retrained, so tau
+# is fitted on its plain scores)
+VERIFIER_KINDS = ("minilm", "probe", "folder")
 CONFIGS_PREFIX = "verifiers/configs"
 MODELS_PREFIX = "verifiers/models"
 TRAINED_PREFIX = "verifiers/trained"
@@ -97,6 +107,12 @@ class VerifierConfig:
             raise ValueError(f"verifier {self.verifier!r}: a folder is given exactly for 'folder'")
         if self.folds < 2:
             raise ValueError(f"folds {self.folds}: at least 2 required")
+        try:
+            self.recipe_object()
+        except TypeError as error:  # a field the kind's recipe does not have
+            raise ValueError(
+                f"verifier {self.verifier!r}: recipe {dict(self.recipe)}: {error}"
+            ) from None
 
     def to_json(self) -> dict[str, Any]:
         payload = asdict(self)
@@ -118,6 +134,15 @@ class VerifierConfig:
 
         # the claim is whole; the end of an over-long abstract is cut (as kg eval scifact)
         return ClassifierRecipe(**{"truncation_side": "right", **self.recipe})
+
+    def recipe_object(self) -> Any:
+        """The kind's recipe: a ``ProbeRecipe`` for probe, a ``ClassifierRecipe`` for
+        minilm, None for a folder."""
+        if self.verifier == "probe":
+            return ProbeRecipe(**self.recipe)
+        if self.verifier == "minilm":
+            return self.classifier_recipe()
+        return None
 
 
 def config_lake_key(key: str) -> str:
@@ -168,6 +193,19 @@ class ClaimSet:
         return scifact_pairs(self.claims, self.corpus, seed)
 
 
+def claim_set_from_files(claims: str | Path, corpus: str | Path) -> ClaimSet:
+    """A claim set read from its files, keyed as registering them would key them."""
+    claims, corpus = Path(claims), Path(corpus)
+    return ClaimSet(
+        question_set_key(claims),
+        question_set_key(corpus),
+        claims,
+        corpus,
+        read_claims(claims),
+        read_corpus(corpus),
+    )
+
+
 @contextmanager
 def open_claim_set(lake: Lake, key: str, corpus_key: str) -> Iterator[ClaimSet]:
     with (
@@ -200,30 +238,44 @@ def check_claim_set_matches_key(claim_set: ClaimSet) -> CacheCheck:
 @dataclass(frozen=True)
 class TrainedVerifier:
     """The configuration's verifier on all training pairs, the out-of-fold scores of every
-    pair (fold -1: scored by a model trained on none of them) and tau fitted on those."""
+    pair (fold -1: scored by a model trained on none of them) and tau fitted on those; for a
+    probe also its frozen encoder's features of the pairs."""
 
-    verifier: ClassifierVerifier
+    verifier: ClassifierVerifier | ProbeVerifier
     pairs: list[VerifierPair]
     folds: np.ndarray
     oof: np.ndarray
     tau: float
+    features: np.ndarray | None = None
 
 
-def train_config_verifier(config: VerifierConfig, claim_set: ClaimSet) -> TrainedVerifier:
+def train_config_verifier(
+    config: VerifierConfig, claim_set: ClaimSet, on_fold: Any = None, device: str = "cpu"
+) -> TrainedVerifier:
+    """Out-of-fold scores, tau and the verifier trained on every pair (a function of the
+    configuration and the claim set)."""
     pairs = claim_set.pairs(config.seed)
+    features = None
     if not config.retrainable:
-        verifier = load_verifier(config.folder, device="cpu")
+        verifier = load_verifier(config.folder, device=device)
         folds = np.full(len(pairs), -1, dtype=np.int64)
         oof = verifier.score_pairs([p.claim for p in pairs], [p.text for p in pairs])
+    elif config.verifier == "probe":
+        recipe = config.recipe_object()
+        encoder = recipe.encoder(device)
+        features = pair_features([p.claim for p in pairs], [p.text for p in pairs], encoder.encode)
+        folds = claim_folds(pairs, config.folds, config.seed)
+        oof = out_of_fold_scores(pairs, folds, config.seed, recipe, features=features)
+        verifier = train_probe(pairs, config.seed, recipe, encoder, features)
     else:
         recipe = config.classifier_recipe()
         folds = claim_folds(pairs, config.folds, config.seed)
-        oof = cross_validate_verifier(pairs, folds, config.seed, recipe)
+        oof = out_of_fold_scores(pairs, folds, config.seed, recipe, on_fold=on_fold)
         verifier = train_verifier(pairs, config.seed, recipe)
     # fitted on the float32 scores exactly as saved, so the check can refit it
     oof = np.asarray(oof, dtype=np.float32)
     tau = round(fit_tau(oof[:, NOINFO], labels_of(pairs)), 6)
-    return TrainedVerifier(verifier, pairs, folds, oof, tau)
+    return TrainedVerifier(verifier, pairs, folds, oof, tau, features)
 
 
 def oof_table(trained: TrainedVerifier) -> pyarrow.Table:
@@ -254,25 +306,9 @@ def save_trained_verifier(
 ) -> dict:
     """The model with its ``verifier.json`` under its content hash, the out-of-fold scores,
     and the configuration's pointer record (returned)."""
-    from kg_platform.answer.readers.classifier import content_hash
-
-    fitted_on = {
-        "claim_set": claim_set.key,
-        "claims_sha256": file_sha256(claim_set.claims_path),
-        "corpus": claim_set.corpus_key,
-        "pairs": len(trained.pairs),
-        "folds": config.folds if config.retrainable else 0,
-        "seed": config.seed,
-        "scores": "out of fold" if config.retrainable else "not trained on the claims",
-    }
     with tempfile.TemporaryDirectory(prefix="kg-verifier-") as tmp:
         folder = Path(tmp) / "model"
-        if config.retrainable:
-            trained.verifier.save(folder)
-        else:
-            shutil.copytree(config.folder, folder)
-        write_tau(folder, trained.tau, fitted_on)
-        digest = content_hash(folder)
+        digest, fitted_on = write_verifier_folder(folder, config, claim_set, trained)
         files = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
         for name in files:
             lake.copy_in(f"{MODELS_PREFIX}/{digest}/{name}", str(folder / name))
@@ -291,13 +327,42 @@ def save_trained_verifier(
     return record
 
 
+def write_verifier_folder(
+    folder: Path, config: VerifierConfig, claim_set: ClaimSet, trained: TrainedVerifier
+) -> tuple[str, dict]:
+    """The trained verifier (or the configuration's folder, copied) written into ``folder``
+    (new or empty) with gate 7's tau and what it was fitted on in ``verifier.json``; returns
+    the folder's content hash and that record."""
+    from kg_platform.answer.readers.classifier import content_hash
+
+    folder = Path(folder)
+    if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
+        raise ValueError(f"{folder}: the verifier is saved into a new or empty folder")
+    fitted_on = {
+        "claim_set": claim_set.key,
+        "claims_sha256": file_sha256(claim_set.claims_path),
+        "corpus": claim_set.corpus_key,
+        "pairs": len(trained.pairs),
+        "folds": config.folds if config.retrainable else 0,
+        "seed": config.seed,
+        "scores": "out of fold" if config.retrainable else "not trained on the claims",
+        "verifier_config": config.key,
+    }
+    if config.retrainable:
+        trained.verifier.save(folder)
+    else:
+        shutil.copytree(config.folder, folder, dirs_exist_ok=True)
+    write_tau(folder, trained.tau, fitted_on)
+    return content_hash(folder), fitted_on
+
+
 def read_trained(lake: Lake, config_key: str) -> dict:
     return read_trained_record(
         lake, trained_key(config_key), f"verifier configuration {config_key}", "verifier_model"
     )
 
 
-def load_trained_verifier(lake: Lake, record: dict) -> ClassifierVerifier:
+def load_trained_verifier(lake: Lake, record: dict) -> ClassifierVerifier | ProbeVerifier:
     """The verifier ``verifier_model`` saved, with its tau."""
     with reader_folder(lake, record) as folder:
         return load_verifier(folder, device="cpu")

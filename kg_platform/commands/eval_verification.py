@@ -1,0 +1,236 @@
+"""`kg eval verification --claims FILE [--corpus FILE] [--kind probe|minilm] [--recipe JSON]
+[--pubmedqa FILE] [--lake DIR] [--release R --mesh-year Y] [--min-paths K] [--json]`: register
+the SciFact claim set, its corpus and a verifier configuration (and, with ``--pubmedqa``, the
+question set and a ladder configuration whose gate 7 is that verifier), then materialise
+verifier_model, scifact_report and refusal_report through the persistent Dagster instance,
+so the runs and their checks show in the UI (as `kg eval pubmedqa` does for the reader)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from kg_platform.commands.partition_args import add_partition_args
+from kg_platform.settings import reference_data_dir
+
+KINDS = ("probe", "minilm")
+
+
+def add_eval_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "verification",
+        help="train and report the evidence verifier on SciFact claims, and the refusal report "
+        "with it as gate 7, through the Dagster instance",
+        description=__doc__.splitlines()[0],
+    )
+    parser.add_argument("--claims", required=True, help="SciFact claims CSV the verifier trains on")
+    parser.add_argument(
+        "--corpus",
+        default=None,
+        help="SciFact corpus (default: <reference data>/scifact/corpus.csv.gz)",
+    )
+    parser.add_argument(
+        "--kind",
+        choices=KINDS,
+        default="probe",
+        help="probe: the packaged encoder frozen with a logistic regression on [c, t, c*t, "
+        "|c-t|]; minilm: the encoder fine-tuned (default: probe)",
+    )
+    parser.add_argument(
+        "--recipe",
+        default="{}",
+        metavar="JSON",
+        help="recipe fields overriding the kind's defaults, e.g. '{\"epochs\": 2}'",
+    )
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--folds", type=int, default=5, help="folds of the out-of-fold scores")
+    parser.add_argument(
+        "--pubmedqa",
+        default=None,
+        help="PubMedQA JSON: also the refusal report on the lake's graph with gate 7 on",
+    )
+    parser.add_argument("--lake", default=None, help="lake to register and write into")
+    add_partition_args(parser)
+    parser.add_argument("--min-paths", type=int, default=1, help="k of the refusal headline")
+    parser.add_argument(
+        "--per-class", type=int, default=50, help="built questions per ablation failure class"
+    )
+    parser.add_argument("--json", action="store_true", help="print the figures as one JSON line")
+    parser.set_defaults(func=run_eval_verification)
+    return parser
+
+
+def configurations(args: argparse.Namespace, lake) -> dict:
+    """Check every option, then register the files and configurations; the partition keys.
+    A ValueError (or OSError) names a bad option before anything is registered."""
+    from kg_platform.answer.readers.base import load_pubmedqa
+    from kg_platform.evaluation.question_sets import question_set_key, register_question_set
+    from kg_platform.evaluation.refusal_report import LadderEvalConfig, register_ladder_config
+    from kg_platform.evaluation.verifier_training import VerifierConfig, register_verifier_config
+
+    try:
+        recipe = json.loads(args.recipe)
+    except json.JSONDecodeError as error:
+        raise ValueError(f"--recipe {args.recipe}: not JSON ({error})") from None
+    if not isinstance(recipe, dict):
+        raise ValueError(f"--recipe {args.recipe}: not a JSON object")
+    corpus = args.corpus or reference_data_dir() / "scifact" / "corpus.csv.gz"
+    files = {"claims": args.claims, "corpus": corpus}
+    if args.pubmedqa is not None:
+        files["pubmedqa"] = args.pubmedqa
+    for option, path in files.items():
+        if not Path(path).is_file():
+            raise ValueError(f"--{option} {path}: no such file")
+    if args.pubmedqa is not None:
+        load_pubmedqa(args.pubmedqa)  # a file that is no PubMedQA set is named here
+    config = VerifierConfig(
+        args.kind,
+        question_set_key(args.claims),
+        question_set_key(corpus),
+        recipe=recipe,
+        seed=args.seed,
+        folds=args.folds,
+    )
+    ladder = LadderEvalConfig(
+        min_paths=args.min_paths,
+        seed=args.seed,
+        per_class=args.per_class,
+        release=args.release,
+        mesh_year=args.mesh_year,
+        verifier_config=config.key,
+    )
+    keys = {
+        "claim_set": register_question_set(lake, "scifact", args.claims),
+        "corpus": register_question_set(lake, "scifact_corpus", corpus),
+        "verifier_config": register_verifier_config(lake, config),
+    }
+    if args.pubmedqa is not None:
+        keys["question_set"] = register_question_set(lake, "pubmedqa", args.pubmedqa)
+        keys["ladder_config"] = register_ladder_config(lake, ladder)
+    return keys
+
+
+def run_eval_verification(args: argparse.Namespace) -> int:
+    from kg_platform.settings import Settings
+    from kg_platform.storage.lake import Lake
+
+    settings = Settings.load()
+    lake = Lake(args.lake or settings.lake)
+    try:
+        keys = configurations(args, lake)
+    except (OSError, ValueError) as error:
+        print(f"kg eval verification: {error}", file=sys.stderr)
+        return 2
+    failure = materialise(settings, lake, keys)
+    if failure:
+        print(f"kg eval verification: {failure}", file=sys.stderr)
+        return 1
+    print_report(read_reports(lake, keys), args.json)
+    return 0
+
+
+def materialise(settings, lake, keys: dict) -> str:
+    """verifier_model, scifact_report and (with a question set) refusal_report on the
+    persistent instance, in that order; the first failure, or ""."""
+    import dagster as dg
+
+    from kg_platform.assets import answering, verification
+    from kg_platform.assets.partitions import (
+        ladder_configs,
+        pubmedqa_sets,
+        scifact_claim_sets,
+        verifier_configs,
+    )
+    from kg_platform.commands.build import prepare_instance
+    from kg_platform.commands.build_run import failure_message
+    from kg_platform.resources.lake import LakeResource
+
+    instance = prepare_instance(settings)
+    instance.add_dynamic_partitions(verifier_configs.name, [keys["verifier_config"]])
+    instance.add_dynamic_partitions(scifact_claim_sets.name, [keys["claim_set"]])
+    steps: list[tuple[str, object]] = [
+        ("verifier_model", keys["verifier_config"]),
+        ("scifact_report", keys["claim_set"]),
+    ]
+    if "ladder_config" in keys:
+        instance.add_dynamic_partitions(pubmedqa_sets.name, [keys["question_set"]])
+        instance.add_dynamic_partitions(ladder_configs.name, [keys["ladder_config"]])
+        pair = {"question_set": keys["question_set"], "ladder_config": keys["ladder_config"]}
+        steps.append(("refusal_report", dg.MultiPartitionKey(pair)))
+    assets = [*answering.defs.assets, *verification.defs.assets]
+    for asset, partition in steps:
+        result = dg.materialize(
+            assets,
+            selection=[asset],
+            partition_key=partition,
+            instance=instance,
+            resources={"lake": LakeResource(root=lake.root)},
+            tags={"kg/command": "eval verification"},
+            raise_on_error=False,
+        )
+        if not result.success:
+            return f"{asset}[{partition}] failed: {failure_message(result)}"
+    return ""
+
+
+def read_reports(lake, keys: dict) -> dict:
+    """The trained verifier's record, its row of the SciFact report and the refusal report's
+    figures, as the assets published them."""
+    from kg_platform.evaluation import refusal_report as refusal
+    from kg_platform.evaluation.scifact_report import REPORT_PREFIX
+    from kg_platform.evaluation.verifier_training import read_trained
+
+    record = read_trained(lake, keys["verifier_config"])
+    scifact = json.loads(lake.read_bytes(f"{REPORT_PREFIX}/{keys['claim_set']}/report.json"))
+    (row,) = [v for v in scifact["verifiers"] if v["config"] == keys["verifier_config"]]
+    out = {
+        "verifier_model": {
+            "model": record["model"],
+            "path": lake.path(record["model_prefix"]),
+            "verifier": record["verifier"],
+            "tau": record["tau"],
+            "pairs": record["pairs"],
+        },
+        "scifact": {"n_claims": scifact["n_claims"], "n_pairs": scifact["n_pairs"], **row},
+        "refusal": None,
+        "partition": dict(keys),
+    }
+    if "ladder_config" in keys:
+        folder = f"{refusal.REPORT_PREFIX}/{keys['question_set']}/{keys['ladder_config']}"
+        doc = json.loads(lake.read_bytes(f"{folder}/report.json"))
+        out["refusal"] = {
+            **refusal.report_summary(doc),
+            "n_controls": doc["n_controls"],
+            "sweep": doc["sweep"],
+            "ablation_sets": doc["ablation_sets"],
+            "ablation_tiers": doc["ablation_tiers"],
+            "verifier": doc["verifier"],
+            "graph_build": doc["graph_build"],
+        }
+    return out
+
+
+def print_report(report: dict, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(report))
+        return
+    model, row = report["verifier_model"], report["scifact"]
+    base = row["baseline"]
+    print(f"verifier_model: {model['verifier']} at {model['path']} (tau {model['tau']})")
+    print(
+        f"scifact_report: {row['n_claims']} claims, {row['n_pairs']} pairs, "
+        f"{row['folds']}-fold out of fold: NOINFO AUROC {row['noinfo_auroc']}, macro-F1 "
+        f"{row['macro_f1']}; untrained-encoder baseline {base['noinfo_auroc']} / "
+        f"{base['macro_f1']}"
+    )
+    refusal = report["refusal"]
+    if refusal is not None:
+        print(
+            f"refusal_report: {refusal['n']} questions at min_paths {refusal['min_paths']}: "
+            f"real answered {refusal['real_answered']}, controls {refusal['control_answered']}"
+        )
+        print(f"  ablation sets {refusal['ablation_sets']}")
+        for tier in refusal["ablation_tiers"]:
+            print(f"  {tier['tier']} refused {tier['refusal_rate']}, per class {tier['per_class']}")
