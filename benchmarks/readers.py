@@ -10,6 +10,7 @@ is one JSON object; progress goes to stderr.
 
     python benchmarks/readers.py                                  # the full recipe
     python benchmarks/readers.py --max-length 128 --epochs 2      # a CPU-sized run
+    python benchmarks/readers.py --skip-classifier --probe        # the probe's variants
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from kg_platform.answer.readers.controls import (  # noqa: E402
     shuffled_label_cross_fit,
 )
 from kg_platform.answer.readers.cues import CueRecipe, cue_text  # noqa: E402
+from kg_platform.answer.readers.probe import ProbeRecipe, frozen_encoder  # noqa: E402
 from kg_platform.settings import reference_data_dir  # noqa: E402
 
 
@@ -68,6 +70,43 @@ def shuffled(examples, k, seeds, recipe, candidates_fn) -> dict:
     }
 
 
+def probe_sweep(examples, k: int, seed: int, shuffled_seeds: list[int], args) -> dict:
+    """Out-of-fold DEV accuracy of every probe variant (pooling x features x C x class
+    weight); the best by DEV accuracy (then macro-F1) gets its blind and shuffled-label
+    controls. The encoder's vectors are cached once per process, so only the first variant
+    of each pooling embeds."""
+    variants = []
+    encoder = frozen_encoder("")
+    for pooling in args.probe_pooling:
+        start, embedded = time.perf_counter(), encoder.embedded
+        for features in args.probe_features:
+            for c in args.probe_c:
+                for class_weight in args.probe_class_weight:
+                    recipe = ProbeRecipe(
+                        pooling=pooling,
+                        features=tuple(features.split(",")),
+                        C=c,
+                        class_weight=class_weight,
+                        truncation_chars=args.truncation,
+                    )
+                    fits = cross_fit_posteriors(examples, k, seed, recipe, lambda ex: [ex.context])
+                    variants.append({"recipe": recipe.to_dict(), **scores(fits.first(), examples)})
+                    log(f"probe {pooling} {features} C={c} {class_weight or '-'}: {variants[-1]}")
+        log(
+            f"probe {pooling}: {encoder.embedded - embedded} windows embedded, "
+            f"{time.perf_counter() - start:.0f}s"
+        )
+    best = max(variants, key=lambda v: (v["accuracy"], v["macro_f1"]))
+    recipe = ProbeRecipe(**best["recipe"])
+    blind = cross_fit_posteriors(examples, k, seed, recipe, lambda ex: [""])
+    return {
+        "variants": variants,
+        "best": best,
+        "blind": scores(blind.first(), examples),
+        "shuffled_label": shuffled(examples, k, shuffled_seeds, recipe, lambda ex: [ex.context]),
+    }
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=None, help="PubMedQA DEV json")
@@ -85,6 +124,20 @@ def main() -> int:
     )
     parser.add_argument("--cue-c", type=float, default=1.0, help="inverse L2 strength")
     parser.add_argument("--skip-classifier", action="store_true")
+    parser.add_argument(
+        "--probe", action="store_true", help="sweep the probe reader's variants (frozen MiniLM)"
+    )
+    parser.add_argument("--probe-pooling", nargs="+", default=["first", "windows", "sentences"])
+    parser.add_argument(
+        "--probe-features",
+        nargs="+",
+        default=["q,t,prod,diff", "t,prod,diff", "prod,diff"],
+        help="comma-separated parts of q, t, prod, diff, cos",
+    )
+    parser.add_argument(
+        "--probe-c", type=float, nargs="+", default=[0.003, 0.01, 0.03, 0.1, 0.3, 1.0]
+    )
+    parser.add_argument("--probe-class-weight", nargs="+", default=["", "balanced"])
     args = parser.parse_args()
 
     path = args.data or reference_data_dir() / "pubmedqa" / "pqal_dev400.json"
@@ -124,6 +177,9 @@ def main() -> int:
         ),
     }
     log(f"cues {result['cues']}")
+
+    if args.probe:
+        result["probe"] = probe_sweep(examples, k, seed, shuffled_seeds, args)
 
     if not args.skip_classifier:
         recipe = ClassifierRecipe(

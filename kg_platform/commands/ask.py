@@ -41,7 +41,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--reader",
         default=None,
         metavar="DIR",
-        help="a local reader folder (cue reader, sequence classifier or causal LM) that "
+        help="a local reader folder (cue reader, probe, sequence classifier or causal LM) that "
         "answers yes/no/maybe from the top evidence (default: KG_READER; none: evidence only)",
     )
     parser.add_argument(

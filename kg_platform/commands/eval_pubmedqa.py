@@ -13,7 +13,7 @@ from pathlib import Path
 from kg_platform.evaluation.pubmedqa_candidates import MAX_CANDIDATES, TRUNCATIONS
 from kg_platform.evaluation.reader_configs import ReaderConfig
 
-READERS = ("cues", "minilm")
+READERS = ("cues", "minilm", "probe")
 
 
 def add_eval_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -27,7 +27,8 @@ def add_eval_parser(subparsers: argparse._SubParsersAction) -> argparse.Argument
     parser.add_argument(
         "--reader",
         default="cues",
-        help="cues (n-gram cue model, fast), minilm (cross-encoder on the packaged MiniLM) "
+        help="cues (n-gram cue model, fast), minilm (cross-encoder on the packaged MiniLM), "
+        "probe (logistic regression on the frozen MiniLM's vectors) "
         "or a folder holding a saved reader (default: cues)",
     )
     parser.add_argument("--json", action="store_true", help="print the figures as one JSON line")
@@ -83,7 +84,7 @@ def reader_config(args: argparse.Namespace, dev_key: str) -> ReaderConfig:
     if Path(args.reader).is_dir():
         return folder_config(args.reader, dev_key, **options)
     raise ValueError(
-        f"--reader {args.reader}: unknown reader (expected cues, minilm or a reader folder)"
+        f"--reader {args.reader}: unknown reader (expected cues, minilm, probe or a reader folder)"
     )
 
 

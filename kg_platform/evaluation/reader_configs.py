@@ -21,8 +21,9 @@ from kg_platform.evaluation.pubmedqa_candidates import MAX_CANDIDATES, TRUNCATIO
 from kg_platform.storage.lake import Lake
 
 # cues: the n-gram cue reader; minilm: the cross-encoder classifier on the packaged MiniLM;
+# probe: a logistic regression on the frozen packaged MiniLM's question and text vectors;
 # folder: a reader saved in a local folder (not retrained, so neither cross-fitted nor shuffled)
-READER_KINDS = ("cues", "minilm", "folder")
+READER_KINDS = ("cues", "minilm", "probe", "folder")
 CONFIGS_PREFIX = "readers/configs"
 
 
@@ -85,6 +86,10 @@ def recipe_of(config: ReaderConfig) -> Any:
         from kg_platform.answer.readers.classifier import ClassifierRecipe
 
         return ClassifierRecipe(**config.recipe)
+    if config.reader == "probe":
+        from kg_platform.answer.readers.probe import ProbeRecipe
+
+        return ProbeRecipe(**config.recipe)
     return None
 
 

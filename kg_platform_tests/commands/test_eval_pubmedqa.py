@@ -150,3 +150,69 @@ def test_kg_build_asks_nothing_of_the_answering_assets() -> None:
     for asset in answering.defs.assets:
         # registered and run by `kg eval pubmedqa`; kg build's default selection skips them
         assert keys.for_partitions(asset.partitions_def) == []
+
+
+def tiny_encoder(folder: Path, questions) -> Path:
+    """A 2-layer BERT (no head) built from a config, its word-piece vocabulary the words of
+    ``questions``: the frozen encoder of the probe reader, small enough for a test."""
+    import re
+
+    import torch
+    from transformers import BertConfig, BertModel, BertTokenizerFast
+
+    words = {w for q in questions for w in re.findall(r"\w+", f"{q.question} {q.context}".lower())}
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *sorted(words)]
+    tokenizer = BertTokenizerFast(vocab={w: i for i, w in enumerate(vocab)}, do_lower_case=True)
+    config = BertConfig(
+        vocab_size=len(vocab),
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=128,
+    )
+    torch.manual_seed(0)
+    BertModel(config).save_pretrained(str(folder))
+    tokenizer.save_pretrained(str(folder))
+    return folder
+
+
+def test_the_probe_reader_runs_through_the_instance(tmp_path) -> None:
+    """`--reader probe` on a tiny encoder: the same contract, a probe model trained on DEV
+    only, saved under its content hash and read back by `kg ask --reader`'s loader."""
+    from kg_platform.answer.readers.classifier import content_hash
+    from kg_platform.answer.readers.loading import load_reader
+    from kg_platform.evaluation.pubmedqa_answering import reader_folder
+
+    pmids = sorted_pmids()
+    dev = write_questions(tmp_path / "dev.json", pmids[:30])
+    test = write_questions(tmp_path / "test.json", pmids[30:50])
+    encoder = tiny_encoder(tmp_path / "encoder", load_pubmedqa(dev))
+    home = tmp_path / "kg"
+    stdout = io.StringIO()
+    recipe = json.dumps({"encoder": str(encoder), "C": 0.1, "pooling": "windows"})
+    options = ["--folds", "3", "--shuffled-seeds", "1", "--candidates", "2", "--truncations",
+               "1100", "--reader", "probe", "--recipe", recipe]  # fmt: skip
+    with pytest.MonkeyPatch.context() as mp:
+        use_kg_home(mp, home)
+        mp.setenv("DAGSTER_HOME", str(home / "dagster"))
+        with contextlib.redirect_stdout(stdout):
+            code = main(["eval", "pubmedqa", "--dev", str(dev), "--test", str(test), "--json",
+                         *options])  # fmt: skip
+    assert code == 0
+    summary = json.loads(stdout.getvalue().strip().splitlines()[-1])
+    assert summary["test"]["n"] == 20
+    assert summary["selected"].startswith("probe|")
+    assert summary["partition"]["reader_config"].startswith("probe-")
+    # 1 seed x 2 selectable settings x 1 truncation x 3 rules
+    assert summary["controls"]["shuffled_label_n"] == 6
+    lake = Lake(str(home / "lake"))
+    record = read_trained(lake, summary["partition"]["reader_config"])
+    assert record["reader"] == "probe" and record["n_train"] == 30
+    assert record["training_set_hash"] == training_set_hash(load_pubmedqa(dev))
+    assert sorted(record["files"]) == ["probe.json", "reader.json"]
+    with reader_folder(lake, record) as folder:
+        assert content_hash(folder) == record["model"]
+        reader = load_reader(folder)
+        out = reader.posteriors("Is it?", ["yes", ""])
+    assert reader.name == "probe" and out.shape == (2, 3)

@@ -8,6 +8,7 @@ import pytest
 
 from kg_platform.answer.readers.classifier import ClassifierRecipe, content_hash
 from kg_platform.answer.readers.cues import CueRecipe, train_cue_reader
+from kg_platform.answer.readers.probe import ProbeRecipe
 from kg_platform.evaluation.reader_configs import (
     ReaderConfig,
     config_lake_key,
@@ -53,6 +54,11 @@ def test_an_altered_configuration_file_is_refused(tmp_path) -> None:
 def test_recipes() -> None:
     assert recipe_of(ReaderConfig("cues", "d-1", recipe={"C": 0.5})) == CueRecipe(C=0.5)
     assert recipe_of(ReaderConfig("minilm", "d-1")) == ClassifierRecipe()
+    probe = ReaderConfig("probe", "d-1", recipe={"features": ["t", "prod"], "C": 0.1})
+    assert recipe_of(probe) == ProbeRecipe(features=("t", "prod"), C=0.1)
+    assert probe.retrainable and probe.key.startswith("probe-")
+    with pytest.raises(ValueError, match="pooling .median."):
+        recipe_of(ReaderConfig("probe", "d-1", recipe={"pooling": "median"}))
     with pytest.raises(ValueError, match="reader 'gpt'"):
         ReaderConfig("gpt", "d-1")
     with pytest.raises(ValueError, match="folds >= 2"):

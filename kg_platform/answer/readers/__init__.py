@@ -1,8 +1,8 @@
 """Readers: a question and candidate texts in, P(yes, no, maybe) per text out.
 
 ``base`` holds the contract (``LABELS``, ``Reader``, ``check_posteriors``, ``truncate``) and
-the labelled examples (``LabelledQuestion``, ``load_pubmedqa``); ``classifier``, ``causal_lm``
-and ``cues`` the readers; ``controls`` the blind, majority and shuffled-label controls;
+the labelled examples (``LabelledQuestion``, ``load_pubmedqa``); ``classifier``, ``causal_lm``,
+``cues`` and ``probe`` (a linear head on the frozen encoder) the readers; ``controls`` the blind, majority and shuffled-label controls;
 ``crossfit`` the K-fold cross-fitting that scores each question with a model that never saw
 its label. The heavy libraries (torch, transformers, scikit-learn) load on first use.
 """

@@ -1,8 +1,8 @@
 """K-fold cross-fitting: every question is scored by a model that never saw its label.
 
 Training is a function of (question set, seed, recipe); the recipe's type says which reader
-is trained (``ClassifierRecipe``, ``CueRecipe``, ``MajorityRecipe``), so one cross-fitting
-loop serves them all, controls included.
+is trained (``ClassifierRecipe``, ``CueRecipe``, ``ProbeRecipe``, ``MajorityRecipe``), so one
+cross-fitting loop serves them all, controls included.
 """
 
 from __future__ import annotations
@@ -30,11 +30,14 @@ def train_reader(examples: Sequence[LabelledQuestion], seed: int, recipe: Any) -
     from kg_platform.answer.readers.classifier import ClassifierRecipe, train_classifier
     from kg_platform.answer.readers.controls import MajorityRecipe, train_majority
     from kg_platform.answer.readers.cues import CueRecipe, train_cue_reader
+    from kg_platform.answer.readers.probe import ProbeRecipe, train_probe
 
     if isinstance(recipe, ClassifierRecipe):
         return train_classifier(examples, seed, recipe)
     if isinstance(recipe, CueRecipe):
         return train_cue_reader(examples, seed, recipe)
+    if isinstance(recipe, ProbeRecipe):
+        return train_probe(examples, seed, recipe)
     if isinstance(recipe, MajorityRecipe):
         return train_majority(examples, seed, recipe)
     raise ValueError(f"recipe {recipe!r}: no reader is trained from a {type(recipe).__name__}")

@@ -1,8 +1,8 @@
 """One way to open a reader from a local folder, whatever kind wrote it.
 
-A folder with ``reader.json`` names its kind (``cues``, ``cross-encoder``); a Hugging Face
-folder without one is taken as a sequence classifier when its config says so, else as a
-causal LM read with constrained decoding over the label tokens.
+A folder with ``reader.json`` names its kind (``cues``, ``probe``, ``cross-encoder``); a
+Hugging Face folder without one is taken as a sequence classifier when its config says so,
+else as a causal LM read with constrained decoding over the label tokens.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ METADATA_FILE = "reader.json"
 
 
 def reader_kind(folder: str | os.PathLike[str]) -> str:
-    """``cues``, ``cross-encoder`` or ``causal-lm``; a ValueError names the folder when it
-    holds no reader."""
+    """``cues``, ``probe``, ``cross-encoder`` or ``causal-lm``; a ValueError names the folder
+    when it holds no reader."""
     folder = Path(folder)
     if not folder.is_dir():
         raise ValueError(f"{folder}: reader folder not found")
@@ -28,7 +28,7 @@ def reader_kind(folder: str | os.PathLike[str]) -> str:
             kind = json.loads(metadata.read_text()).get("reader")
         except json.JSONDecodeError as exc:
             raise ValueError(f"{metadata}: not JSON: {exc}") from exc
-        if kind in ("cues", "cross-encoder"):
+        if kind in ("cues", "probe", "cross-encoder"):
             return kind
         raise ValueError(f"{metadata}: unknown reader kind {kind!r}")
     config = folder / "config.json"
@@ -52,6 +52,10 @@ def load_reader(folder: str | os.PathLike[str], device: str = "auto") -> Reader:
         from kg_platform.answer.readers.cues import load_cue_reader
 
         return load_cue_reader(folder)
+    if kind == "probe":
+        from kg_platform.answer.readers.probe import load_probe_reader
+
+        return load_probe_reader(folder)
     if kind == "cross-encoder":
         from kg_platform.answer.readers.classifier import load_classifier
 
