@@ -24,7 +24,9 @@ import copy
 import math
 import time
 import unicodedata
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -378,6 +380,21 @@ class KnowledgeGraph:
             reading=reading,
         )
 
+    def _first_pair_with_paths(
+        self, pairs: list[ConceptPair], collect: Callable, count: Callable
+    ) -> tuple[ConceptPair | None, Any]:
+        """The first of the best pairs (at most ``max_pairs_tried``) whose ``collect`` finds
+        a path by ``count``, with what it found; else the first pair tried and its (empty)
+        result; ``(None, None)`` without pairs."""
+        chosen, found = None, None
+        for pair in pairs[: self.config.max_pairs_tried]:
+            tried = collect(pair)
+            if chosen is None or count(tried):
+                chosen, found = pair, tried
+            if count(tried):
+                break
+        return chosen, found
+
     def _structural(
         self,
         text: str,
@@ -399,13 +416,11 @@ class KnowledgeGraph:
             "retracted_gate": ladder.on(RefusalReason.ONLY_RETRACTED_EVIDENCE),
             "as_of": as_of if ladder.on(RefusalReason.NO_EVIDENCE_AS_OF_DATE) else None,
         }
-        chosen, found = None, None
-        for pair in pairs[: self.config.max_pairs_tried]:
-            tried = pair_evidence(self.store, pair, filters, top_k, **gates)
-            if chosen is None or tried.counts["candidates"]:
-                chosen, found = pair, tried
-            if tried.counts["candidates"]:
-                break
+        chosen, found = self._first_pair_with_paths(
+            pairs,
+            lambda pair: pair_evidence(self.store, pair, filters, top_k, **gates),
+            lambda tried: tried.counts["candidates"],
+        )
         clock.lap("paths")
         counts = PathCounts(**found.counts) if found is not None else PathCounts(0, 0, 0, 0, 0)
         verdict = decide(n_groundings, n_concepts, counts, as_of, ladder)
@@ -433,13 +448,9 @@ class KnowledgeGraph:
         """The dense ranker's path: every candidate of the first pair that has any is
         collected, flagged and put through the ladder; every survivor is scored against the
         question, then ranked and cut."""
-        chosen, candidates = None, None
-        for pair in pairs[: self.config.max_pairs_tried]:
-            found = collect_candidates(self.store, pair)
-            if chosen is None or len(found):
-                chosen, candidates = pair, found
-            if len(found):
-                break
+        chosen, candidates = self._first_pair_with_paths(
+            pairs, lambda pair: collect_candidates(self.store, pair), len
+        )
         clock.lap("paths")
         if candidates is not None and len(candidates):
             flags = path_flags(self.store, candidates)

@@ -244,3 +244,28 @@ def failure_message(result) -> str:
         if event.is_step_failure and event.step_failure_data is not None:
             return one_line(innermost(event.step_failure_data.error))
     return "run failed"
+
+
+def materialise_in_order(
+    assets: list, steps: list[tuple[str, object]], instance, lake_root: str, command: str
+) -> str:
+    """Each ``(asset, partition)`` of ``steps`` materialised in turn, in this process, on the
+    persistent ``instance`` (so its runs and checks show in the UI, tagged ``kg/command``);
+    stops at the first failure and returns its one line, else ""."""
+    import dagster as dg
+
+    from kg_platform.resources.lake import LakeResource
+
+    for asset, partition in steps:
+        result = dg.materialize(
+            assets,
+            selection=[asset],
+            partition_key=partition,
+            instance=instance,
+            resources={"lake": LakeResource(root=lake_root)},
+            tags={"kg/command": command},
+            raise_on_error=False,
+        )
+        if not result.success:
+            return f"{asset}[{partition}] failed: {failure_message(result)}"
+    return ""

@@ -118,11 +118,10 @@ def materialise(settings, lake, config: ReaderConfig, dev: str, test: str) -> tu
     from kg_platform.assets import answering
     from kg_platform.assets.partitions import pubmedqa_sets, reader_configs
     from kg_platform.commands.build import prepare_instance
-    from kg_platform.commands.build_run import failure_message
+    from kg_platform.commands.build_run import materialise_in_order
     from kg_platform.evaluation.pubmedqa_answering import read_report
     from kg_platform.evaluation.question_sets import register_question_set
     from kg_platform.evaluation.reader_configs import register_reader_config
-    from kg_platform.resources.lake import LakeResource
 
     dev_key = register_question_set(lake, "pubmedqa", dev)
     test_key = register_question_set(lake, "pubmedqa", test)
@@ -140,19 +139,9 @@ def materialise(settings, lake, config: ReaderConfig, dev: str, test: str) -> tu
         ("posterior_cache", pair(test_key)),
         ("pubmedqa_report", pair(test_key)),
     ]
-    assets = answering.defs.assets
-    for asset, partition in steps:
-        result = dg.materialize(
-            assets,
-            selection=[asset],
-            partition_key=partition,
-            instance=instance,
-            resources={"lake": LakeResource(root=lake.root)},
-            tags={"kg/command": "eval pubmedqa"},
-            raise_on_error=False,
-        )
-        if not result.success:
-            return f"{asset}[{partition}] failed: {failure_message(result)}", {}
+    error = materialise_in_order(answering.defs.assets, steps, instance, lake.root, "eval pubmedqa")
+    if error:
+        return error, {}
     report = read_report(lake, dev_key, test_key, key)
     return "", report | {"partition": {"reader_config": key, "dev": dev_key, "test": test_key}}
 

@@ -144,8 +144,7 @@ def materialise(settings, lake, keys: dict) -> str:
         verifier_configs,
     )
     from kg_platform.commands.build import prepare_instance
-    from kg_platform.commands.build_run import failure_message
-    from kg_platform.resources.lake import LakeResource
+    from kg_platform.commands.build_run import materialise_in_order
 
     instance = prepare_instance(settings)
     instance.add_dynamic_partitions(verifier_configs.name, [keys["verifier_config"]])
@@ -160,19 +159,7 @@ def materialise(settings, lake, keys: dict) -> str:
         pair = {"question_set": keys["question_set"], "ladder_config": keys["ladder_config"]}
         steps.append(("refusal_report", dg.MultiPartitionKey(pair)))
     assets = [*answering.defs.assets, *verification.defs.assets]
-    for asset, partition in steps:
-        result = dg.materialize(
-            assets,
-            selection=[asset],
-            partition_key=partition,
-            instance=instance,
-            resources={"lake": LakeResource(root=lake.root)},
-            tags={"kg/command": "eval verification"},
-            raise_on_error=False,
-        )
-        if not result.success:
-            return f"{asset}[{partition}] failed: {failure_message(result)}"
-    return ""
+    return materialise_in_order(assets, steps, instance, lake.root, "eval verification")
 
 
 def read_reports(lake, keys: dict) -> dict:

@@ -52,25 +52,21 @@ def _found(value: int, table: np.ndarray, ascending: np.ndarray) -> bool:
 
 
 @njit(nogil=True, cache=True)
-def links(
+def _far_links(
     indptr: np.ndarray,
     indices: np.ndarray,
     near: np.ndarray,
     table: np.ndarray,
     ascending: np.ndarray,
     swap: bool,
-    relation: int,
-    kind: np.ndarray,
     source: np.ndarray,
     terminal: np.ndarray,
-    relations: np.ndarray,
     at: int,
 ) -> int:
-    """Append every link ``near[k] -> neighbour`` whose neighbour is far (``table[v]`` when
-    the table is not empty, else found in ``ascending``) and is not the node itself, in
-    order of origin then neighbour, as BRIDGE rows of ``relation`` from row ``at``; with
-    ``swap`` the neighbour is the source. The rows need room for every link read.
-    Returns the next free row."""
+    """Every link ``near[k] -> neighbour`` whose neighbour is far (``table[v]`` when the
+    table is not empty, else found in ``ascending``) and is not the node itself, in order of
+    origin then neighbour, written from row ``at`` (with ``swap`` the neighbour is the
+    source); the rows need room for every link read. Returns the next free row."""
     origin, far_end = (terminal, source) if swap else (source, terminal)
     # first every link read, then the far ones kept: the row copies and the lookups run
     # as two loops of independent loads instead of one of dependent ones (2x here)
@@ -85,11 +81,33 @@ def links(
         node, neighbour = origin[i], far_end[i]
         origin[at] = node
         far_end[at] = neighbour
-        kind[at] = 1
-        relations[at] = relation
         # kept by advancing, not by a branch: about half the links are far
         at += (neighbour != node) & _found(neighbour, table, ascending)
     return at
+
+
+@njit(nogil=True, cache=True)
+def links(
+    indptr: np.ndarray,
+    indices: np.ndarray,
+    near: np.ndarray,
+    table: np.ndarray,
+    ascending: np.ndarray,
+    swap: bool,
+    relation: int,
+    kind: np.ndarray,
+    source: np.ndarray,
+    terminal: np.ndarray,
+    relations: np.ndarray,
+    at: int,
+) -> int:
+    """``_far_links`` appended as BRIDGE rows of ``relation`` from row ``at``; returns the
+    next free row."""
+    end = _far_links(indptr, indices, near, table, ascending, swap, source, terminal, at)
+    for i in range(at, end):
+        kind[i] = 1
+        relations[i] = relation
+    return end
 
 
 @njit(nogil=True, cache=True)
@@ -191,35 +209,6 @@ def _carried(node: int, filter_articles: np.ndarray, filter_offsets: np.ndarray)
         if at < hi and filter_articles[at] == node:
             n += 1
     return n
-
-
-@njit(nogil=True, cache=True)
-def _far_links(
-    indptr: np.ndarray,
-    indices: np.ndarray,
-    near: np.ndarray,
-    table: np.ndarray,
-    ascending: np.ndarray,
-    swap: bool,
-    source: np.ndarray,
-    terminal: np.ndarray,
-    at: int,
-) -> int:
-    """``links`` without kind and relation: every far link of ``near`` from row ``at``."""
-    origin, far_end = (terminal, source) if swap else (source, terminal)
-    read = at
-    for k in range(near.size):
-        node = near[k]
-        for j in range(indptr[node], indptr[node + 1]):
-            origin[read] = node
-            far_end[read] = indices[j]
-            read += 1
-    for i in range(at, read):
-        node, neighbour = origin[i], far_end[i]
-        origin[at] = node
-        far_end[at] = neighbour
-        at += (neighbour != node) & _found(neighbour, table, ascending)
-    return at
 
 
 @njit(nogil=True, cache=True)
