@@ -168,10 +168,13 @@ def embedding_index(
 def concept_index(
     context: dg.AssetExecutionContext, lake: LakeResource, encoder: EncoderResource
 ) -> dg.MaterializeResult:
-    """Every MeSH descriptor name and entry term embedded once, for the hybrid grounder.
-    Partitioned by **MeSH year**: the surfaces are one thesaurus's."""
+    """Every MeSH descriptor name and entry term (of every concept) embedded once, for the
+    hybrid grounder. Partitioned by **MeSH year**: the surfaces are one thesaurus's; only
+    surfaces the vector cache lacks are embedded."""
     the_lake = lake.get().scoped(scope_for(context))
-    build = build_concept_index(the_lake, encoder.get())
+    # the vector cache (embeddings/concept_cache/) is not routed to a MeSH year: another
+    # year's thesaurus embeds only the surfaces this one did not have
+    build = build_concept_index(the_lake, encoder.get(), log=context.log.info)
     return dg.MaterializeResult(
         metadata={
             "path": the_lake.path(CONCEPT_VECTORS),
@@ -179,6 +182,10 @@ def concept_index(
             "descriptors": build.descriptors,
             "dim": build.dim,
             "seconds": round(build.seconds, 2),
+            "embedded": build.embedded,
+            "reused": build.reused,
+            "embed_seconds": round(build.embed_seconds, 2),
+            "cache": the_lake.path(build.cache),
         },
         check_results=[
             dg.AssetCheckResult(

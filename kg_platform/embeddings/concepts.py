@@ -3,20 +3,39 @@
 ``embeddings/concepts/vectors.f16.npy`` (float16 unit vectors) lines up row for row with
 ``embeddings/concepts/surfaces.parquet`` (ui, term, normalised, kind). The hybrid grounder
 links question spans to these rows.
+
+Vectors are cached by what made them: ``embeddings/concept_cache/<encoder key>/`` holds
+segments, each ``<segment>.npy`` (float16 rows) beside ``<segment>.parquet`` (sha256 of the
+exact text embedded, and the text), row for row. A build looks every surface up by the hash
+of its text and embeds only the texts no segment holds, written as new segments (one per
+feeder super-batch, so an interrupted build keeps what it embedded). The encoder key names
+the model fingerprint, its sequence limit and the vector dtype: another model, truncation
+or precision never reuses a vector. The cache is not routed to a MeSH year: a new year's
+thesaurus reuses every surface the last one embedded.
+
+A segment's ``.npy`` is written before its ``.parquet``, each atomically, so a segment
+exists once its ``.parquet`` does; an ``.npy`` without one is an interrupted write and is
+ignored. A cache that is unreadable or misaligned (rows, width or dtype that do not match
+its hash table or the encoder) is an error naming the object, never silently re-embedded:
+remove the folder named to rebuild it.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
 import polars as pl
+import pyarrow as pa
 
 from kg_platform.embeddings.encoder import Encoder
-from kg_platform.embeddings.feeder import FeederSettings, embed_texts
+from kg_platform.embeddings.feeder import FeederSettings, embed_stream
 from kg_platform.storage.lake import Lake
 
 MESH_TERMS = "mesh/terms.parquet"
@@ -24,6 +43,7 @@ CONCEPTS = "embeddings/concepts"
 CONCEPT_VECTORS = f"{CONCEPTS}/vectors.f16.npy"
 CONCEPT_SURFACES = f"{CONCEPTS}/surfaces.parquet"
 CONCEPT_MANIFEST = f"{CONCEPTS}/manifest.json"
+CONCEPT_CACHE = "embeddings/concept_cache"
 # descriptor names and entry terms; de-inverted forms repeat them, aliases point elsewhere
 CONCEPT_KINDS = ("name", "entry")
 
@@ -50,6 +70,97 @@ def concept_surfaces(terms: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+def text_hashes(texts: Sequence[str]) -> list[str]:
+    """sha256 (hex) of each text's UTF-8 bytes: the cache key of the text embedded."""
+    return [hashlib.sha256(t.encode()).hexdigest() for t in texts]
+
+
+def encoder_key(encoder: Encoder) -> str:
+    """The cache folder of an encoder's vectors: model fingerprint, sequence limit, dtype
+    (as a lake folder name: letters, digits and ``. _ -``)."""
+    dtype = str(getattr(encoder, "dtype", "")).removeprefix("torch.") or "unknown"
+    key = f"{encoder.fingerprint}-len{encoder.max_length}-{dtype}"
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", key)
+
+
+class VectorCache:
+    """Float16 vectors of texts already embedded by one encoder, found by text hash."""
+
+    def __init__(self, lake: Lake, key: str, dim: int) -> None:
+        self.lake = lake
+        self.folder = f"{CONCEPT_CACHE}/{key}"
+        self.dim = dim
+        self.segments: list[np.ndarray] = []
+        self.where: dict[str, tuple[int, int]] = {}  # hash -> (segment, row)
+        for table_key in lake.list(self.folder, ".parquet"):
+            self._load(table_key)
+
+    def _load(self, table_key: str) -> None:
+        vectors_key = table_key.removesuffix(".parquet") + ".npy"
+        remove = f"remove {self.lake.path(self.folder)} to re-embed"
+        try:
+            hashes = self.lake.read_parquet(table_key, columns=["sha256"])["sha256"].to_pylist()
+        except (OSError, ValueError, KeyError, pa.ArrowException) as exc:
+            raise ConceptIndexError(
+                f"{table_key}: unreadable cache segment ({exc}); {remove}"
+            ) from exc
+        if not self.lake.exists(vectors_key):
+            raise ConceptIndexError(
+                f"{vectors_key}: missing; its hash table {table_key} has {len(hashes)} rows; "
+                f"{remove}"
+            )
+        try:
+            vectors = self.lake.read_npy(vectors_key, mmap=True)
+        except (OSError, ValueError, EOFError) as exc:
+            raise ConceptIndexError(
+                f"{vectors_key}: unreadable cache segment ({exc}); {remove}"
+            ) from exc
+        shape = (len(hashes), self.dim)
+        if vectors.dtype != np.float16 or vectors.shape != shape:
+            raise ConceptIndexError(
+                f"{vectors_key}: {vectors.dtype} {vectors.shape} vectors, expected float16 "
+                f"{shape} to match {table_key} and the encoder; {remove}"
+            )
+        segment = len(self.segments)
+        self.segments.append(vectors)
+        for row, digest in enumerate(hashes):
+            self.where.setdefault(digest, (segment, row))
+
+    def __contains__(self, digest: str) -> bool:
+        return digest in self.where
+
+    def __len__(self) -> int:
+        return len(self.where)
+
+    def add(self, texts: Sequence[str], hashes: Sequence[str], vectors: np.ndarray) -> str:
+        """Write one segment (vectors first, then its hash table) and index it; its name is
+        the hash of its hashes, so writing the same texts again writes the same objects."""
+        if len(texts) != len(hashes) or len(hashes) != len(vectors):
+            raise ValueError(f"{len(texts)} texts, {len(hashes)} hashes, {len(vectors)} vectors")
+        name = hashlib.sha256("".join(hashes).encode()).hexdigest()[:24]
+        base = f"{self.folder}/{name}"
+        vectors = np.ascontiguousarray(vectors, dtype=np.float16)
+        self.lake.write_npy(f"{base}.npy", vectors)
+        table = pa.table({"sha256": list(hashes), "text": list(texts)})
+        self.lake.write_parquet(f"{base}.parquet", table)
+        segment = len(self.segments)
+        self.segments.append(vectors)
+        for row, digest in enumerate(hashes):
+            self.where.setdefault(digest, (segment, row))
+        return base
+
+    def fill(self, out: np.ndarray, hashes: Sequence[str]) -> None:
+        """``out[i]`` = the cached vector of ``hashes[i]`` (every hash must be cached)."""
+        rows_by_segment: dict[int, tuple[list[int], list[int]]] = {}
+        for i, digest in enumerate(hashes):
+            segment, row = self.where[digest]
+            targets, sources = rows_by_segment.setdefault(segment, ([], []))
+            targets.append(i)
+            sources.append(row)
+        for segment, (targets, sources) in rows_by_segment.items():
+            out[np.asarray(targets)] = self.segments[segment][np.asarray(sources)]
+
+
 @dataclass(frozen=True)
 class ConceptIndexBuild:
     surfaces: int
@@ -58,11 +169,22 @@ class ConceptIndexBuild:
     seconds: float
     min_norm: float
     max_norm: float
+    embedded: int = 0  # distinct texts embedded by this build
+    reused: int = 0  # surfaces whose vector came from the cache
+    embed_seconds: float = 0.0
+    cache: str = ""  # the cache folder's lake key
 
 
 def build_concept_index(
-    lake: Lake, encoder: Encoder, settings: FeederSettings | None = None
+    lake: Lake,
+    encoder: Encoder,
+    settings: FeederSettings | None = None,
+    cache: Lake | None = None,
+    log: Callable[[str], None] | None = None,
 ) -> ConceptIndexBuild:
+    """Embed the surfaces of ``mesh/terms.parquet`` the cache does not hold, then write the
+    index (vectors, surfaces, manifest) in one transaction. ``cache``: the lake whose
+    ``embeddings/concept_cache/`` is used (default: ``lake`` itself)."""
     started = time.perf_counter()
     if not lake.exists(MESH_TERMS):
         raise ConceptIndexError(
@@ -73,26 +195,62 @@ def build_concept_index(
     surfaces = concept_surfaces(frame)
     if surfaces.height == 0:
         raise ConceptIndexError(f"{MESH_TERMS}: no descriptor names or entry terms")
-    vectors = embed_texts(encoder, surfaces["term"].to_list(), settings)
+    texts = surfaces["term"].to_list()
+    hashes = text_hashes(texts)
+    vectors_cache = VectorCache(cache or lake, encoder_key(encoder), encoder.dim)
+    # each text not cached, once, in surface order
+    todo: dict[str, str] = {}
+    for text, digest in zip(texts, hashes, strict=True):
+        if digest not in vectors_cache and digest not in todo:
+            todo[digest] = text
+    reused = sum(1 for digest in hashes if digest in vectors_cache)
+    embed_started = time.perf_counter()
+    if todo:
+        todo_hashes, todo_texts = list(todo), list(todo.values())
+        done = 0
+        for block in embed_stream(encoder, todo_texts, settings):
+            segment = vectors_cache.add(
+                todo_texts[done : done + len(block)], todo_hashes[done : done + len(block)], block
+            )
+            done += len(block)
+            if log is not None:
+                elapsed = time.perf_counter() - embed_started
+                log(f"{segment}: {done}/{len(todo)} texts embedded in {elapsed:.1f} s")
+        if done != len(todo):
+            raise RuntimeError(f"feeder returned {done} vectors for {len(todo)} texts")
+    embed_seconds = time.perf_counter() - embed_started
+    vectors = np.empty((len(texts), encoder.dim), dtype=np.float16)
+    vectors_cache.fill(vectors, hashes)
     norms = np.linalg.norm(vectors.astype(np.float32), axis=1)
-    lake.write_npy(CONCEPT_VECTORS, vectors)
-    lake.write_parquet(CONCEPT_SURFACES, surfaces.to_arrow())
+    seconds = time.perf_counter() - started
     manifest = {
         "surfaces": surfaces.height,
         "fingerprint": encoder.fingerprint,
         "dim": encoder.dim,
-        # how long the embedding took, so whoever reuses the index knows what it saves
-        "seconds": round(time.perf_counter() - started, 3),
+        # how long the build took, so whoever reuses the index knows what it saves
+        "seconds": round(seconds, 3),
+        "embedded": len(todo),
+        "reused": reused,
+        "embed_seconds": round(embed_seconds, 3),
+        "cache": vectors_cache.folder,
         "device": str(getattr(encoder, "device", "")),
     }
-    lake.write_bytes(CONCEPT_MANIFEST, json.dumps(manifest, indent=1).encode())
+    # the three objects appear together: a reader never pairs new vectors with old surfaces
+    with lake.transaction() as staged:
+        staged.write_npy(CONCEPT_VECTORS, vectors)
+        staged.write_parquet(CONCEPT_SURFACES, surfaces.to_arrow())
+        staged.write_bytes(CONCEPT_MANIFEST, json.dumps(manifest, indent=1).encode())
     return ConceptIndexBuild(
         surfaces=surfaces.height,
         descriptors=surfaces["ui"].n_unique(),
         dim=encoder.dim,
-        seconds=time.perf_counter() - started,
+        seconds=seconds,
         min_norm=float(norms.min()),
         max_norm=float(norms.max()),
+        embedded=len(todo),
+        reused=reused,
+        embed_seconds=embed_seconds,
+        cache=vectors_cache.folder,
     )
 
 

@@ -100,6 +100,8 @@ class ConceptIndexInfo:
     location: str
     built_now: bool
     build_seconds: float | None  # None: reused, and the build did not record it
+    embedded: int | None = None  # surfaces the build embedded (None: not recorded)
+    reused: int | None = None  # surfaces whose vectors came from the vector cache
 
 
 @dataclass(frozen=True)
@@ -129,7 +131,9 @@ class _FixedGroundings:
 
 
 @dataclass(frozen=True)
-class _Prepared:
+class LinkedQuestion:
+    """A question with its lexical groundings and the span links of what they left."""
+
     question: PubmedqaQuestion
     lexical: list[Grounding]
     links: list[SpanLink]
@@ -144,6 +148,29 @@ def gold_uis(question: PubmedqaQuestion, headings: Mapping[str, str]) -> frozens
     return frozenset(ui for ui in found if ui is not None)
 
 
+def link_questions(
+    questions: Sequence[PubmedqaQuestion],
+    hybrid: HybridGrounder,
+    headings: Mapping[str, str],
+) -> tuple[list[LinkedQuestion], float]:
+    """Every question's lexical groundings and span links (every candidate span's best
+    concept and cosine), computed once; and the seconds it took."""
+    started = time.perf_counter()
+    linked = []
+    for q in questions:
+        lexical = hybrid.lexical.ground(q.question)
+        linked.append(
+            LinkedQuestion(
+                q,
+                lexical,
+                hybrid.span_links(q.question, lexical),
+                len(question_words(q.question)),
+                gold_uis(q, headings),
+            )
+        )
+    return linked, time.perf_counter() - started
+
+
 def evaluate_hybrid(
     questions: Sequence[PubmedqaQuestion],
     hybrid: HybridGrounder,
@@ -153,27 +180,25 @@ def evaluate_hybrid(
     store: KGStore | None = None,
     worst: int = 10,
     min_precision: float = MIN_PRECISION,
+    linked: Sequence[LinkedQuestion] | None = None,
 ) -> HybridEvaluation:
-    """Lexical, then hybrid at each threshold, over the same questions and gold."""
+    """Lexical, then hybrid at each threshold, over the same questions and gold.
+    ``linked``: the questions' span links already computed by ``link_questions`` (for
+    scoring several folds of one question set without embedding their spans again; the
+    caller timed them, and ``span_link_seconds`` is then 0)."""
     if not questions:
         raise ValueError("hybrid evaluation: no questions")
     bad = [t for t in thresholds if not 0.0 < t <= 1.0]
     if bad or not thresholds:
         raise ValueError(f"thresholds {list(thresholds)}: need at least one, each in (0, 1]")
-    started = time.perf_counter()
-    prepared = []
-    for q in questions:
-        lexical = hybrid.lexical.ground(q.question)
-        prepared.append(
-            _Prepared(
-                q,
-                lexical,
-                hybrid.span_links(q.question, lexical),
-                len(question_words(q.question)),
-                gold_uis(q, headings),
-            )
-        )
-    span_seconds = time.perf_counter() - started
+    if linked is None:
+        prepared, span_seconds = link_questions(questions, hybrid, headings)
+    else:
+        by_pmid = {p.question.pmid: p for p in linked}
+        missing = [q.pmid for q in questions if q.pmid not in by_pmid]
+        if missing:
+            raise ValueError(f"linked: no span links for questions {missing[:5]}")
+        prepared, span_seconds = [by_pmid[q.pmid] for q in questions], 0.0
 
     def bridge_count(groundings: list[Grounding]) -> int:
         return sum(1 for g in groundings if roles.get(g.ui) == Role.BRIDGE)
@@ -214,7 +239,7 @@ def evaluate_hybrid(
 def _threshold_report(
     threshold: float | None,
     grounding: GroundingEvaluation,
-    prepared: list[_Prepared],
+    prepared: list[LinkedQuestion],
     chosen: Mapping[str, list[Grounding]],
     roles: Mapping[str, str],
     lexical_covered: Mapping[str, bool],
@@ -274,7 +299,7 @@ def _threshold_report(
 
 
 def pair_selection(
-    prepared: list[_Prepared],
+    prepared: list[LinkedQuestion],
     chosen: Mapping[str, list[Grounding]],
     roles: Mapping[str, str],
     store: KGStore,
@@ -355,7 +380,9 @@ def provide_concept_index(
     cache_root: str | Path,
 ) -> tuple[ConceptIndex, ConceptIndexInfo]:
     """The lake's concept_index when it was built by this encoder; otherwise one cached
-    under ``cache_root/<digest of surfaces and model>``, embedded once and then reused."""
+    under ``cache_root/<digest of surfaces and model>``, built once and then reused. Its
+    vectors come from the vector cache under ``cache_root`` itself, shared by every digest:
+    another vocabulary embeds only the surfaces no earlier one had."""
     if lake is not None and lake.exists(CONCEPT_MANIFEST):
         index = ConceptIndex.open(lake)
         if index.fingerprint == encoder.fingerprint:
@@ -364,7 +391,7 @@ def provide_concept_index(
     built_now = not cache.exists(CONCEPT_MANIFEST)
     if built_now:
         cache.write_parquet(MESH_TERMS, terms.to_arrow())
-        build_concept_index(cache, encoder)
+        build_concept_index(cache, encoder, cache=Lake(str(cache_root)))
     index = ConceptIndex.open(cache)
     return index, _info(index, cache, built_now)
 
@@ -378,6 +405,8 @@ def _info(index: ConceptIndex, lake: Lake, built_now: bool) -> ConceptIndexInfo:
         location=lake.path(CONCEPT_MANIFEST).rsplit("/", 1)[0],
         built_now=built_now,
         build_seconds=round(float(seconds), 1) if seconds is not None else None,
+        embedded=manifest.get("embedded"),
+        reused=manifest.get("reused"),
     )
 
 
@@ -389,11 +418,16 @@ def render_report(evaluation: HybridEvaluation, source: str, command: str = "") 
         lines += ["", f"Command: `{command}`"]
     if e.concept_index is not None:
         c = e.concept_index
+        cached = (
+            f" ({c.embedded:,} embedded, {c.reused:,} from the vector cache)"
+            if c.embedded is not None and c.reused is not None
+            else ""
+        )
         how = (
-            f"embedded now in {c.build_seconds} s"
+            f"built now in {c.build_seconds} s{cached}"
             if c.built_now
             else "reused"
-            + (f" (embedded in {c.build_seconds} s)" if c.build_seconds is not None else "")
+            + (f" (built in {c.build_seconds} s)" if c.build_seconds is not None else "")
         )
         lines += [
             "",
