@@ -243,8 +243,9 @@ def pair_evidence(
     the rows kept, ``heap_score`` their scores. Returns how many rows are kept (at most
     ``heap_score.size``), in no order."""
     n_direct = direct.size
-    source = np.empty(n_direct + reads, dtype=np.int64)
-    terminal = np.empty(n_direct + reads, dtype=np.int64)
+    # node indices fit in 32 bits: half the bytes to write and read back
+    source = np.empty(n_direct + reads, dtype=np.int32)
+    terminal = np.empty(n_direct + reads, dtype=np.int32)
     source[:n_direct] = direct
     terminal[:n_direct] = direct
     # b --cites--> a is a <--cited-by-- b: from b, the CITES rows are b's cited_by links
@@ -280,6 +281,8 @@ def pair_evidence(
             alive = alive and 0 < year <= as_of
             n_as_of += alive
         n_alive += alive
+        if not alive:
+            continue
         # the structural score, term by term in the order of structural_scores
         direct_row = i < n_direct
         score = 2.0 if direct_row else 1.0
@@ -290,7 +293,7 @@ def pair_evidence(
         score += year_term[years[t] + year_offset]
         if (either & concern_bit) != 0:
             score -= 0.5
-        if not alive or (held == k and score < heap_score[worst]):
+        if held == k and score < heap_score[worst]:
             continue
         relation = 0 if direct_row else (1 if i < end_cites else 2)
         if held < k:

@@ -267,6 +267,8 @@ def pair_evidence(
 
     if top_k < 1:
         raise ValueError(f"top_k: must be at least 1, got {top_k}")
+    if store.n_articles >= 2**31:  # the pass keeps node indices in 32 bits
+        raise ValueError(f"graph build {store.build_id}: {store.n_articles} articles, over 2**31")
     years = store.array("year")
     if years.dtype != np.int16:
         raise TypeError(f"graph build {store.build_id}: year is {years.dtype}, expected int16")
