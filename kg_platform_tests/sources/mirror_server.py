@@ -35,11 +35,13 @@ class MirrorState:
 
 
 class _Handler(http.server.SimpleHTTPRequestHandler):
-    """Counts a connection from accept until the server hands over its final byte.
+    """Counts a connection from accept until the server hands over the last byte of the
+    response's headers.
 
-    The server's own teardown after that byte (flush, close, thread exit) lags behind the
-    client, which may already have closed and opened the next connection; counting until
-    ``finish()`` would see connections the client no longer holds.
+    The client may let go of a connection as soon as that byte arrives (it raises on an
+    error status without reading the body), and the server's own teardown after its last
+    byte (flush, close, thread exit) lags behind the client, which may already have opened
+    the next connection; counting any later would see connections the client no longer holds.
     """
 
     state: MirrorState
@@ -104,10 +106,13 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
             self._uncount()
             self._reset()
             return
-        socket_out.write(response[:-1])
+        # the client may close as soon as it has the headers (an error status is raised
+        # before any body is read), so the count ends before their last byte
+        head_end = response.find(b"\r\n\r\n") + 4 if b"\r\n\r\n" in response else len(response)
+        socket_out.write(response[: head_end - 1])
         socket_out.flush()
         self._uncount()
-        socket_out.write(response[-1:])
+        socket_out.write(response[head_end - 1 :])
 
     def _reset(self) -> None:
         # SO_LINGER 0 makes close() send RST: the client sees "connection reset by peer"
