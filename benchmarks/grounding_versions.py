@@ -122,25 +122,27 @@ def hybrid(
     concept_cache: Path,
     model: str = "",
     device: str = "cpu",
+    dense_rules: str = "v3_abbreviations_as_written",
 ) -> dict:
     """The default lexical grounder plus dense span links over the concept index of every
     concept's terms, at each threshold, per fold; tau picked on ``fit`` (the evaluation's
     rule: most two-BRIDGE coverage at BRIDGE precision >= 0.70), then read on ``held``.
-    The index comes from (and its vectors go to) ``concept_cache``."""
+    The index comes from (and its vectors go to) ``concept_cache``; ``dense_rules`` names
+    the vocabulary rules applied to the dense links (``hybrid.DENSE_RULES``)."""
     from kg_platform.embeddings.encoder import Encoder
     from kg_platform.evaluation.hybrid_eval import (
         evaluate_hybrid,
         link_questions,
         provide_concept_index,
     )
-    from kg_platform.grounding.hybrid import HybridGrounder
+    from kg_platform.grounding.hybrid import DENSE_RULES, HybridGrounder
 
     started = time.monotonic()
     encoder = Encoder(model, device=device)
     index, info = provide_concept_index(frames["terms"], encoder, None, concept_cache)
     index_seconds = time.monotonic() - started
     lexical = Grounder.from_terms(frames["terms"], frames["descriptors"])
-    grounder = HybridGrounder(lexical, encoder, index)
+    grounder = HybridGrounder(lexical, encoder, index, rules=DENSE_RULES[dense_rules])
     roles = assign_roles(frames["descriptors"], frames["tree"])
     role_of = dict(zip(roles["ui"].to_list(), roles["role"].to_list(), strict=True))
     headings = heading_index(frames["terms"])
@@ -148,6 +150,8 @@ def hybrid(
     out: dict = {
         "concept_index": {**info.__dict__, "seconds_to_open_or_build": round(index_seconds, 1)},
         "span_link_seconds": round(link_seconds, 1),
+        "dense_rules": dense_rules,
+        "index_carries_flags": index.has_flags,
     }
     for name, qs in folds(questions).items():
         e = evaluate_hybrid(qs, grounder, role_of, headings, thresholds, linked=linked)
@@ -160,7 +164,10 @@ def hybrid(
                     "dense_bridge": r.dense_bridge,
                     "dense_bridge_hits": r.dense_bridge_hits,
                     "newly_covered": r.questions_newly_covered,
-                    "worst_dense": [f"{w.span} -> {w.name} ({w.count})" for w in r.worst_dense[:5]],
+                    "worst_dense": [
+                        f"{w.span} -> {w.name} ('{w.term}', {w.count}, {w.best_cosine})"
+                        for w in r.worst_dense
+                    ],
                 }
                 for r in e.rows
             },
@@ -186,6 +193,13 @@ def main() -> None:
         default="/tmp/kg_concept_full",
         help="where the concept index and its vector cache live (benchmarks/concept_index.py "
         "fills the same vector cache)",
+    )
+    parser.add_argument(
+        "--dense-rules",
+        nargs="+",
+        default=["v3_abbreviations_as_written"],
+        help="vocabulary rules applied to dense links, one hybrid run each "
+        "(kg_platform.grounding.hybrid.DENSE_RULES)",
     )
     parser.add_argument("--device", default="cpu")
     parser.add_argument(
@@ -225,18 +239,25 @@ def main() -> None:
         results[name]["seconds"] = round(time.monotonic() - started, 1)
         print(name, json.dumps(results[name]["dev400"]), flush=True)
     if args.hybrid:
-        started = time.monotonic()
-        results["hybrid"] = hybrid(
-            questions, new, args.thresholds, Path(args.concept_cache), device=args.device
-        )
-        results["hybrid"]["seconds"] = round(time.monotonic() - started, 1)
-        tau = results["hybrid"]["tau_from_fit"]
-        for fold in ("fit", "held", "dev400"):
-            rows = results["hybrid"][fold]["rows"]
-            for label in ["lexical", *(f"{t:.2f}" for t in sorted(args.thresholds))]:
-                brief = {k: v for k, v in rows[label].items() if k != "worst_dense"}
-                print("hybrid", fold, label, json.dumps(brief), flush=True)
-        print("hybrid tau chosen on fit:", tau, flush=True)
+        for rules in args.dense_rules:
+            key = "hybrid" if rules == "v3_abbreviations_as_written" else f"hybrid_{rules}"
+            started = time.monotonic()
+            results[key] = hybrid(
+                questions,
+                new,
+                args.thresholds,
+                Path(args.concept_cache),
+                device=args.device,
+                dense_rules=rules,
+            )
+            results[key]["seconds"] = round(time.monotonic() - started, 1)
+            tau = results[key]["tau_from_fit"]
+            for fold in ("fit", "held", "dev400"):
+                rows = results[key][fold]["rows"]
+                for label in ["lexical", *(f"{t:.2f}" for t in sorted(args.thresholds))]:
+                    brief = {k: v for k, v in rows[label].items() if k != "worst_dense"}
+                    print(key, fold, label, json.dumps(brief), flush=True)
+            print(key, "tau chosen on fit:", tau, flush=True)
     print(json.dumps(results))
 
 

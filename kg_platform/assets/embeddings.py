@@ -153,7 +153,9 @@ def embedding_index(
 @dg.asset(
     partitions_def=mesh_years,
     deps=["mesh_tables"],
-    code_version="2",
+    # 3: the surfaces carry the MeSH flags the hybrid grounder's rules read (rebuilt from the
+    # vector cache, nothing re-embedded)
+    code_version="3",
     group_name="embeddings",
     op_tags=embedding_queue_tags(),
     kinds={"numpy"},

@@ -1,8 +1,13 @@
 """The concept index: every MeSH descriptor name and entry term embedded once.
 
 ``embeddings/concepts/vectors.f16.npy`` (float16 unit vectors) lines up row for row with
-``embeddings/concepts/surfaces.parquet`` (ui, term, normalised, kind). The hybrid grounder
-links question spans to these rows.
+``embeddings/concepts/surfaces.parquet`` (ui, term, normalised, kind, preferred_concept,
+lexical_tag). The hybrid grounder links question spans to these rows, and applies the
+lexical grounder's MeSH rules to them through the two flags: ``preferred_concept`` (some
+term of the surface belongs to its descriptor's preferred concept; lone words of other
+concepts do not ground) and ``lexical_tag`` (NLM's tag of the term embedded; ABB/ACR terms
+ground only as written). The flags are not embedded: a change of flags alone reuses every
+cached vector.
 
 Vectors are cached by what made them: ``embeddings/concept_cache/<encoder key>/`` holds
 segments, each ``<segment>.npy`` (float16 rows) beside ``<segment>.parquet`` (sha256 of the
@@ -36,6 +41,7 @@ import pyarrow as pa
 
 from kg_platform.embeddings.encoder import Encoder
 from kg_platform.embeddings.feeder import FeederSettings, embed_stream
+from kg_platform.grounding.vocabulary import with_concept_features
 from kg_platform.storage.lake import Lake
 
 MESH_TERMS = "mesh/terms.parquet"
@@ -53,13 +59,24 @@ class ConceptIndexError(ValueError):
 
 
 def concept_surfaces(terms: pl.DataFrame) -> pl.DataFrame:
-    """One row per (descriptor, normalised surface) of the kinds we embed, in UI order."""
+    """One row per (descriptor, normalised surface) of the kinds we embed, in UI order:
+    ui, term (the text embedded), normalised, kind, and the MeSH facts the grounding rules
+    read. ``preferred_concept``: some term of the descriptor that normalises to the surface
+    belongs to the descriptor's preferred concept (True for a source without concepts,
+    whose terms are the preferred concept's). ``lexical_tag``: NLM's tag of the term
+    embedded (the first in tag order where rows of that exact term disagree; null without
+    tags). Which term is embedded does not depend on the flags."""
     missing = [c for c in ("ui", "term", "normalised", "kind") if c not in terms.columns]
     if missing:
         raise ConceptIndexError(f"{MESH_TERMS}: missing columns {missing}")
-    return (
-        terms.filter(pl.col("kind").is_in(CONCEPT_KINDS), pl.col("normalised").str.len_chars() > 0)
-        .with_columns(
+    if "lexical_tag" not in terms.columns:
+        terms = terms.with_columns(pl.lit(None, dtype=pl.Utf8).alias("lexical_tag"))
+    kept = terms.filter(
+        pl.col("kind").is_in(CONCEPT_KINDS), pl.col("normalised").str.len_chars() > 0
+    )
+    # the rows embedded are chosen exactly as before the flags were carried
+    surfaces = (
+        kept.with_columns(
             pl.col("kind")
             .replace_strict({"name": 0, "entry": 1}, return_dtype=pl.Int8)
             .alias("rank")
@@ -68,6 +85,14 @@ def concept_surfaces(terms: pl.DataFrame) -> pl.DataFrame:
         .unique(["ui", "normalised"], keep="first", maintain_order=True)
         .select("ui", "term", "normalised", "kind")
     )
+    kept = with_concept_features(kept)
+    preferred = kept.group_by("ui", "normalised").agg(pl.col("preferred_concept").any())
+    tags = kept.group_by("ui", "term").agg(
+        pl.col("lexical_tag").drop_nulls().sort().first().alias("lexical_tag")
+    )
+    return surfaces.join(
+        preferred, on=["ui", "normalised"], how="left", maintain_order="left"
+    ).join(tags, on=["ui", "term"], how="left", maintain_order="left")
 
 
 def text_hashes(texts: Sequence[str]) -> list[str]:
@@ -256,12 +281,17 @@ def build_concept_index(
 
 @dataclass(frozen=True)
 class ConceptIndex:
-    """Concept surfaces and their unit vectors, row-aligned."""
+    """Concept surfaces and their unit vectors, row-aligned. ``normalised``,
+    ``preferred_concept`` and ``lexical_tags`` are the surfaces' MeSH facts (None for an
+    index written before they were carried: no rule can then be applied to its links)."""
 
     uis: list[str]
     terms: list[str]
     vectors: np.ndarray  # float16 (m, dim)
     fingerprint: str = ""
+    normalised: list[str] | None = None
+    preferred_concept: list[bool] | None = None
+    lexical_tags: list[str | None] | None = None
 
     @classmethod
     def open(cls, lake: Lake) -> ConceptIndex:
@@ -278,11 +308,23 @@ class ConceptIndex:
                 f"{CONCEPT_VECTORS}: {len(vectors)} rows for {surfaces.height} surfaces"
             )
         manifest = json.loads(lake.read_bytes(CONCEPT_MANIFEST))
+        flagged = {"preferred_concept", "lexical_tag"} <= set(surfaces.columns)
         return cls(
             surfaces["ui"].to_list(),
             surfaces["term"].to_list(),
             vectors,
             manifest.get("fingerprint", ""),
+            surfaces["normalised"].to_list() if "normalised" in surfaces.columns else None,
+            surfaces["preferred_concept"].fill_null(True).to_list() if flagged else None,
+            surfaces["lexical_tag"].to_list() if flagged else None,
+        )
+
+    @property
+    def has_flags(self) -> bool:
+        return (
+            self.normalised is not None
+            and self.preferred_concept is not None
+            and self.lexical_tags is not None
         )
 
     @cached_property
@@ -291,14 +333,25 @@ class ConceptIndex:
         question would otherwise widen the whole matrix again (about 0.2 s for full MeSH)."""
         return np.ascontiguousarray(self.vectors, dtype=np.float32)
 
-    def best(self, queries: np.ndarray, block_rows: int = 32768) -> tuple[np.ndarray, np.ndarray]:
-        """For each query vector: the row of its most similar surface and that cosine."""
+    def best(
+        self,
+        queries: np.ndarray,
+        block_rows: int = 32768,
+        allowed: np.ndarray | None = None,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """For each query vector: the row of its most similar surface and that cosine.
+        ``allowed``: a boolean per row; rows it marks False are never returned (a query
+        with no allowed row gets row 0 at cosine -inf)."""
         q = np.asarray(queries, dtype=np.float32)
         best_rows = np.zeros(len(q), dtype=np.int64)
         best_scores = np.full(len(q), -np.inf, dtype=np.float32)
         vectors = self.vectors32
+        if allowed is not None and len(allowed) != len(vectors):
+            raise ValueError(f"allowed: {len(allowed)} flags for {len(vectors)} surfaces")
         for start in range(0, len(vectors), block_rows):
             scores = q @ vectors[start : start + block_rows].T
+            if allowed is not None:
+                scores[:, ~allowed[start : start + block_rows]] = -np.inf
             top = scores.argmax(axis=1)
             value = scores[np.arange(len(q)), top]
             better = value > best_scores

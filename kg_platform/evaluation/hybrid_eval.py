@@ -365,11 +365,21 @@ def pick_threshold(
 
 
 def surfaces_digest(terms: pl.DataFrame, fingerprint: str) -> str:
-    """Names the cached concept index: the surfaces embedded and the model that did it."""
+    """Names the cached concept index: the surfaces embedded, the MeSH flags they carry
+    (so an index written before a flag existed is rebuilt, from cached vectors) and the
+    model that did it."""
     surfaces = concept_surfaces(terms)
     digest = hashlib.sha256(fingerprint.encode())
-    for ui, term in zip(surfaces["ui"].to_list(), surfaces["term"].to_list(), strict=True):
-        digest.update(f"{ui}\t{term}\n".encode())
+    digest.update(b"flags: preferred_concept lexical_tag\n")
+    rows = zip(
+        surfaces["ui"].to_list(),
+        surfaces["term"].to_list(),
+        surfaces["preferred_concept"].to_list(),
+        surfaces["lexical_tag"].to_list(),
+        strict=True,
+    )
+    for ui, term, preferred, tag in rows:
+        digest.update(f"{ui}\t{term}\t{preferred}\t{tag}\n".encode())
     return digest.hexdigest()[:16]
 
 
