@@ -147,6 +147,23 @@ def in_degrees(indptr: np.ndarray, terminal: np.ndarray, out: np.ndarray) -> int
 
 
 @njit(nogil=True, cache=True)
+def _score(
+    direct: bool, carried: int, degree_term: float, year_term: float, concern: bool
+) -> float:
+    """One row's structural score, its terms added in the order of the numpy formula: base,
+    0.5 per FILTER the terminal carries, the in-degree term, the year term, less 0.5 for a
+    concern."""
+    score = 2.0 if direct else 1.0
+    for _ in range(carried):
+        score += 0.5
+    score += degree_term
+    score += year_term
+    if concern:
+        score -= 0.5
+    return score
+
+
+@njit(nogil=True, cache=True)
 def scores(
     direct: np.ndarray,
     filters_carried: np.ndarray,
@@ -159,20 +176,16 @@ def scores(
     concern: np.ndarray,
     out: np.ndarray,
 ) -> None:
-    """The structural score, each row's terms added in the order of the numpy formula:
-    base, 0.5 per FILTER the terminal carries, the in-degree term, the year term, less
-    0.5 for a concern."""
+    """``_score`` of every row (``filters_carried`` empty: no FILTER concepts)."""
     with_filters = filters_carried.size > 0
     for i in range(out.size):
-        score = 2.0 if direct[i] else 1.0
-        if with_filters:
-            for _ in range(filters_carried[i]):
-                score += 0.5
-        score += degree_term[degree[i]]
-        score += year_term[years[terminal[i]] + year_offset]
-        if concern[i]:
-            score -= 0.5
-        out[i] = score
+        out[i] = _score(
+            direct[i],
+            filters_carried[i] if with_filters else 0,
+            degree_term[degree[i]],
+            year_term[years[terminal[i]] + year_offset],
+            concern[i],
+        )
 
 
 # -- from a pair's links to its ladder counts and its top rows --------------------------
@@ -250,15 +263,11 @@ def pair_evidence(
     terminal[:n_direct] = direct
     # b --cites--> a is a <--cited-by-- b: from b, the CITES rows are b's cited_by links
     if from_b:
-        end_cites = _far_links(cited_by_indptr, cited_by_indices, near, table, ascending, True,
-                               source, terminal, n_direct)  # fmt: skip
-        n = _far_links(cite_indptr, cite_indices, near, table, ascending, True, source,
-                       terminal, end_cites)  # fmt: skip
+        first, second = (cited_by_indptr, cited_by_indices), (cite_indptr, cite_indices)
     else:
-        end_cites = _far_links(cite_indptr, cite_indices, near, table, ascending, False, source,
-                               terminal, n_direct)  # fmt: skip
-        n = _far_links(cited_by_indptr, cited_by_indices, near, table, ascending, False,
-                       source, terminal, end_cites)  # fmt: skip
+        first, second = (cite_indptr, cite_indices), (cited_by_indptr, cited_by_indices)
+    end_cites = _far_links(*first, near, table, ascending, from_b, source, terminal, n_direct)
+    n = _far_links(*second, near, table, ascending, from_b, source, terminal, end_cites)
     quotable_bit, retracted_bit, concern_bit = bits[0], bits[1], bits[2]
     quotable_gate, retracted_gate, as_of = gates[0] != 0, gates[1] != 0, gates[2]
     with_filters = filter_offsets.size > 1
@@ -283,16 +292,14 @@ def pair_evidence(
         n_alive += alive
         if not alive:
             continue
-        # the structural score, term by term in the order of structural_scores
         direct_row = i < n_direct
-        score = 2.0 if direct_row else 1.0
-        if with_filters:
-            for _ in range(_carried(t, filter_articles, filter_offsets)):
-                score += 0.5
-        score += degree_term[cited_by_indptr[t + 1] - cited_by_indptr[t]]
-        score += year_term[years[t] + year_offset]
-        if (either & concern_bit) != 0:
-            score -= 0.5
+        score = _score(
+            direct_row,
+            _carried(t, filter_articles, filter_offsets) if with_filters else 0,
+            degree_term[cited_by_indptr[t + 1] - cited_by_indptr[t]],
+            year_term[years[t] + year_offset],
+            (either & concern_bit) != 0,
+        )
         if held == k and score < heap_score[worst]:
             continue
         relation = 0 if direct_row else (1 if i < end_cites else 2)

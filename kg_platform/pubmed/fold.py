@@ -123,8 +123,8 @@ def _scalar(con: duckdb.DuckDBPyConnection, sql: str) -> int:
     return int(_run(con, sql)[0][0])
 
 
-def _sql_list(paths: list[str]) -> str:
-    return "[" + ", ".join("'" + p.replace("'", "''") + "'" for p in paths) + "]"
+def _sql_string(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
 
 
 def _pmid_ranges(con: duckdb.DuckDBPyConnection, records: int) -> list[tuple[int, int]]:
@@ -203,8 +203,7 @@ def fold_release(
             # the file name per row); file_row_number keeps the row order within a file
             return " UNION ALL ".join(
                 f"SELECT *, {n}::INTEGER AS file_ord FROM read_parquet("
-                + _sql_list([lake.path(table_key(table, f))])[1:-1]
-                + ", file_row_number=true)"
+                f"{_sql_string(lake.path(table_key(table, f)))}, file_row_number=true)"
                 for n, f in enumerate(files)
             )
 

@@ -31,7 +31,7 @@ from kg_platform.embeddings.encoder import Encoder
 from kg_platform.evaluation.question_sets import question_set_key
 from kg_platform.evaluation.scifact_eval import claim_folds
 from kg_platform_tests.answer.readers import conftest as reader_fixtures
-from kg_platform_tests.assets.test_verification import write_scifact_slice
+from kg_platform_tests.assets.test_verification import balanced_threshold, write_scifact_slice
 
 one_torch_thread = reader_fixtures.one_torch_thread
 tiny_bert = reader_fixtures.tiny_bert
@@ -45,17 +45,6 @@ def scifact_files(tmp_path_factory):
 def run_json(capsys, argv: list[str]) -> dict:
     assert main(["eval", "scifact", *argv, "--json"]) == 0
     return json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-
-
-def balanced_threshold(p: np.ndarray, positive: np.ndarray) -> float:
-    """tau by brute force: the smallest candidate with the best balanced accuracy."""
-    best, tau = -1.0, None
-    for t in sorted({0.0, *p.astype(np.float64).tolist()}):
-        above = p.astype(np.float64) > t
-        value = (above[positive].mean() + (~above[~positive]).mean()) / 2
-        if value > best + 1e-12:
-            best, tau = value, t
-    return round(tau, 6)
 
 
 def test_save_a_probe_and_load_it_with_the_reported_tau(scifact_files, tiny_bert, tmp_path, capsys):
