@@ -8,7 +8,7 @@ article.
   local Hugging Face sequence-classification folder (an NLI model: entailment /
   contradiction / neutral are read as SUPPORT / CONTRADICT / NOINFO).
 - ``ProbeVerifier``: the frozen sentence encoder (not fine-tuned) and a multinomial logistic
-  regression on [c, t, c*t, |c-t|] of the claim and text vectors (``train_probe``); saved as
+  regression on [c, t, c*t, |c-t|] of the claim and text vectors (``train_probe_verifier``); saved as
   the encoder's files under ``encoder/`` and the head in ``verifier_probe.json``.
 - ``scifact_pairs``: the training pairs, (claim, title + full abstract) for every class.
 - ``claim_from_question``: the rule that turns a yes/no question into a declarative claim.
@@ -41,6 +41,7 @@ from kg_platform.answer.readers.base import (
     check_texts,
     normalise_rows,
 )
+from kg_platform.answer.readers.probe import pair_features
 
 VERDICTS = ("SUPPORT", "CONTRADICT", "NOINFO")
 NOINFO = VERDICTS.index("NOINFO")
@@ -242,7 +243,7 @@ def verdict_columns(id2label: dict[Any, Any] | None) -> list[int] | None:
 def load_verifier(
     folder: str | os.PathLike[str], device: str = "auto", batch_size: int = 64
 ) -> ClassifierVerifier | ProbeVerifier:
-    """A verifier from a local folder: one ``train_verifier`` or ``train_probe`` saved, or
+    """A verifier from a local folder: one ``train_verifier`` or ``train_probe_verifier`` saved, or
     any Hugging Face sequence-classification model with three labels."""
     from kg_platform.answer.readers.classifier import load_classifier
 
@@ -299,7 +300,7 @@ def train_verifier(
 
 
 @dataclass(frozen=True)
-class ProbeRecipe:
+class VerifierProbeRecipe:
     """How a probe verifier is made: the encoder as shipped (``base_model``; "": the packaged
     MiniLM), its token limit (0: the encoder's own), and the logistic regression's inverse
     regularisation ``c`` and iteration cap."""
@@ -332,18 +333,18 @@ class ProbeRecipe:
 Embed = Callable[[Sequence[str]], np.ndarray]
 
 
-def pair_features(claims: Sequence[str], texts: Sequence[str], embed: Embed) -> np.ndarray:
+def claim_text_features(claims: Sequence[str], texts: Sequence[str], embed: Embed) -> np.ndarray:
     """[c, t, c*t, |c-t|] (float64) of each (claim, text) pair; every distinct claim and
     text is embedded once, in one call, sorted (claims first)."""
     if len(claims) != len(texts):
-        raise ValueError(f"pair_features: {len(claims)} claims, {len(texts)} texts")
+        raise ValueError(f"claim_text_features: {len(claims)} claims, {len(texts)} texts")
     unique_claims, unique_texts = sorted(set(claims)), sorted(set(texts))
     vectors = np.asarray(embed([*unique_claims, *unique_texts]), dtype=np.float64)
     claim_row = {t: i for i, t in enumerate(unique_claims)}
     text_row = {t: len(unique_claims) + i for i, t in enumerate(unique_texts)}
     c = vectors[[claim_row[x] for x in claims]]
     t = vectors[[text_row[x] for x in texts]]
-    return np.hstack([c, t, c * t, np.abs(c - t)])
+    return pair_features(c, t, ("q", "t", "prod", "diff"))
 
 
 @dataclass(frozen=True)
@@ -427,7 +428,7 @@ class ProbeVerifier:
         self,
         encoder: Any,
         head: ProbeHead,
-        recipe: ProbeRecipe,
+        recipe: VerifierProbeRecipe,
         tau: float | None = None,
         seed: int = 0,
     ) -> None:
@@ -446,7 +447,7 @@ class ProbeVerifier:
     def score_pairs(self, claims: Sequence[str], texts: Sequence[str]) -> np.ndarray:
         if not texts:
             return np.zeros((0, len(VERDICTS)), dtype=np.float32)
-        features = pair_features(list(claims), list(texts), self.encoder.encode)
+        features = claim_text_features(list(claims), list(texts), self.encoder.encode)
         return check_posteriors(self.head.posteriors(features), len(texts), self.name)
 
     def save(self, folder: str | os.PathLike[str]) -> str:
@@ -482,7 +483,7 @@ class ProbeVerifier:
             if doc.get("verifier") != "probe" or doc.get("features") != PROBE_FEATURES:
                 raise ValueError(f"not a probe over {PROBE_FEATURES}")
             head = ProbeHead.from_json(doc["head"])
-            recipe = ProbeRecipe(
+            recipe = VerifierProbeRecipe(
                 str(folder / doc["encoder"]),
                 **{k: doc["recipe"][k] for k in ("max_length", "c", "max_iter")},
             )
@@ -498,19 +499,21 @@ class ProbeVerifier:
         return cls(encoder, head, recipe, tau=read_tau(folder), seed=seed)
 
 
-def train_probe(
+def train_probe_verifier(
     pairs: Sequence[VerifierPair],
     seed: int,
-    recipe: ProbeRecipe,
+    recipe: VerifierProbeRecipe,
     encoder: Any = None,
     features: np.ndarray | None = None,
 ) -> ProbeVerifier:
     """The probe fitted on every pair: a function of (pairs, seed, recipe). ``encoder``
-    (``recipe.encoder()`` when None) and ``features`` (its ``pair_features`` of the pairs)
+    (``recipe.encoder()`` when None) and ``features`` (its ``claim_text_features`` of the pairs)
     may be passed in when already computed."""
     encoder = recipe.encoder() if encoder is None else encoder
     if features is None:
-        features = pair_features([p.claim for p in pairs], [p.text for p in pairs], encoder.encode)
+        features = claim_text_features(
+            [p.claim for p in pairs], [p.text for p in pairs], encoder.encode
+        )
     labels = np.array([VERDICTS.index(p.label) for p in pairs], dtype=np.int64)
     head = fit_probe_head(features, labels, seed, recipe.c, recipe.max_iter)
     return ProbeVerifier(encoder, head, recipe, seed=seed)

@@ -66,12 +66,12 @@ def verifier_recipe(args: argparse.Namespace) -> dict:
     recipe defaults, so the same model has the same configuration key here as registered
     with `kg eval verification --recipe` (and the same saved bytes)."""
     from kg_platform.answer.readers.classifier import ClassifierRecipe
-    from kg_platform.answer.verifier import ProbeRecipe
+    from kg_platform.answer.verifier import VerifierProbeRecipe
 
     given = {"base_model": args.base_model, "max_length": args.max_length}
     if args.kind == "minilm":
         given |= {"epochs": args.epochs, "batch_size": args.batch_size}
-    kind = ProbeRecipe if args.kind == "probe" else ClassifierRecipe
+    kind = VerifierProbeRecipe if args.kind == "probe" else ClassifierRecipe
     defaults = {f.name: f.default for f in dataclasses.fields(kind)}
     return {k: v for k, v in given.items() if v is not None and v != defaults[k]}
 

@@ -21,10 +21,10 @@ from kg_platform.answer.verifier import (
     RANDOM,
     VERDICTS,
     Embed,
-    ProbeRecipe,
     VerifierPair,
+    VerifierProbeRecipe,
+    claim_text_features,
     fit_probe_head,
-    pair_features,
     train_verifier,
 )
 from kg_platform.evaluation.pubmedqa_report import auroc
@@ -137,7 +137,7 @@ def cross_validate_verifier(
 
 def baseline_features(pairs: Sequence[VerifierPair], embed: Embed) -> np.ndarray:
     """[c, t, c*t, |c-t|] of each pair from the untrained encoder's vectors."""
-    return pair_features([p.claim for p in pairs], [p.text for p in pairs], embed)
+    return claim_text_features([p.claim for p in pairs], [p.text for p in pairs], embed)
 
 
 def baseline_posteriors(
@@ -180,10 +180,10 @@ def out_of_fold_scores(
     features: np.ndarray | None = None,
     on_fold: Callable[[int], None] | None = None,
 ) -> np.ndarray:
-    """The out-of-fold scores of the verifier ``recipe`` makes: a ``ProbeRecipe``'s head on
+    """The out-of-fold scores of the verifier ``recipe`` makes: a ``VerifierProbeRecipe``'s head on
     the probe features (``features``, or computed with its encoder), any other recipe
     fine-tuned per fold (``cross_validate_verifier``)."""
-    if isinstance(recipe, ProbeRecipe):
+    if isinstance(recipe, VerifierProbeRecipe):
         if features is None:
             encoder = recipe.encoder()
             features = baseline_features(pairs, encoder.encode)
@@ -243,7 +243,7 @@ def evaluate_scifact(
     features: np.ndarray | None = None,
 ) -> ScifactReport:
     """Cross-validated verifier (skipped when ``recipe`` is None: a ``ClassifierRecipe`` is
-    fine-tuned per fold, a ``ProbeRecipe`` fits its head on the frozen encoder's features)
+    fine-tuned per fold, a ``VerifierProbeRecipe`` fits its head on the frozen encoder's features)
     and baseline. ``scores``: the verifier's out-of-fold scores on these claim folds when
     already computed; ``features``: the baseline's features when already computed."""
     pairs = list(pairs)
@@ -272,7 +272,9 @@ def evaluate_scifact(
     for p in pairs:
         sources[p.source] = sources.get(p.source, 0) + 1
     claims = {p.claim_id for p in pairs}
-    kind = None if recipe is None else "probe" if isinstance(recipe, ProbeRecipe) else "minilm"
+    kind = (
+        None if recipe is None else "probe" if isinstance(recipe, VerifierProbeRecipe) else "minilm"
+    )
     return ScifactReport(
         n_claims=len(claims),
         n_claims_scored=len({p.claim_id for p, f in zip(pairs, fold_of, strict=True) if f >= 0}),

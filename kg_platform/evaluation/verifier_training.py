@@ -39,17 +39,17 @@ from kg_platform.answer.verifier import (
     NOINFO,
     VERDICTS,
     ClassifierVerifier,
-    ProbeRecipe,
     ProbeVerifier,
     ScifactClaim,
     VerifierPair,
+    VerifierProbeRecipe,
+    claim_text_features,
     load_verifier,
-    pair_features,
     read_claims,
     read_corpus,
     read_tau,
     scifact_pairs,
-    train_probe,
+    train_probe_verifier,
     train_verifier,
     write_tau,
 )
@@ -66,7 +66,7 @@ from kg_platform.pubmed.tables import local_copy
 from kg_platform.storage.lake import Lake
 
 # minilm: the packaged MiniLM (or recipe.base_model) fine-tuned here; probe: that encoder
-# frozen, with a logistic regression on [c, t, c*t, |c-t|] fitted here (recipe: ProbeRecipe's
+# frozen, with a logistic regression on [c, t, c*t, |c-t|] fitted here (recipe: VerifierProbeRecipe's
 # fields); folder: a local NLI or cross-encoder folder read as it is (not retrained, so tau
 # is fitted on its plain scores)
 VERIFIER_KINDS = ("minilm", "probe", "folder")
@@ -136,10 +136,10 @@ class VerifierConfig:
         return ClassifierRecipe(**{"truncation_side": "right", **self.recipe})
 
     def recipe_object(self) -> Any:
-        """The kind's recipe: a ``ProbeRecipe`` for probe, a ``ClassifierRecipe`` for
+        """The kind's recipe: a ``VerifierProbeRecipe`` for probe, a ``ClassifierRecipe`` for
         minilm, None for a folder."""
         if self.verifier == "probe":
-            return ProbeRecipe(**self.recipe)
+            return VerifierProbeRecipe(**self.recipe)
         if self.verifier == "minilm":
             return self.classifier_recipe()
         return None
@@ -263,10 +263,12 @@ def train_config_verifier(
     elif config.verifier == "probe":
         recipe = config.recipe_object()
         encoder = recipe.encoder(device)
-        features = pair_features([p.claim for p in pairs], [p.text for p in pairs], encoder.encode)
+        features = claim_text_features(
+            [p.claim for p in pairs], [p.text for p in pairs], encoder.encode
+        )
         folds = claim_folds(pairs, config.folds, config.seed)
         oof = out_of_fold_scores(pairs, folds, config.seed, recipe, features=features)
-        verifier = train_probe(pairs, config.seed, recipe, encoder, features)
+        verifier = train_probe_verifier(pairs, config.seed, recipe, encoder, features)
     else:
         recipe = config.classifier_recipe()
         folds = claim_folds(pairs, config.folds, config.seed)

@@ -15,18 +15,19 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import roc_auc_score
 
 from kg_platform.answer.readers.classifier import content_hash
+from kg_platform.answer.readers.probe import pair_features
 from kg_platform.answer.verifier import (
     NOINFO,
     PROBE_FILE,
     VERDICTS,
-    ProbeRecipe,
     ProbeVerifier,
+    VerifierProbeRecipe,
+    claim_text_features,
     load_verifier,
-    pair_features,
     read_claims,
     read_corpus,
     scifact_pairs,
-    train_probe,
+    train_probe_verifier,
 )
 from kg_platform.embeddings.encoder import Encoder
 from kg_platform.evaluation.scifact_eval import claim_folds, evaluate_scifact
@@ -55,14 +56,31 @@ def independent_features(encoder: Encoder, pairs) -> np.ndarray:
     return np.hstack([c, t, c * t, np.abs(c - t)])
 
 
+def test_the_claim_text_features_are_the_readers_pair_features() -> None:
+    # one home for [c, t, c*t, |c-t|]: the reader probe's pair_features
+    vectors = {"a": [1.0, 2.0], "b": [3.0, -1.0], "x": [0.5, 0.25]}
+
+    def embed(texts):
+        return np.array([vectors[t] for t in texts])
+
+    features = claim_text_features(["a", "b", "a"], ["x", "x", "b"], embed)
+    assert features.tolist() == [
+        [1.0, 2.0, 0.5, 0.25, 0.5, 0.5, 0.5, 1.75],
+        [3.0, -1.0, 0.5, 0.25, 1.5, -0.25, 2.5, 1.25],
+        [1.0, 2.0, 3.0, -1.0, 3.0, -2.0, 2.0, 3.0],
+    ]
+    c, t = features[:, :2], features[:, 2:4]
+    assert features.tolist() == pair_features(c, t, ("q", "t", "prod", "diff")).tolist()
+
+
 def test_the_probe_is_the_logistic_regression_on_the_pair_features(scifact_slice, tiny_bert):
     pairs = scifact_slice
-    recipe = ProbeRecipe(base_model=str(tiny_bert))
-    probe = train_probe(pairs, 0, recipe)
+    recipe = VerifierProbeRecipe(base_model=str(tiny_bert))
+    probe = train_probe_verifier(pairs, 0, recipe)
     encoder = Encoder(str(tiny_bert), device="cpu")
     features = independent_features(encoder, pairs)
     np.testing.assert_allclose(
-        pair_features([p.claim for p in pairs], [p.text for p in pairs], encoder.encode),
+        claim_text_features([p.claim for p in pairs], [p.text for p in pairs], encoder.encode),
         features,
         atol=1e-6,
     )
@@ -87,7 +105,7 @@ def test_the_probe_is_the_logistic_regression_on_the_pair_features(scifact_slice
 
 def test_a_head_that_saw_two_verdicts_gives_the_third_zero(scifact_slice, tiny_bert) -> None:
     pairs = [p for p in scifact_slice if p.label != "CONTRADICT"]
-    probe = train_probe(pairs, 0, ProbeRecipe(base_model=str(tiny_bert)))
+    probe = train_probe_verifier(pairs, 0, VerifierProbeRecipe(base_model=str(tiny_bert)))
     assert probe.head.classes == (0, 2) and probe.head.coef.shape[0] == 1
     features = independent_features(Encoder(str(tiny_bert), device="cpu"), pairs)
     sklearn = LogisticRegression(max_iter=2000, random_state=0).fit(features, labels_of(pairs))
@@ -97,9 +115,9 @@ def test_a_head_that_saw_two_verdicts_gives_the_third_zero(scifact_slice, tiny_b
 
 
 def test_same_training_same_bytes_and_the_folder_reloads(scifact_slice, tiny_bert, tmp_path):
-    recipe = ProbeRecipe(base_model=str(tiny_bert))
-    first = train_probe(scifact_slice, 0, recipe).save(tmp_path / "a")
-    second = train_probe(scifact_slice, 0, recipe).save(tmp_path / "b")
+    recipe = VerifierProbeRecipe(base_model=str(tiny_bert))
+    first = train_probe_verifier(scifact_slice, 0, recipe).save(tmp_path / "a")
+    second = train_probe_verifier(scifact_slice, 0, recipe).save(tmp_path / "b")
     assert first == second == content_hash(tmp_path / "a")
     names = sorted(p.relative_to(tmp_path / "a") for p in (tmp_path / "a").rglob("*"))
     assert names == sorted(p.relative_to(tmp_path / "b") for p in (tmp_path / "b").rglob("*"))
@@ -114,9 +132,11 @@ def test_same_training_same_bytes_and_the_folder_reloads(scifact_slice, tiny_ber
     assert doc["recipe"] == {"c": 1.0, "max_iter": 2000, "max_length": 64}
     assert doc["head"]["classes"] == list(VERDICTS) and doc["seed"] == 0
     # another seed or regularisation is another model
-    other = train_probe(scifact_slice, 0, ProbeRecipe(base_model=str(tiny_bert), c=0.1))
+    other = train_probe_verifier(
+        scifact_slice, 0, VerifierProbeRecipe(base_model=str(tiny_bert), c=0.1)
+    )
     assert other.save(tmp_path / "c") != first
-    trained = train_probe(scifact_slice, 0, recipe)
+    trained = train_probe_verifier(scifact_slice, 0, recipe)
     loaded = load_verifier(tmp_path / "a", device="cpu")
     assert isinstance(loaded, ProbeVerifier) and loaded.tau is None
     assert loaded.name == trained.name
@@ -125,7 +145,7 @@ def test_same_training_same_bytes_and_the_folder_reloads(scifact_slice, tiny_ber
 
 
 def test_out_of_fold_probe_scores_are_the_untrained_encoder_baseline(scifact_slice, tiny_bert):
-    recipe = ProbeRecipe(base_model=str(tiny_bert))
+    recipe = VerifierProbeRecipe(base_model=str(tiny_bert))
     encoder = Encoder(str(tiny_bert), device="cpu")
     doc = evaluate_scifact(scifact_slice, 2, 0, recipe, encoder.encode).to_json()
     assert doc["recipe"]["kind"] == "probe"
@@ -134,7 +154,7 @@ def test_out_of_fold_probe_scores_are_the_untrained_encoder_baseline(scifact_sli
     # recomputed with scikit-learn, fold by fold
     labels = labels_of(scifact_slice)
     folds = claim_folds(scifact_slice, 2, 0)
-    features = pair_features(
+    features = claim_text_features(
         [p.claim for p in scifact_slice], [p.text for p in scifact_slice], encoder.encode
     )
     oof = np.zeros((40, 3))
@@ -149,7 +169,9 @@ def test_out_of_fold_probe_scores_are_the_untrained_encoder_baseline(scifact_sli
 
 def test_a_broken_probe_folder_is_named(scifact_slice, tiny_bert, tmp_path) -> None:
     folder = tmp_path / "probe"
-    train_probe(scifact_slice, 0, ProbeRecipe(base_model=str(tiny_bert))).save(folder)
+    train_probe_verifier(scifact_slice, 0, VerifierProbeRecipe(base_model=str(tiny_bert))).save(
+        folder
+    )
     doc = json.loads((folder / PROBE_FILE).read_text())
     doc["head"]["coef"] = doc["head"]["coef"][:2]
     (folder / PROBE_FILE).write_text(json.dumps(doc))
@@ -160,4 +182,4 @@ def test_a_broken_probe_folder_is_named(scifact_slice, tiny_bert, tmp_path) -> N
     with pytest.raises(ValueError, match="not a readable probe verifier"):
         load_verifier(folder, device="cpu")
     with pytest.raises(ValueError, match="c > 0"):
-        ProbeRecipe(c=0)
+        VerifierProbeRecipe(c=0)

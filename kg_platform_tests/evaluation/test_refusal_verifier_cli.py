@@ -11,12 +11,12 @@ import json
 import pytest
 
 from kg_platform.answer.verifier import (
-    ProbeRecipe,
+    VerifierProbeRecipe,
     read_claims,
     read_corpus,
     read_tau,
     scifact_pairs,
-    train_probe,
+    train_probe_verifier,
     write_tau,
 )
 from kg_platform.commands.eval_refusal import add_eval_parser
@@ -35,7 +35,7 @@ def probe_folder(tmp_path_factory, tiny_bert):
     claims, corpus = write_scifact_slice(folder)
     pairs = scifact_pairs(read_claims(claims), read_corpus(corpus), seed=0)
     saved = folder / "probe"
-    train_probe(pairs, 0, ProbeRecipe(base_model=str(tiny_bert))).save(saved)
+    train_probe_verifier(pairs, 0, VerifierProbeRecipe(base_model=str(tiny_bert))).save(saved)
     write_tau(saved, SAVED_TAU, {"claim_set": "slice"})
     return saved
 

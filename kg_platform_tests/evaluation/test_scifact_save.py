@@ -19,8 +19,8 @@ from kg_platform.answer.verifier import (
     VERDICTS,
     ClassifierVerifier,
     ProbeVerifier,
+    claim_text_features,
     load_verifier,
-    pair_features,
     read_claims,
     read_corpus,
     read_tau,
@@ -74,7 +74,9 @@ def test_save_a_probe_and_load_it_with_the_reported_tau(scifact_files, tiny_bert
     pairs = scifact_pairs(read_claims(claims), read_corpus(corpus), seed=0)
     labels = np.array([VERDICTS.index(p.label) for p in pairs])
     encoder = Encoder(str(tiny_bert), device="cpu")
-    features = pair_features([p.claim for p in pairs], [p.text for p in pairs], encoder.encode)
+    features = claim_text_features(
+        [p.claim for p in pairs], [p.text for p in pairs], encoder.encode
+    )
     folds = claim_folds(pairs, 2, 0)
     oof = np.zeros((40, 3))
     for fold in (0, 1):
