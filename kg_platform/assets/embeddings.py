@@ -13,6 +13,7 @@ from kg_platform.assets.partitions import (
 from kg_platform.embeddings.concepts import CONCEPT_VECTORS, build_concept_index
 from kg_platform.embeddings.index import (
     INDEX_VECTORS,
+    NormCheck,
     build_index,
     check_norms,
     check_sample_against_shards,
@@ -72,8 +73,11 @@ def embedding_shards(
         check_results=[
             dg.AssetCheckResult(
                 check_name="one_vector_per_quotable_record",
-                passed=True,  # embed_shards verified or wrote every shard; it raises otherwise
-                metadata={"shards": {s.file: s.reason for s in shards}},
+                passed=not any(run.unverified for run in runs),
+                metadata={
+                    "shards": {s.file: s.reason for s in shards},
+                    "unverified": {s.file: s.reason for run in runs for s in run.unverified},
+                },
             )
         ],
     )
@@ -135,7 +139,7 @@ def embedding_index(
             ),
             dg.AssetCheckResult(
                 check_name="sample_rows_match_shards",
-                passed=not sample.mismatches,
+                passed=sample.passed,
                 metadata={
                     "checked": sample.checked,
                     "mismatched_pmids": list(sample.mismatches[:20]),
@@ -192,7 +196,7 @@ def concept_index(
         check_results=[
             dg.AssetCheckResult(
                 check_name="norms_about_one",
-                passed=abs(build.min_norm - 1) < 1e-2 and abs(build.max_norm - 1) < 1e-2,
+                passed=NormCheck(build.surfaces, build.min_norm, build.max_norm).passed(),
                 metadata={"min": build.min_norm, "max": build.max_norm},
             )
         ],

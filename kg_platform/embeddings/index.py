@@ -189,6 +189,11 @@ class SampleCheck:
     checked: int
     mismatches: tuple[int, ...]  # PMIDs whose index row differs from their shard row
 
+    @property
+    def passed(self) -> bool:
+        """No row differs, and at least one was compared: an empty index proves nothing."""
+        return self.checked > 0 and not self.mismatches
+
 
 def check_sample_against_shards(lake: Lake, sample: int = 64, seed: int = 0) -> SampleCheck:
     """Compare a random sample of index rows, bit for bit, with the rows in their shards."""
@@ -222,7 +227,12 @@ class NormCheck:
     max_norm: float
 
     def passed(self, tolerance: float = 1e-2) -> bool:
-        return abs(self.min_norm - 1) <= tolerance and abs(self.max_norm - 1) <= tolerance
+        """Every sampled norm within ``tolerance`` of 1, and at least one sampled."""
+        return (
+            self.checked > 0
+            and abs(self.min_norm - 1) <= tolerance
+            and abs(self.max_norm - 1) <= tolerance
+        )
 
 
 def check_norms(lake: Lake, sample: int = 10_000, seed: int = 0) -> NormCheck:
@@ -232,5 +242,5 @@ def check_norms(lake: Lake, sample: int = 10_000, seed: int = 0) -> NormCheck:
     rows = np.sort(rng.choice(len(vectors), size=min(sample, len(vectors)), replace=False))
     norms = np.linalg.norm(np.asarray(vectors[rows], dtype=np.float32), axis=1)
     if len(norms) == 0:
-        return NormCheck(0, 1.0, 1.0)
+        return NormCheck(0, float("nan"), float("nan"))
     return NormCheck(len(norms), float(norms.min()), float(norms.max()))

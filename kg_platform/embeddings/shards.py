@@ -171,10 +171,17 @@ class ShardRun:
     seconds: float
     texts_per_s: float
     padding_overhead: float
+    # every file's shard read back from the lake after the run and verified against the
+    # corpus: what the asset's check reports
+    verified: tuple[ShardStatus, ...]
 
     @property
     def embedded(self) -> int:
         return sum(r.vectors for r in self.shards if r.embedded)
+
+    @property
+    def unverified(self) -> tuple[ShardStatus, ...]:
+        return tuple(status for status in self.verified if not status.done)
 
 
 def embed_shards(
@@ -200,11 +207,15 @@ def embed_shards(
         write_shard(lake, rec.file, rec.pmids, vectors, encoder.fingerprint)
         results[rec.file] = ShardResult(rec.file, len(rec.pmids), True, "embedded")
     seconds = time.perf_counter() - started
+    verified = tuple(
+        verify_shard(lake, f, records[f].pmids, encoder.fingerprint, encoder.dim) for f in files
+    )
     return ShardRun(
         shards=tuple(results[f] for f in files),
         seconds=seconds,
         texts_per_s=stats.texts / stats.seconds if stats.seconds else 0.0,
         padding_overhead=stats.padding_overhead,
+        verified=verified,
     )
 
 

@@ -74,7 +74,7 @@ def test_sample_and_norm_checks_pass_on_a_good_index_and_catch_a_changed_row(tmp
     lake, _ = _lake_with_shards(tmp_path)
     build_index(lake, tiny_encoder().fingerprint)
     sample = check_sample_against_shards(lake, sample=64)
-    assert (sample.checked, sample.mismatches) == (18, ())
+    assert (sample.checked, sample.mismatches, sample.passed) == (18, (), True)
     norms = check_norms(lake)
     assert norms.checked == 18 and norms.passed()
     assert abs(norms.max_norm - 1) < 2e-3
@@ -85,3 +85,14 @@ def test_sample_and_norm_checks_pass_on_a_good_index_and_catch_a_changed_row(tmp
     lake.write_npy(INDEX_VECTORS, vectors)
     assert check_sample_against_shards(lake, sample=64).mismatches == (int(pmids[5]),)
     assert not check_norms(lake).passed()
+
+
+def test_an_empty_index_passes_neither_the_sample_nor_the_norm_check(tmp_path):
+    lake = Lake(str(tmp_path / "lake"))
+    write_corpus(lake, n=24)
+    lake.write_npy(INDEX_PMIDS, np.zeros(0, dtype=np.int64))
+    lake.write_npy(INDEX_VECTORS, np.zeros((0, 32), dtype=np.float16))
+    sample = check_sample_against_shards(lake, sample=64)
+    assert (sample.checked, sample.mismatches, sample.passed) == (0, (), False)
+    norms = check_norms(lake)
+    assert norms.checked == 0 and not norms.passed()

@@ -107,3 +107,31 @@ def test_a_file_without_quotable_records_gets_an_empty_verified_shard(tmp_path):
 def test_a_missing_corpus_is_named(tmp_path):
     with pytest.raises(ShardError, match="corpus/articles.parquet: not in the lake"):
         embed_shards(Lake(str(tmp_path / "lake")), tiny_encoder(), ["pubmed26n0001"])
+
+
+class _DamagingLake(Lake):
+    """A lake whose storage changes one value of the second file's vectors on the way to
+    disk: the bytes written are not the bytes sealed."""
+
+    def write_npy(self, key: str, array: np.ndarray) -> int:
+        if key == vectors_key(FILES[1]):
+            array = array.copy()
+            array[0, 0] += 1
+        return super().write_npy(key, array)
+
+
+def test_each_shard_is_read_back_and_verified_after_the_run(tmp_path):
+    write_corpus(Lake(str(tmp_path / "lake")))
+    good = embed_shards(Lake(str(tmp_path / "lake")), tiny_encoder(), list(FILES), SETTINGS)
+    assert [(s.file, s.done, s.reason) for s in good.verified] == [
+        (f, True, "verified") for f in FILES
+    ]
+    assert good.unverified == ()
+
+    write_corpus(Lake(str(tmp_path / "damaged")))
+    damaged = embed_shards(
+        _DamagingLake(str(tmp_path / "damaged")), tiny_encoder(), list(FILES), SETTINGS
+    )
+    assert [(s.file, s.reason) for s in damaged.unverified] == [
+        (FILES[1], "vectors checksum mismatch")
+    ]
