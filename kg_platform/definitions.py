@@ -3,17 +3,7 @@ resources bound from kg_platform.settings (environment, then `.kg/sources.json`)
 
 import dagster as dg
 
-from kg_platform.assets import (
-    allocation,
-    answering,
-    embeddings,
-    graph,
-    grounding,
-    mesh,
-    pubmed,
-    updates,
-    verification,
-)
+from kg_platform.assets.stages import STAGES
 from kg_platform.orchestration.executor import executor_for
 from kg_platform.resources.catalog import CatalogResource
 from kg_platform.resources.encoder import EncoderResource
@@ -21,19 +11,6 @@ from kg_platform.resources.lake import LakeResource
 from kg_platform.resources.mesh import MeshSourceResource
 from kg_platform.resources.pubmed_source import PubmedSourceResource
 from kg_platform.settings import Settings
-
-STAGES = [
-    pubmed.defs,
-    updates.defs,
-    mesh.defs,
-    graph.defs,
-    grounding.defs,
-    embeddings.defs,
-    allocation.defs,
-    answering.defs,
-    verification.defs,
-]
-
 
 # Dagster's default executor: steps in their own processes (multiprocess) unless a run's
 # config asks for `in_process`. `kg build` asks for it: its backfill's runs are one partition

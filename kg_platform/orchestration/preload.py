@@ -11,14 +11,7 @@ import dagster  # noqa: E402, F401
 import dagster_celery.tasks  # noqa: E402, F401
 import dagster_postgres  # noqa: E402, F401
 
-from kg_platform.assets import (  # noqa: E402, F401
-    allocation,
-    embeddings,
-    graph,
-    grounding,
-    mesh,
-    pubmed,
-    updates,
-)
+# every stage of kg_platform.definitions, from the one list it merges
+from kg_platform.assets import stages  # noqa: E402, F401
 from kg_platform.resources import catalog, encoder, lake, pubmed_source  # noqa: E402, F401
 from kg_platform.resources import mesh as mesh_resource  # noqa: E402, F401
