@@ -3,8 +3,9 @@
 import dagster as dg
 
 from kg_platform.assets.checks import Outcome, check_results, data_version
-from kg_platform.assets.partitions import allocation_evaluations, scope_for
+from kg_platform.assets.partitions import allocation_evaluations, dims_of, scope_for
 from kg_platform.evaluation.allocation_eval import (
+    CONFIGURATIONS,
     render_markdown,
     run_allocation_eval,
     summary,
@@ -34,9 +35,10 @@ def allocation_report(
     Partitioned by **question set x configuration** (matched_ceilings: the study's budgets)."""
     scope = scope_for(context)
     root = lake.get()
-    question_set = scope.report.split("/")[0]
+    dims = dims_of(context)
+    question_set, configuration = dims["question_set"], dims["configuration"]
     with local_copy(root, question_set_object(root, "hotpotqa", question_set)) as path:
-        result = run_allocation_eval(path)
+        result = run_allocation_eval(path, CONFIGURATIONS[configuration])
     store = root.scoped(scope)
     with store.transaction() as staged:
         digests = write_report(
@@ -55,6 +57,7 @@ def allocation_report(
             "questions_sha256": result.questions_sha256,
             "graph_sha256": result.graph_sha256,
             "question_set": question_set,
+            "configuration": configuration,
             "files": dg.MetadataValue.json(
                 {store.path(f"{REPORT_PREFIX}/{name}"): d for name, d in digests.items()}
             ),

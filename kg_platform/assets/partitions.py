@@ -28,6 +28,7 @@ import re
 
 import dagster as dg
 
+from kg_platform.evaluation import allocation_eval
 from kg_platform.storage.scope import Scope
 
 FILE_KEY = re.compile(r"^(pubmed\d{2})n\d{4}$")
@@ -42,7 +43,7 @@ hotpotqa_sets = dg.DynamicPartitionsDefinition(name="hotpotqa_sets")
 grounding_evaluations = dg.MultiPartitionsDefinition(
     {"question_set": pubmedqa_sets, "mesh_year": mesh_years}
 )
-allocation_configurations = dg.StaticPartitionsDefinition(["matched_ceilings"])
+allocation_configurations = dg.StaticPartitionsDefinition(list(allocation_eval.CONFIGURATIONS))
 allocation_evaluations = dg.MultiPartitionsDefinition(
     {"question_set": hotpotqa_sets, "configuration": allocation_configurations}
 )

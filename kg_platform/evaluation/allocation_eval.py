@@ -91,6 +91,11 @@ class AllocationEvalConfig:
             raise ValueError(f"margin must be > 0, got {self.margin}")
 
 
+# the configurations the report is partitioned by (the allocation asset's "configuration"
+# dimension); matched_ceilings: the study's object ceilings with their matched token ceilings
+CONFIGURATIONS = {"matched_ceilings": AllocationEvalConfig()}
+
+
 @dataclass(frozen=True)
 class ArmOutcome:
     """One arm at one budget over all questions."""

@@ -249,6 +249,7 @@ def test_report_asset_writes_through_the_lake(hotpotqa_path, tmp_path):
     assert "| 4 | 340 | relational | 37/60 (61.7%)" in metadata["report"].value
     assert metadata["questions_sha256"].value == QUESTIONS_SHA256
     assert metadata["question_set"].value == question_set
+    assert metadata["configuration"].value == "matched_ceilings"
     folder = tmp_path / "lake" / "reports" / "allocation" / question_set / "matched_ceilings"
     assert sorted(p.name for p in folder.iterdir()) == sorted(REPORT_FILES)
     png = (folder / "recovery.png").read_bytes()
@@ -263,3 +264,11 @@ def embedded_pngs(markdown: str) -> list[bytes]:
         base64.b64decode(m, validate=True)
         for m in re.findall(r"data:image/png;base64,([A-Za-z0-9+/=]+)", markdown)
     ]
+
+
+def test_the_configuration_dimension_is_the_studys_configurations():
+    from kg_platform.assets.partitions import allocation_configurations
+    from kg_platform.evaluation.allocation_eval import CONFIGURATIONS
+
+    assert allocation_configurations.get_partition_keys() == ["matched_ceilings"]
+    assert CONFIGURATIONS["matched_ceilings"].budgets == (2, 4)
