@@ -54,10 +54,12 @@ from kg_platform.grounding.hybrid import HybridGrounder
 from kg_platform.grounding.index import SURFACES_KEY
 from kg_platform.grounding.roles import Role, RoleConfig, assign_roles
 from kg_platform.retrieval.dense import DenseIndex, SemanticRanker, SemanticScores
+from kg_platform.retrieval.exclusion import pair_evidence_excluding, without_articles
 from kg_platform.retrieval.linking import ConceptPair, concepts_in_graph, score_pairs
 from kg_platform.retrieval.paths import (
     Candidates,
     EvidencePath,
+    PairEvidence,
     collect_candidates,
     pair_evidence,
     path_flags,
@@ -75,6 +77,7 @@ RANKERS = ("auto", "dense", "structural")
 MAX_QUESTION_CHARS = 1000
 
 MESH_KEYS = {t: f"mesh/{t}.parquet" for t in ("descriptors", "tree", "terms")}
+_NONE = np.zeros(0, dtype=np.int64)  # no article excluded
 
 
 class QuestionError(ValueError):
@@ -336,18 +339,31 @@ class KnowledgeGraph:
             for g in self.grounder.ground(text)
         ]
 
-    def ask(self, question: str, as_of: int | None = None, top_k: int = 10) -> Answer:
+    def ask(
+        self,
+        question: str,
+        as_of: int | None = None,
+        top_k: int = 10,
+        excluded: np.ndarray | None = None,
+        grounded: list[RoledGrounding] | None = None,
+    ) -> Answer:
+        """Answer or refuse ``question``. ``excluded`` (ascending node indices): the graph
+        without those articles (``retrieval/exclusion.py``; the evidence-deletion tiers);
+        ``grounded``: these roled groundings instead of grounding the text (the agent's
+        refined concepts, ``answer/agent.py``)."""
         text = validate_question(question)
         if top_k < 1:
             raise ValueError(f"top_k: must be at least 1, got {top_k}")
         if as_of is not None and not 1000 <= as_of <= 2100:
             raise ValueError(f"as_of: {as_of} is not a plausible publication year")
         clock = _Clock()
-        roled = self.ground(text)
+        roled = self.ground(text) if grounded is None else list(grounded)
         clock.lap("ground")
+        if excluded is not None and excluded.size == 0:
+            excluded = None
         bridges = [r.grounding for r in roled if r.role == Role.BRIDGE]
-        concepts = concepts_in_graph(self.store, bridges)
-        pairs = score_pairs(self.store, concepts)
+        concepts = concepts_in_graph(self.store, bridges, excluded)
+        pairs = score_pairs(self.store, concepts, excluded)
         clock.lap("pairs")
         filters = []
         for r in roled:
@@ -356,7 +372,7 @@ class KnowledgeGraph:
                     filters.append(self.store.desc_idx(r.grounding.ui))
         path = self._structural if self.semantic is None else self._dense
         verdict, evidence, chosen = path(
-            text, len(roled), len(concepts), pairs, filters, as_of, top_k, clock
+            text, len(roled), len(concepts), pairs, filters, as_of, top_k, clock, excluded
         )
         clock.lap("rank")
         if verdict.answerable:
@@ -405,6 +421,7 @@ class KnowledgeGraph:
         as_of: int | None,
         top_k: int,
         clock: _Clock,
+        excluded: np.ndarray | None = None,
     ) -> tuple[Verdict, tuple[Evidence, ...], ConceptPair | None]:
         """The structural ranker's path: per pair tried, one compiled pass counts the
         candidates at gates 3-6 and keeps the ``top_k`` best (``pair_evidence``); the same
@@ -416,10 +433,14 @@ class KnowledgeGraph:
             "retracted_gate": ladder.on(RefusalReason.ONLY_RETRACTED_EVIDENCE),
             "as_of": as_of if ladder.on(RefusalReason.NO_EVIDENCE_AS_OF_DATE) else None,
         }
+
+        def evidence_of(pair: ConceptPair) -> PairEvidence:
+            if excluded is None:
+                return pair_evidence(self.store, pair, filters, top_k, **gates)
+            return pair_evidence_excluding(self.store, pair, filters, top_k, excluded, **gates)
+
         chosen, found = self._first_pair_with_paths(
-            pairs,
-            lambda pair: pair_evidence(self.store, pair, filters, top_k, **gates),
-            lambda tried: tried.counts["candidates"],
+            pairs, evidence_of, lambda tried: tried.counts["candidates"]
         )
         clock.lap("paths")
         counts = PathCounts(**found.counts) if found is not None else PathCounts(0, 0, 0, 0, 0)
@@ -444,12 +465,17 @@ class KnowledgeGraph:
         as_of: int | None,
         top_k: int,
         clock: _Clock,
+        excluded: np.ndarray | None = None,
     ) -> tuple[Verdict, tuple[Evidence, ...], ConceptPair | None]:
         """The dense ranker's path: every candidate of the first pair that has any is
         collected, flagged and put through the ladder; every survivor is scored against the
         question, then ranked and cut."""
         chosen, candidates = self._first_pair_with_paths(
-            pairs, lambda pair: collect_candidates(self.store, pair), len
+            pairs,
+            lambda pair: without_articles(
+                collect_candidates(self.store, pair), excluded if excluded is not None else _NONE
+            ),
+            len,
         )
         clock.lap("paths")
         if candidates is not None and len(candidates):

@@ -119,9 +119,9 @@ def scifact_report(context: dg.AssetExecutionContext, lake: LakeResource) -> dg.
 )
 def refusal_report(context: dg.AssetExecutionContext, lake: LakeResource) -> dg.MaterializeResult:
     """Are the ladder's refusals right: real vs control answered shares with the paired leak,
-    the min_paths sweep, T0-T3 refusal rates per failure class, and graph certification vs
-    reader confidence: markdown, PNGs and JSON under reports/refusal/<question set>/<ladder
-    config>/. Partitioned by **question set x ladder configuration**; the configuration names
+    the min_paths sweep, refusal under evidence deletion (T0-T3), the gate-class tables, and
+    graph certification vs reader confidence: markdown, PNGs and JSON under
+    reports/refusal/<question set>/<ladder config>/. Partitioned by **question set x ladder configuration**; the configuration names
     the graph build, gate 7's verifier and the reader configuration whose posterior cache is
     read, each by name from the lake."""
     dims = dims_of(context)

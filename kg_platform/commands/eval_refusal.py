@@ -18,7 +18,8 @@ from kg_platform.evaluation.refusal_eval import evaluate_refusal, render_report
 def add_eval_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "refusal",
-        help="control-question leak, the min_paths sweep and the T0-T3 refusal ablation",
+        help="control-question leak, the min_paths sweep, refusal under evidence deletion "
+        "(T0-T3) and the gate-class tables",
     )
     parser.add_argument("--pubmedqa", required=True, help="PubMedQA JSON (pqal_*.json)")
     parser.add_argument("--json", action="store_true", help="the figures as one JSON line")
@@ -29,7 +30,10 @@ def add_eval_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--seed", type=int, default=0, help="control swaps, sets, bootstrap")
     parser.add_argument(
-        "--per-class", type=int, default=50, help="built questions per ablation failure class"
+        "--per-class",
+        type=int,
+        default=50,
+        help="built questions per gate-class table failure class",
     )
     parser.add_argument(
         "--verifier",

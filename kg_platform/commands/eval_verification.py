@@ -55,7 +55,10 @@ def add_eval_parser(subparsers: argparse._SubParsersAction) -> argparse.Argument
     add_partition_args(parser)
     parser.add_argument("--min-paths", type=int, default=1, help="k of the refusal headline")
     parser.add_argument(
-        "--per-class", type=int, default=50, help="built questions per ablation failure class"
+        "--per-class",
+        type=int,
+        default=50,
+        help="built questions per gate-class table failure class",
     )
     parser.add_argument("--json", action="store_true", help="print the figures as one JSON line")
     parser.set_defaults(func=run_eval_verification)
@@ -193,6 +196,7 @@ def read_reports(lake, keys: dict) -> dict:
             "sweep": doc["sweep"],
             "ablation_sets": doc["ablation_sets"],
             "ablation_tiers": doc["ablation_tiers"],
+            "evidence_deletion": doc.get("evidence_deletion"),
             "verifier": doc["verifier"],
             "graph_build": doc["graph_build"],
         }
@@ -218,6 +222,10 @@ def print_report(report: dict, as_json: bool) -> None:
             f"refusal_report: {refusal['n']} questions at min_paths {refusal['min_paths']}: "
             f"real answered {refusal['real_answered']}, controls {refusal['control_answered']}"
         )
-        print(f"  ablation sets {refusal['ablation_sets']}")
+        print(f"  gate-class sets {refusal['ablation_sets']}")
         for tier in refusal["ablation_tiers"]:
             print(f"  {tier['tier']} refused {tier['refusal_rate']}, per class {tier['per_class']}")
+        deletion = refusal.get("evidence_deletion")
+        if deletion and deletion["tiers"]:
+            rates = [t["refusal_rate"] for t in deletion["tiers"]]
+            print(f"  evidence deletion T0-T3 refused {rates} over {deletion['n']} questions")

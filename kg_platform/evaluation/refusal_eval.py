@@ -9,12 +9,17 @@
   questions vs the leak (controls answered). One ask per question: gate 6 is the last gate
   before the verifier and the verifier does not depend on k, so a question is answered at k
   exactly when it is answered at k = 1 with at least k evidence paths.
-- **The T0-T3 ablation.** Gates switched on cumulatively (``TIERS``) on question sets built
-  from the graph to fail one gate class each (``FAILURE_CLASSES``); each built question is
-  kept only when the full ladder refuses it for its own class. The gate sets are nested and
-  a gate switched on can only shrink the surviving paths (gate 7 can only refuse an answer
-  gates 1-6 let through), so the refusal rates are monotone. The verifier NOINFO class needs
-  a verifier on the graph (gate 7 on, with its tau); without one it is empty, its rate None.
+- **Refusal under evidence deletion** (``evidence_deletion.py``): the real questions asked
+  again with their source article, then the chosen pair's DIRECT articles, then its BRIDGE
+  terminals deleted (T0-T3), beside random deletions of the same sizes.
+- **The gate-class tables.** Gates switched on cumulatively (``TIERS``: gates 1-2, 1-6, 1-6
+  with the as-of cutoff, 1-7) on question sets built from the graph to fail one gate class
+  each (``FAILURE_CLASSES``); each built question is kept only when the full ladder refuses
+  it for its own class. The gate sets are nested and a gate switched on can only shrink the
+  surviving paths, so the rates are monotone by construction: the tables check that each
+  gate is wired to its class, not that refusal tracks evidence (the deletion tiers do).
+  The verifier NOINFO class needs a verifier on the graph (gate 7 on, with its tau);
+  without one it is empty, its rate None.
 
 The twin of a question is a function of (question, seed) on a given graph.
 """
@@ -32,6 +37,11 @@ import polars as pl
 from kg_platform.answer.api import MESH_KEYS, KnowledgeGraph
 from kg_platform.answer.examples import TEMPLATES, graph_questions
 from kg_platform.answer.ladder import RefusalReason as R
+from kg_platform.evaluation.evidence_deletion import (
+    DeletionResult,
+    evaluate_evidence_deletion,
+    render_deletion,
+)
 from kg_platform.evaluation.stats import bootstrap_rd_ci, paired_counts
 from kg_platform.graph.layout import RETRACTED
 from kg_platform.grounding.grounder import question_words
@@ -47,12 +57,12 @@ FAILURE_CLASSES = (
     "retracted_only",
     "verifier_noinfo",
 )
-# every reason that is not a gate of a tier stays off in that tier; T3 is the full ladder
+# every reason that is not a gate of a tier stays off in that tier; gates_1_7 is the full ladder
 # (gate 7 there does nothing without a verifier)
 TIERS: tuple[tuple[str, frozenset[R]], ...] = (
-    ("T0", frozenset({R.NO_MESH_ENTRY_POINT, R.TOO_FEW_SPECIFIC_CONCEPTS})),
+    ("gates_1_2", frozenset({R.NO_MESH_ENTRY_POINT, R.TOO_FEW_SPECIFIC_CONCEPTS})),
     (
-        "T1",
+        "gates_1_6",
         frozenset(
             {
                 R.NO_MESH_ENTRY_POINT,
@@ -64,8 +74,8 @@ TIERS: tuple[tuple[str, frozenset[R]], ...] = (
         ),
     ),
 )
-TIERS += (("T2", TIERS[1][1] | {R.NO_EVIDENCE_AS_OF_DATE}),)
-TIERS += (("T3", TIERS[2][1] | {R.ONLY_RETRACTED_EVIDENCE, R.VERIFIER_NOINFO}),)
+TIERS += (("gates_1_6_as_of", TIERS[1][1] | {R.NO_EVIDENCE_AS_OF_DATE}),)
+TIERS += (("gates_1_7", TIERS[2][1] | {R.ONLY_RETRACTED_EVIDENCE, R.VERIFIER_NOINFO}),)
 # the reasons that mean "built to fail this class" (the full ladder's first failing gate)
 CLASS_REASONS = {
     "unknown_concept": {R.NO_MESH_ENTRY_POINT, R.TOO_FEW_SPECIFIC_CONCEPTS},
@@ -279,7 +289,7 @@ def _reasons(outcomes: Sequence[Outcome]) -> dict[str, int]:
     return dict(sorted(counted.items()))
 
 
-# --- the T0-T3 ablation --------------------------------------------------------------------
+# --- the gate-class tables --------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -426,6 +436,7 @@ class RefusalReport:
     ablation: tuple[TierResult, ...]
     set_sizes: dict[str, int]
     seed: int
+    deletion: DeletionResult | None = None
 
     def to_json(self) -> dict:
         c = self.controls
@@ -462,6 +473,7 @@ class RefusalReport:
             "ablation_sets": dict(self.set_sizes),
             "ablation_monotone": is_monotone(self.ablation),
             "seed": self.seed,
+            "evidence_deletion": self.deletion.to_json() if self.deletion else None,
         }
 
 
@@ -477,8 +489,8 @@ def evaluate_refusal(
     per_class: int = 50,
     resamples: int = 10_000,
 ) -> RefusalReport:
-    """Controls and the sweep on ``questions``, and the ablation on failure sets built from
-    the graph; ``min_paths`` defaults to the kg's own."""
+    """Controls, the sweep and evidence deletion on ``questions``, and the gate-class tables
+    on failure sets built from the graph; ``min_paths`` defaults to the kg's own."""
     k = kg.config.ladder.min_paths if min_paths is None else min_paths
     if k < 1:
         raise ValueError(f"min_paths {k}: must be at least 1")
@@ -486,7 +498,9 @@ def evaluate_refusal(
     graph = with_min_paths(kg, k)
     sets = build_failure_sets(graph, per_class, seed)
     ablation = evaluate_ablation(graph, sets)
-    return RefusalReport(controls, ablation, {c: len(v) for c, v in sets.items()}, seed)
+    deletion = evaluate_evidence_deletion(graph, questions, seed, resamples)
+    sizes = {c: len(v) for c, v in sets.items()}
+    return RefusalReport(controls, ablation, sizes, seed, deletion)
 
 
 def render_report(report: RefusalReport, source: str) -> str:
@@ -505,7 +519,9 @@ def render_report(report: RefusalReport, source: str) -> str:
         for r in doc["sweep"]
     ]
     lines.append(f"  real refusals: {doc['real_reasons']}")
-    lines.append(f"  ablation sets: {doc['ablation_sets']}")
+    if doc["evidence_deletion"] is not None:
+        lines += render_deletion(doc["evidence_deletion"])
+    lines.append(f"  gate-class tables (a wiring check), built sets: {doc['ablation_sets']}")
     for t in doc["ablation_tiers"]:
         rate = "n/a" if t["refusal_rate"] is None else f"{t['refusal_rate']:.3f}"
         lines.append(f"  {t['tier']} refused {rate}  per class {t['per_class']}")

@@ -1,5 +1,6 @@
 """The refusal report of a question set under a ladder configuration (no dagster): the
-refusal evaluation (``refusal_eval.py``: controls, the min_paths sweep, the T0-T3 ablation)
+refusal evaluation (``refusal_eval.py``: controls, the min_paths sweep, refusal under
+evidence deletion T0-T3, the gate-class tables)
 on the graph build the configuration names, and graph certification against reader
 confidence as predictors of the reader's correctness, read from a posterior cache.
 
@@ -55,7 +56,8 @@ CONFIGS_PREFIX = "refusal/configs"
 REFUSAL_REPORT_CHECKS = {
     "every_question_asked": "every question of the set was asked, with its refusal reason "
     "or answer counted once",
-    "ablation_monotone": "T0-T3 refusal rates never fall, overall and per failure class",
+    "ablation_monotone": "gate-class refusal rates never fall as gates are switched on, "
+    "overall and per failure class",
     "sweep_matches_headline": "the sweep's row at min_paths is the headline real and control "
     "answered shares",
     "question_set_matches_key": "the lake's question file hashes to its key",
@@ -244,6 +246,33 @@ def certification_finding(selective: dict) -> str:
     )
 
 
+def _deletion_lines(doc: dict | None) -> list[str]:
+    lines = ["## Refusal under evidence deletion", ""]
+    if doc is None or doc["tiers"] is None:
+        return [*lines, "Not measured: no question's source article is in the graph.", ""]
+    lines += [
+        f"{doc['n']} questions with their source article in the graph "
+        f"({doc['missing_sources']} without). T1 deletes the source article, T2 also the "
+        "chosen pair's DIRECT articles, T3 also its BRIDGE terminals; the control deletes as "
+        "many random articles.",
+        "",
+        "| tier | refused | 95% CI | random deletion | tier - previous (95% CI) | reasons |",
+        "|---|---|---|---|---|---|",
+    ]
+    for t in doc["tiers"]:
+        lo, hi = t["refusal_ci95"]
+        control = _pct(t["control_refusal_rate"]) if "control_refusal_rate" in t else ""
+        step = ""
+        if "minus_previous" in t:
+            d = t["minus_previous"]
+            step = f"{d['difference']:+.3f} [{d['ci95'][0]:+.3f}, {d['ci95'][1]:+.3f}]"
+        lines.append(
+            f"| {t['tier']} | {_pct(t['refusal_rate'])} | {_pct(lo)}-{_pct(hi)} | {control} "
+            f"| {step} | {t['reasons']} |"
+        )
+    return [*lines, ""]
+
+
 def _pct(value: float | None) -> str:
     return "n/a" if value is None else f"{100 * value:.1f}%"
 
@@ -283,7 +312,7 @@ def check_refusal_report(
     monotone = CacheCheck(
         "ablation_monotone",
         is_monotone(report.ablation),
-        f"T0-T3 {doc['ablation']}; per class "
+        f"gate sets {doc['ablation']}; per class "
         + ", ".join(
             f"{c} {[t['per_class'][c] for t in doc['ablation_tiers']]}" for c in FAILURE_CLASSES
         ),
@@ -376,7 +405,9 @@ def render_markdown(doc: dict, plots: dict[str, bytes]) -> str:
         )
     lines += [
         "",
-        "## T0-T3 refusal ablation (gates switched on cumulatively)",
+        *_deletion_lines(doc["evidence_deletion"]),
+        "## Gate-class tables (gates switched on cumulatively; a wiring check, monotone by "
+        "construction, not a test of evidence)",
         "",
         f"Built questions per failure class: {doc['ablation_sets']}; monotone: "
         f"{doc['ablation_monotone']}",

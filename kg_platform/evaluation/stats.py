@@ -154,6 +154,30 @@ def bootstrap_rd_ci(
     return float(lower), float(upper)
 
 
+def bootstrap_mean_ci(
+    values: Sequence[float] | np.ndarray,
+    level: float = 0.95,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    seed: int = 0,
+) -> tuple[float, float]:
+    """Percentile bootstrap interval of the mean of per-question values (a share of 0/1
+    outcomes, or a paired per-question difference), resampling questions with replacement;
+    the same draws as ``bootstrap_rd_ci`` for the same n and seed."""
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"confidence level must be in (0, 1), got {level}")
+    if resamples < 1:
+        raise ValueError(f"resamples must be >= 1, got {resamples}")
+    array = np.asarray(values, dtype=np.float64)
+    if array.ndim != 1 or array.size == 0:
+        raise ValueError(f"bootstrap needs a 1-D vector of at least one value, got {array.shape}")
+    rng = np.random.default_rng(seed)
+    picks = rng.integers(0, array.size, size=(resamples, array.size))
+    replicates = array[picks].mean(axis=1)
+    tail = (1.0 - level) / 2.0
+    lower, upper = np.quantile(replicates, [tail, 1.0 - tail])
+    return float(lower), float(upper)
+
+
 def mcnemar_exact(improve: int, harm: int) -> float:
     """Exact two-sided McNemar p-value: 2 * P(X <= min(b, c)) for X ~ Binomial(b + c, 1/2),
     capped at 1; computed in exact rational arithmetic. 1.0 when there is no discordance."""

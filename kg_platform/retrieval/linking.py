@@ -8,7 +8,7 @@ from itertools import combinations
 
 import numpy as np
 
-from kg_platform.graph.store import KGStore, intersect_sorted
+from kg_platform.graph.store import KGStore, in_sorted, intersect_sorted
 from kg_platform.grounding.grounder import Grounding
 
 
@@ -36,24 +36,39 @@ class GraphConcept:
     d: int
 
 
-def concepts_in_graph(store: KGStore, bridges: list[Grounding]) -> list[GraphConcept]:
-    """The BRIDGE groundings that index at least one article in this graph build."""
+def concepts_in_graph(
+    store: KGStore, bridges: list[Grounding], excluded: np.ndarray | None = None
+) -> list[GraphConcept]:
+    """The BRIDGE groundings that index at least one article in this graph build (one not
+    in ``excluded``, ascending node indices, when given)."""
     found = []
     for g in bridges:
         try:
             d = store.desc_idx(g.ui)
         except KeyError:
             continue
-        if store.articles_of(d).size:
+        if kept_articles(store.articles_of(d), excluded).size:
             found.append(GraphConcept(g, d))
     return found
 
 
-def score_pairs(store: KGStore, concepts: list[GraphConcept]) -> list[ConceptPair]:
+def kept_articles(articles: np.ndarray, excluded: np.ndarray | None) -> np.ndarray:
+    """The ascending ``articles`` not in ``excluded`` (ascending; None excludes nothing)."""
+    if excluded is None or excluded.size == 0:
+        return articles
+    articles = np.asarray(articles)
+    return articles[~in_sorted(articles, excluded)]
+
+
+def score_pairs(
+    store: KGStore, concepts: list[GraphConcept], excluded: np.ndarray | None = None
+) -> list[ConceptPair]:
     """Every pair of concepts, best-supported first (major co-annotations, then any
-    co-annotation, then question order)."""
-    major = {c.d: np.asarray(store.articles_of(c.d, major_only=True)) for c in concepts}
-    every = {c.d: np.asarray(store.articles_of(c.d)) for c in concepts}
+    co-annotation, then question order); articles in ``excluded`` are not counted."""
+    major = {
+        c.d: kept_articles(store.articles_of(c.d, major_only=True), excluded) for c in concepts
+    }
+    every = {c.d: kept_articles(store.articles_of(c.d), excluded) for c in concepts}
     n = store.n_articles
     pairs = []
     for a, b in combinations(concepts, 2):

@@ -89,15 +89,21 @@ def build_question_graph(
     lake: Lake,
     texts: dict[int, tuple[str, str]] | None = None,
     files: dict[int, str] | None = None,
+    extra: dict[int, tuple[int, tuple[str, ...]]] | None = None,
+    mesh_uis: tuple[str, ...] = UIS,
 ) -> None:
     """The graph above; ``texts`` gives some articles a real (title, abstract) and
-    ``files`` puts some in another release file (default: all in pubmed26n0001)."""
+    ``files`` puts some in another release file (default: all in pubmed26n0001);
+    ``extra`` adds articles (pmid: (year, major descriptors)), quotable, citing nothing;
+    ``mesh_uis``: the descriptors of the MeSH tables (default ``UIS``)."""
     texts, files = texts or {}, files or {}
-    write_real_mesh(lake)
-    mesh_edges = [(p, ui, True, None, None) for p, uis in MAJOR.items() for ui in uis]
-    mesh_edges += [(p, HUMANS, False, None, None) for p in ARTICLES]
+    years = {**ARTICLES, **{p: y for p, (y, _) in (extra or {}).items()}}
+    major = {**MAJOR, **{p: uis for p, (_, uis) in (extra or {}).items()}}
+    write_real_mesh(lake, mesh_uis)
+    mesh_edges = [(p, ui, True, None, None) for p, uis in major.items() for ui in uis]
+    mesh_edges += [(p, HUMANS, False, None, None) for p in years]
     articles = [
-        _article(p, y, p != 500, texts.get(p), files.get(p, FILE)) for p, y in ARTICLES.items()
+        _article(p, y, p != 500, texts.get(p), files.get(p, FILE)) for p, y in years.items()
     ]
     write_corpus(
         lake,

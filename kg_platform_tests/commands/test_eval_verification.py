@@ -160,7 +160,12 @@ def test_the_text_report_names_each_asset(evaluated, capsys) -> None:
         f"scifact_report: 20 claims, 40 pairs, 2-fold out of fold: NOINFO AUROC {row['noinfo_auroc']}"
     )
     assert lines[2].startswith("refusal_report: 4 questions at min_paths 1: ")
-    assert [line.split()[0] for line in lines[4:]] == ["T0", "T1", "T2", "T3"]
+    assert [line.split()[0] for line in lines[4:8]] == [
+        "gates_1_2",
+        "gates_1_6",
+        "gates_1_6_as_of",
+        "gates_1_7",
+    ]
 
 
 def test_kg_eval_scifact_save_writes_the_same_model(evaluated, tiny_bert, tmp_path, capsys):

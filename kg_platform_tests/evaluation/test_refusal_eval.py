@@ -1,5 +1,5 @@
 """The refusal evaluation on the small real-shaped question graph (answer/graph_fixture):
-control twins, the min_paths sweep against real asks at each k, the T0-T3 ablation (monotone,
+control twins, the min_paths sweep against real asks at each k, the gate-class tables (monotone,
 each class refused from its own tier on; verifier NOINFO only with a verifier) and
 `kg eval refusal --json`."""
 
@@ -106,7 +106,7 @@ def test_ablation_sets_fail_their_gate_and_rates_rise_monotonically(kg) -> None:
     ]
     assert [q.text for q in sets["retracted_only"]] == ["Is Asthma associated with Ibuprofen?"]
     tiers = evaluate_ablation(kg, sets)
-    assert [t.tier for t in tiers] == ["T0", "T1", "T2", "T3"]
+    assert [t.tier for t in tiers] == ["gates_1_2", "gates_1_6", "gates_1_6_as_of", "gates_1_7"]
     assert [t.refusal_rate for t in tiers] == [1 / 8, 6 / 8, 7 / 8, 1.0]
     # each class is refused from its own tier on, never before; an empty class has no rate
     for i, name in enumerate(FAILURE_CLASSES[:4]):
@@ -146,7 +146,7 @@ def test_verifier_noinfo_class_is_refused_at_t3_only(kg) -> None:
     for tier, on in TIERS:
         ladder = replace(gated.config.ladder, disabled=frozenset(RefusalReason) - on)
         verdict = gated.with_config(replace(gated.config, ladder=ladder)).ask(question.text).verdict
-        if tier == "T3":
+        if tier == "gates_1_7":
             assert (verdict.answerable, verdict.reason) == (False, "verifier_noinfo")
             assert verdict.verifier["p_noinfo"] == 0.7
         else:

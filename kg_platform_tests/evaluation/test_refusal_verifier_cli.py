@@ -1,6 +1,6 @@
 """`kg eval refusal --verifier DIR [--verifier-tau T]` on the small real-shaped question graph
 (answer/graph_fixture): gate 7 on with a saved probe verifier (a tiny BERT, trained on a real
-slice of the SciFact training claims), so the T0-T3 ablation's verifier-NOINFO class is built
+slice of the SciFact training claims), so the gate-class tables's verifier-NOINFO class is built
 and measured from the CLI; the tau saved with the verifier when none is given."""
 
 from __future__ import annotations
@@ -66,8 +66,8 @@ def test_gate_seven_fills_the_verifier_class(question_lake, probe_folder, tmp_pa
     assert doc["verifier"]["tau"] == 0.0 and doc["verifier"]["folder"] == str(probe_folder)
     assert doc["verifier"]["verifier"].startswith("verifier:probe:")
     # without the verifier (test_refusal_eval.test_cli_json_last_line): q1 answered, 5 built
-    # questions refused [1, 3, 4, 5] at T0-T3; the one graph-made question that passes gates
-    # 1-6 is the sixth, refused at T3 only
+    # questions refused [1, 3, 4, 5] at the four gate sets; the one graph-made question that passes gates
+    # 1-6 is the sixth, refused with gate 7 only
     assert doc["ablation_sets"] == {
         "unknown_concept": 1,
         "no_path": 2,

@@ -12,6 +12,7 @@ from kg_platform.evaluation.stats import (
     LOSS,
     WIN,
     ComparisonSpec,
+    bootstrap_mean_ci,
     bootstrap_rd_ci,
     compare_family,
     decide,
@@ -84,6 +85,18 @@ def test_bootstrap_is_deterministic_and_contains_the_rd():
     assert all(lo < rd < hi for lo, hi in intervals)
     wider = bootstrap_rd_ci(TREATMENT, CONTROL, level=0.99, seed=42)
     assert wider[0] <= lower and wider[1] >= upper
+
+
+def test_bootstrap_mean_ci_is_the_rd_interval_of_a_share():
+    # a share is the paired difference against all-zero outcomes: the same draws, same interval
+    assert bootstrap_mean_ci(TREATMENT, seed=42) == bootstrap_rd_ci(
+        TREATMENT, [0] * len(TREATMENT), seed=42
+    )
+    values = np.array([0.5, -1.0, 2.0, 0.0])
+    lower, upper = bootstrap_mean_ci(values, resamples=2000, seed=3)
+    assert lower < values.mean() < upper
+    with pytest.raises(ValueError, match="at least one value"):
+        bootstrap_mean_ci([])
 
 
 def test_bootstrap_agrees_with_scipy_percentile_bootstrap():
