@@ -5,6 +5,7 @@ import dagster as dg
 from kg_platform.assets.checks import Outcome, check_results, data_version
 from kg_platform.assets.partitions import grounding_evaluations, mesh_years, scope_for
 from kg_platform.evaluation.grounding_eval import write_grounding_report
+from kg_platform.evaluation.hybrid_eval import MIN_PRECISION
 from kg_platform.evaluation.question_sets import question_set_object
 from kg_platform.grounding.index import SURFACES_KEY, build_grounding_index
 from kg_platform.pubmed.tables import local_copy
@@ -72,7 +73,9 @@ def grounding_index(context: dg.AssetExecutionContext, lake: LakeResource) -> dg
         dg.AssetCheckSpec(
             "precision_target",
             asset="grounding_report",
-            description="BRIDGE precision >= 0.70 against the articles' own headings",
+            description=(
+                f"BRIDGE precision >= {MIN_PRECISION:.2f} against the articles' own headings"
+            ),
         )
     ],
 )
@@ -90,7 +93,7 @@ def grounding_report(context: dg.AssetExecutionContext, lake: LakeResource) -> d
         result = write_grounding_report(staged, path, graph_counts=False)
         digest = staged.digest(["reports/grounding/report.json"])
     outcome = Outcome(
-        "precision_target", result.precision >= 0.70, f"precision {result.precision:.3f}"
+        "precision_target", result.precision >= MIN_PRECISION, f"precision {result.precision:.3f}"
     )
     return dg.MaterializeResult(
         metadata={

@@ -29,7 +29,9 @@ from kg_platform.evaluation.stats import BOOTSTRAP_RESAMPLES, bootstrap_rd_ci
 from kg_platform.storage.lake import Lake
 
 RULES = ("mean@1", "mean@3", "mean@5")
-BIAS_GRID = np.round(np.arange(-3.0, 3.0 + 1e-9, 0.05), 2)
+# the calibration's per-label bias grid: -3 to 3 in steps of 0.05
+BIAS_STEP = 0.05
+BIAS_GRID = np.round(np.arange(-3.0, 3.0 + 1e-9, BIAS_STEP), 2)
 UNSELECTABLE_SETTINGS = ("oracle",)
 EPS = 1e-12
 
@@ -382,7 +384,7 @@ def build_pubmedqa_report(
             "bias": list(fitted[selected].bias),
             "dev_accuracy": fitted[selected].accuracy,
             "at_grid_edge": fitted[selected].at_grid_edge,
-            "grid": [float(BIAS_GRID[0]), float(BIAS_GRID[-1]), 0.05],
+            "grid": [float(BIAS_GRID[0]), float(BIAS_GRID[-1]), BIAS_STEP],
         },
         "dev_test_correlation": {
             "pearson": pearson(

@@ -9,6 +9,8 @@ from kg_platform.answer.readers.controls import BlindReader
 from kg_platform.evaluation.posterior_cache import build_posterior_cache
 from kg_platform.evaluation.pubmedqa_candidates import build_candidates, pool_from_questions
 from kg_platform.evaluation.pubmedqa_report import (
+    BIAS_GRID,
+    BIAS_STEP,
     Configuration,
     auroc,
     build_pubmedqa_report,
@@ -142,3 +144,8 @@ def test_report_end_to_end(caches, tmp_path):
     )
     markdown = (tmp_path / "out" / "report.md").read_text()
     assert markdown.count("data:image/png;base64,") == 4
+
+
+def test_the_bias_grid_runs_from_minus_3_to_3_in_its_declared_step():
+    assert (BIAS_GRID[0], BIAS_GRID[-1], len(BIAS_GRID)) == (-3.0, 3.0, 121)
+    assert np.diff(BIAS_GRID).round(2).tolist() == [BIAS_STEP] * 120
