@@ -1,6 +1,7 @@
 """`kg eval scifact --claims FILE [--corpus FILE] [--json] [--kind minilm|probe] [--save DIR]
 [--folds 5] [--seed 0] [--epochs 3] [--max-length L] [--max-claims N] [--baseline-only]
-[--device auto]`."""
+[--device auto]`, or `--train FILE --test FILE` instead of `--claims`: train on one claim set
+(tau on its out-of-fold scores) and score the other once (``evaluation/scifact_transfer.py``)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,16 @@ def add_eval_parser(subparsers: argparse._SubParsersAction) -> None:
         help="the evidence verifier by K-fold CV on SciFact claims: NOINFO AUROC, macro-F1, "
         "and the untrained-encoder baseline",
     )
-    parser.add_argument("--claims", required=True, help="SciFact claims CSV (claims_train.csv)")
+    parser.add_argument("--claims", default=None, help="SciFact claims CSV (claims_train.csv)")
+    parser.add_argument(
+        "--train",
+        default=None,
+        metavar="FILE",
+        help="train on this claims CSV (verifier, tau and baseline) and score --test once",
+    )
+    parser.add_argument(
+        "--test", default=None, metavar="FILE", help="the claims CSV scored (no shared claim id)"
+    )
     parser.add_argument(
         "--corpus",
         default=None,
@@ -91,6 +101,12 @@ def run_eval_scifact(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     saved = None
     try:
+        if (args.train is None) != (args.test is None):
+            raise ValueError("--train and --test: give both, or neither")
+        if (args.claims is None) == (args.train is None):
+            raise ValueError("give --claims FILE, or --train FILE --test FILE")
+        if args.train is not None:
+            return run_transfer(args, started)
         if args.save and (args.baseline_only or args.max_claims is not None):
             raise ValueError(
                 f"--save {args.save}: trains on every claim of --claims; not with "
@@ -157,4 +173,65 @@ def run_eval_scifact(args: argparse.Namespace) -> int:
         )
         if saved:
             print(f"  saved: {saved['folder']} (model {saved['model'][:16]}, tau {saved['tau']})")
+    return 0
+
+
+def run_transfer(args: argparse.Namespace, started: float) -> int:
+    """``--train FILE --test FILE``: the verifier and its tau from the one, scored on the
+    other (errors are raised to ``run_eval_scifact``'s handler)."""
+    from pathlib import Path
+
+    from kg_platform.evaluation.scifact_transfer import check_disjoint, evaluate_transfer
+    from kg_platform.evaluation.verifier_training import (
+        VerifierConfig,
+        claim_set_from_files,
+        train_config_verifier,
+        write_verifier_folder,
+    )
+
+    if args.baseline_only or args.max_claims is not None:
+        raise ValueError("--train/--test: not with --baseline-only or --max-claims")
+    if args.save and Path(args.save).exists() and any(Path(args.save).iterdir()):
+        raise ValueError(f"--save {args.save}: not empty; give a new or empty folder")
+    corpus_path = args.corpus or reference_data_dir() / "scifact" / "corpus.csv.gz"
+    train = claim_set_from_files(args.train, corpus_path)
+    test = claim_set_from_files(args.test, corpus_path)
+    check_disjoint(train, test)
+    config = VerifierConfig(
+        args.kind,
+        train.key,
+        train.corpus_key,
+        recipe=verifier_recipe(args),
+        seed=args.seed,
+        folds=args.folds,
+    )
+    trained = train_config_verifier(config, train, None, args.device)
+    report = evaluate_transfer(config, train, test, args.device, trained)
+    saved = None
+    if args.save:
+        digest, _ = write_verifier_folder(Path(args.save), config, train, trained)
+        saved = {"folder": str(args.save), "model": digest, "tau": trained.tau}
+    doc = {
+        **report.to_json(),
+        "verifier_config": config.key,
+        "saved": saved,
+        "seconds": round(time.perf_counter() - started, 1),
+    }
+    if args.json:
+        print(json.dumps(doc))
+        return 0
+    t, b = doc["test"], doc["baseline"]
+    c = doc["controls"]["baseline_shuffled_labels"]
+    print(
+        f"scifact: trained on {doc['train']['key']} ({doc['train']['n_claims']} claims), "
+        f"scored on {t['key']} ({t['n_claims']} claims, {t['n_pairs']} pairs)\n"
+        f"  tau {doc['tau']} (train, out of fold); train OOF NOINFO AUROC "
+        f"{doc['train_out_of_fold']['noinfo_auroc']}\n"
+        f"  test ({doc['kind']}): NOINFO AUROC {t['noinfo_auroc']}, macro-F1 {t['macro_f1']}, "
+        f"balanced accuracy at tau {doc['test_at_tau']['balanced_accuracy']}\n"
+        f"  untrained-encoder baseline: NOINFO AUROC {b['noinfo_auroc']}, "
+        f"macro-F1 {b['macro_f1']}\n"
+        f"  control, the baseline fitted on shuffled labels: NOINFO AUROC "
+        f"{c['noinfo_auroc']}, macro-F1 {c['macro_f1']}"
+    )
     return 0
