@@ -159,8 +159,9 @@ PUBMED_TABLES: dict[str, type[pa.DataFrameModel]] = {
     "deletions": Deletions,
 }
 
-# the corpus holds the current state: the same tables minus deletions
-CORPUS_TABLES: dict[str, type[pa.DataFrameModel]] = {
+# the corpus holds the current state: the same tables minus deletions (each table's PMID
+# column is kg_platform.pubmed.fold.CORPUS_TABLES)
+CORPUS_MODELS: dict[str, type[pa.DataFrameModel]] = {
     k: v for k, v in PUBMED_TABLES.items() if k != "deletions"
 }
 

@@ -13,7 +13,7 @@ from kg_platform.pubmed import parse
 from kg_platform.pubmed.parse import parse_file
 from kg_platform.schemas import (
     ARROW_SCHEMAS,
-    CORPUS_TABLES,
+    CORPUS_MODELS,
     MESH_TABLES,
     PUBMED_TABLES,
     Articles,
@@ -163,7 +163,7 @@ def test_columns_of_articles() -> None:
 @pytest.mark.parametrize(
     "model",
     sorted(
-        {*PUBMED_TABLES.values(), *CORPUS_TABLES.values(), *MESH_TABLES.values()},
+        {*PUBMED_TABLES.values(), *CORPUS_MODELS.values(), *MESH_TABLES.values()},
         key=lambda m: m.__name__,
     ),
     ids=lambda m: m.__name__,
@@ -198,3 +198,20 @@ def test_table_metadata_for_articles() -> None:
     assert by_name["has_abstract"] == "True when abstract is not null"
     # the dict is valid asset metadata as Dagster sees it
     dg.MaterializeResult(metadata=metadata)
+
+
+def test_the_corpus_models_cover_the_tables_the_fold_writes():
+    from kg_platform.pubmed.fold import CORPUS_TABLES
+
+    assert (
+        list(CORPUS_MODELS)
+        == list(CORPUS_TABLES)
+        == [
+            "articles",
+            "mesh_edges",
+            "citations",
+            "corrections",
+            "chemicals",
+            "pubtypes",
+        ]
+    )

@@ -26,8 +26,7 @@ from kg_platform.pubmed.source import (
 from kg_platform.resources.catalog import CatalogResource
 from kg_platform.resources.lake import LakeResource
 from kg_platform.resources.pubmed_source import PubmedSourceResource
-from kg_platform.schemas import CORPUS_TABLES as CORPUS_MODELS
-from kg_platform.schemas import PUBMED_TABLES
+from kg_platform.schemas import CORPUS_MODELS, PUBMED_TABLES
 
 TABLE_CHECKS = [
     ("schema", "every table matches its pandera model (validated on the collected data)"),

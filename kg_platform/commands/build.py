@@ -176,7 +176,6 @@ def register_question_sets(lake, selected: set) -> tuple[list[str], list[str]]:
     import dagster as dg
 
     from kg_platform.evaluation.question_sets import register_question_set
-    from kg_platform.settings import reference_data_dir
 
     pubmedqa, hotpotqa = [], []
     base = reference_data_dir()
@@ -212,12 +211,10 @@ def run_build(args: argparse.Namespace) -> int:
     from kg_platform.assets.partitions import pubmed_files, release_of
     from kg_platform.commands import build_run
     from kg_platform.commands.build_plan import (
-        BuildKeys,
         partitions_to_redo,
         requested_partitions,
     )
     from kg_platform.definitions import build_definitions
-    from kg_platform.storage.lake import Lake
 
     year = args.mesh_year or mesh_year(mesh_spec)
     defs = build_definitions(settings)

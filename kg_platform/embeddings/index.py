@@ -60,13 +60,6 @@ class IndexBuild:
         return self.gap == self.missing_vectors
 
 
-def shard_fingerprints(lake: Lake) -> set[str]:
-    return {
-        json.loads(lake.read_bytes(k)).get("fingerprint", "")
-        for k in lake.list(SHARDS, ".meta.json")
-    }
-
-
 def build_index(
     lake: Lake,
     fingerprint: str,

@@ -53,18 +53,6 @@ from kg_platform.retrieval.allocation import (
 
 REPORT_FILES = ("report.md", "recovery.png", "allocation.json", "summary.json")
 
-# Anchors from the reference study (HotpotQA FullWiki, 7,405 questions), for context only.
-REFERENCE_ANCHORS = {
-    "relational_recovery": 0.583,
-    "flat_recovery": 0.345,
-    "rd_all": 0.238,
-    "rd_bridge": 0.287,
-    "rd_comparison": 0.042,
-    "harmed_questions": 192,
-    "rd_vs_random_neighbour": 0.165,
-    "rd_vs_shuffled_graph": 0.309,
-    "multi_hop_dense_retriever_at_2": 0.659,
-}
 TARGET_BRIDGE_RD = 0.20
 
 

@@ -64,11 +64,6 @@ def manifest_key(build_id: str) -> str:
     return f"{build_prefix(build_id)}/manifest.json"
 
 
-def category_letters(mask: int) -> str:
-    """'ACD' for a categories bitmask (bit k = tree letter 'A' + k)."""
-    return "".join(chr(65 + k) for k in range(26) if mask >> k & 1)
-
-
 def current_build_id(lake: Lake) -> str:
     """The build id readers should open: graph/current.json, written after the checks pass."""
     if not lake.exists(CURRENT_POINTER):

@@ -82,7 +82,3 @@ def usable_terms(terms: pl.DataFrame, rules: VocabularyRules = DEFAULT_RULES) ->
         lone = ~pl.col("normalised").str.contains(" ", literal=True)
         featured = featured.filter(~(lone & ~pl.col("preferred_concept")))
     return featured
-
-
-def select_terms(terms: pl.DataFrame, version: str) -> tuple[pl.DataFrame, VocabularyRules]:
-    return terms, VOCABULARY_RULES[version]

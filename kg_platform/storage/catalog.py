@@ -11,13 +11,13 @@ from dataclasses import dataclass
 
 import duckdb
 
-from kg_platform.schemas import CORPUS_TABLES, MESH_TABLES, PUBMED_TABLES
+from kg_platform.schemas import CORPUS_MODELS, MESH_TABLES, PUBMED_TABLES
 from kg_platform.storage.lake import Lake
 
 # view name -> lake glob (relative key); a view is created only when files exist
 LAKE_VIEWS: dict[str, str] = {
     **{f"file_{t}": f"tables/{t}/*.parquet" for t in PUBMED_TABLES},
-    **{t: f"corpus/{t}.parquet" for t in CORPUS_TABLES},
+    **{t: f"corpus/{t}.parquet" for t in CORPUS_MODELS},
     **{f"mesh_{t}": f"mesh/{t}.parquet" for t in MESH_TABLES},
 }
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import polars as pl
 
 from kg_platform.mesh.tables import descriptor_table
-from kg_platform.schemas import CORPUS_TABLES, MeshDescriptors, MeshTree
+from kg_platform.schemas import CORPUS_MODELS, MeshDescriptors, MeshTree
 from kg_platform.storage.lake import Lake
 
 _SCHEMAS: dict[str, dict[str, pl.DataType]] = {
@@ -54,7 +54,7 @@ def corpus_frame(table: str, rows: list[tuple]) -> pl.DataFrame:
     names = [c for c in schema if c != "version"]
     frame = pl.DataFrame(rows, schema={c: schema[c] for c in names}, orient="row")
     frame = frame.with_columns(pl.lit(1, pl.Int32).alias("version")).select(list(schema))
-    CORPUS_TABLES[table].validate(frame)
+    CORPUS_MODELS[table].validate(frame)
     return frame
 
 

@@ -21,7 +21,7 @@ from kg_platform.pubmed.pubmedqa_corpus import (
     split_halves,
     terms_from_descriptor_tsv,
 )
-from kg_platform.schemas import CORPUS_TABLES, Articles, MeshEdges
+from kg_platform.schemas import CORPUS_MODELS, Articles, MeshEdges
 from kg_platform_tests.conftest import require_reference
 
 PMIDS = (10223070, 11838307, 26879871)
@@ -146,7 +146,7 @@ def test_folds_beside_the_mirror_into_a_graph(tmp_path, resolver, records) -> No
         "pubmed26n1335": parse_file(mirror / "updatefiles" / "pubmed26n1335.xml.gz"),
     }
     for file, tables in parsed.items():
-        assert set(CORPUS_TABLES) < set(tables)
+        assert set(CORPUS_MODELS) < set(tables)
         for table, data in tables.items():
             lake.write_parquet(table_key(table, file), data)
     fold = fold_release(lake, files)

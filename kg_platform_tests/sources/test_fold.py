@@ -25,7 +25,7 @@ from kg_platform.pubmed.fold import (
     table_key,
 )
 from kg_platform.pubmed.parse import parse_file
-from kg_platform.schemas import CORPUS_TABLES
+from kg_platform.schemas import CORPUS_MODELS
 from kg_platform.storage.lake import Lake
 from kg_platform_tests.conftest import require_reference
 
@@ -118,7 +118,7 @@ def assert_folded_as_expected(lake: Lake, paths: list[Path]) -> dict[int, tuple]
     assert result.rows["articles"] == len(expected)
     assert result.rows["mesh_edges"] == mesh.height
     assert result.files == names
-    for table, model in CORPUS_TABLES.items():
+    for table, model in CORPUS_MODELS.items():
         model.validate(corpus_frame(lake, table))
         pmid_col = "citing_pmid" if table == "citations" else "pmid"
         assert corpus_frame(lake, table)[pmid_col].is_sorted(), table
@@ -184,7 +184,7 @@ def test_fold_written_range_by_range_is_the_fold_written_at_once(
     assert all(
         lo <= hi < next_lo for (lo, hi), (next_lo, _) in zip(ranges, ranges[1:], strict=False)
     )
-    for table in CORPUS_TABLES:
+    for table in CORPUS_MODELS:
         a = pq.read_table(whole.path(corpus_key(table)))
         b = pq.read_table(ranged.path(corpus_key(table)))
         assert a.schema.equals(b.schema) and a.equals(b), table

@@ -32,7 +32,6 @@ from kg_platform.answer.readers.base import (
     training_set_hash,
     truncate,
 )
-from kg_platform.answer.readers.crossfit import cross_fit_posteriors
 from kg_platform.embeddings.encoder import packaged_model_path, pick_device, read_model_layout
 
 METADATA_FILE = "reader.json"
@@ -42,7 +41,6 @@ __all__ = [
     "ClassifierRecipe",
     "CrossEncoderClassifier",
     "content_hash",
-    "cross_fit_posteriors",
     "load_classifier",
     "train_classifier",
 ]
