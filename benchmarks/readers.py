@@ -36,10 +36,8 @@ from kg_platform.answer.readers import (  # noqa: E402
     macro_f1,
 )
 from kg_platform.answer.readers.classifier import ClassifierRecipe  # noqa: E402
-from kg_platform.answer.readers.controls import (  # noqa: E402
-    MajorityRecipe,
-    shuffled_label_cross_fit,
-)
+from kg_platform.answer.readers.controls import MajorityRecipe  # noqa: E402
+from kg_platform.answer.readers.crossfit import shuffled_label_cross_fit  # noqa: E402
 from kg_platform.answer.readers.cues import CueRecipe, cue_text  # noqa: E402
 from kg_platform.answer.readers.probe import ProbeRecipe, frozen_encoder  # noqa: E402
 from kg_platform.settings import reference_data_dir  # noqa: E402

@@ -39,6 +39,7 @@ from kg_platform.answer.readers.base import (
     LabelledQuestion,
     check_posteriors,
     check_texts,
+    content_hash,
     normalise_rows,
 )
 from kg_platform.answer.readers.probe import pair_features
@@ -455,8 +456,6 @@ class ProbeVerifier:
         returns the content hash of what was written. A function of the encoder's files,
         the head and the recipe: the same training gives the same bytes."""
         import shutil
-
-        from kg_platform.answer.readers.classifier import content_hash
 
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)

@@ -32,10 +32,11 @@ import numpy as np
 import pyarrow
 import pyarrow.compute as pc
 
-from kg_platform.answer.readers.base import LabelledQuestion, Reader, load_pubmedqa
+from kg_platform.answer.readers.base import LabelledQuestion, Reader, content_hash, load_pubmedqa
 from kg_platform.answer.readers.base import training_set_hash as examples_hash
 from kg_platform.answer.readers.controls import BlindReader, shuffle_labels, train_majority
-from kg_platform.answer.readers.crossfit import assign_folds, train_reader
+from kg_platform.answer.readers.crossfit import assign_folds
+from kg_platform.answer.readers.registry import train_reader
 from kg_platform.evaluation.posterior_cache import (
     CacheCheck,
     check_posterior_cache,
@@ -175,8 +176,6 @@ def train_config_reader(config: ReaderConfig, examples: Sequence[LabelledQuestio
 def save_trained_reader(lake: Lake, config: ReaderConfig, reader: Reader) -> dict:
     """Save ``reader`` under its content hash and point the configuration at it; returns
     the pointer record."""
-    from kg_platform.answer.readers.classifier import content_hash
-
     with tempfile.TemporaryDirectory(prefix="kg-reader-") as tmp:
         folder = Path(config.folder) if not config.retrainable else Path(tmp)
         if config.retrainable:
@@ -243,7 +242,6 @@ def check_reader_model(
     """The saved model reloads with its content hash and reproduces the trained reader's
     posteriors on the first DEV questions; the model was trained on the configuration's
     question set (hash recomputed from the lake's file)."""
-    from kg_platform.answer.readers.classifier import content_hash
     from kg_platform.answer.readers.loading import load_reader
 
     probe = training.questions[:PROBE_QUESTIONS]

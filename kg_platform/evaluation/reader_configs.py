@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kg_platform.answer.readers.base import content_hash
 from kg_platform.evaluation.pubmedqa_candidates import MAX_CANDIDATES, TRUNCATIONS
 from kg_platform.storage.lake import Lake
 
@@ -121,7 +122,6 @@ def load_reader_config(lake: Lake, key: str) -> ReaderConfig:
 
 def folder_config(folder: str | Path, training_set: str, **options: Any) -> ReaderConfig:
     """A configuration reading the saved reader in ``folder`` (its content hash recorded)."""
-    from kg_platform.answer.readers.classifier import content_hash
     from kg_platform.answer.readers.loading import reader_kind
 
     folder = Path(folder).absolute()

@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 import pyarrow
 
+from kg_platform.answer.readers.base import content_hash
 from kg_platform.answer.verifier import (
     NOINFO,
     VERDICTS,
@@ -335,8 +336,6 @@ def write_verifier_folder(
     """The trained verifier (or the configuration's folder, copied) written into ``folder``
     (new or empty) with gate 7's tau and what it was fitted on in ``verifier.json``; returns
     the folder's content hash and that record."""
-    from kg_platform.answer.readers.classifier import content_hash
-
     folder = Path(folder)
     if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
         raise ValueError(f"{folder}: the verifier is saved into a new or empty folder")
@@ -374,8 +373,6 @@ def check_verifier_model(
     lake: Lake, record: dict, trained: TrainedVerifier, claim_set: ClaimSet, config: VerifierConfig
 ) -> list[CacheCheck]:
     """The three ``VERIFIER_CHECKS``, on what ``lake`` holds (the staged objects)."""
-    from kg_platform.answer.readers.classifier import content_hash
-
     probe = trained.pairs[:PROBE_PAIRS]
     with reader_folder(lake, record) as folder:
         rehashed = content_hash(folder)

@@ -14,10 +14,10 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from kg_platform.answer.readers.base import load_pubmedqa, training_set_hash
-from kg_platform.answer.readers.classifier import content_hash
-from kg_platform.answer.readers.crossfit import assign_folds, train_reader
+from kg_platform.answer.readers.base import content_hash, load_pubmedqa, training_set_hash
+from kg_platform.answer.readers.crossfit import assign_folds
 from kg_platform.answer.readers.cues import CueRecipe
+from kg_platform.answer.readers.registry import train_reader
 from kg_platform.assets import answering
 from kg_platform.commands.build_run import failure_message
 from kg_platform.evaluation import pubmedqa_answering as domain

@@ -19,8 +19,7 @@ import pyarrow.parquet as pq
 import pytest
 from sklearn.metrics import f1_score, roc_auc_score
 
-from kg_platform.answer.readers.base import LABELS
-from kg_platform.answer.readers.classifier import content_hash
+from kg_platform.answer.readers.base import LABELS, content_hash
 from kg_platform.answer.verifier import (
     NOINFO,
     VERDICTS,

@@ -180,7 +180,7 @@ def tiny_encoder(folder: Path, questions) -> Path:
 def test_the_probe_reader_runs_through_the_instance(tmp_path) -> None:
     """`--reader probe` on a tiny encoder: the same contract, a probe model trained on DEV
     only, saved under its content hash and read back by `kg ask --reader`'s loader."""
-    from kg_platform.answer.readers.classifier import content_hash
+    from kg_platform.answer.readers.base import content_hash
     from kg_platform.answer.readers.loading import load_reader
     from kg_platform.evaluation.pubmedqa_answering import reader_folder
 

@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 from sklearn.metrics import roc_auc_score
 
-from kg_platform.answer.readers.classifier import content_hash
+from kg_platform.answer.readers.base import content_hash
 from kg_platform.answer.verifier import NOINFO, VERDICTS, ProbeVerifier, load_verifier, read_tau
 from kg_platform.cli import main
 from kg_platform.evaluation.question_sets import question_set_key

@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from kg_platform.answer.readers.classifier import ClassifierRecipe, content_hash
+from kg_platform.answer.readers.base import content_hash
+from kg_platform.answer.readers.classifier import ClassifierRecipe
 from kg_platform.answer.readers.cues import CueRecipe, train_cue_reader
 from kg_platform.answer.readers.probe import ProbeRecipe
 from kg_platform.evaluation.reader_configs import (

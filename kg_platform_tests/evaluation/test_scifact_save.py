@@ -12,7 +12,7 @@ import pytest
 from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import f1_score, roc_auc_score
 
-from kg_platform.answer.readers.classifier import content_hash
+from kg_platform.answer.readers.base import content_hash
 from kg_platform.answer.verifier import (
     NOINFO,
     TAU_FILE,

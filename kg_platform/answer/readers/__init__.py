@@ -1,10 +1,17 @@
 """Readers: a question and candidate texts in, P(yes, no, maybe) per text out.
 
-``base`` holds the contract (``LABELS``, ``Reader``, ``check_posteriors``, ``truncate``) and
-the labelled examples (``LabelledQuestion``, ``load_pubmedqa``); ``classifier``, ``causal_lm``,
-``cues`` and ``probe`` (a linear head on the frozen encoder) the readers; ``controls`` the blind, majority and shuffled-label controls;
-``crossfit`` the K-fold cross-fitting that scores each question with a model that never saw
-its label. The heavy libraries (torch, transformers, scikit-learn) load on first use.
+The modules, each importing only those listed before it:
+
+- ``base``: the contract (``LABELS``, ``Reader``, ``check_posteriors``, ``truncate``), the
+  labelled examples (``LabelledQuestion``, ``load_pubmedqa``) and a saved folder's
+  ``content_hash``;
+- ``classifier``, ``causal_lm``, ``cues``, ``probe`` (a linear head on the frozen encoder):
+  the readers; ``controls``: the blind and majority controls and the label shuffle;
+- ``registry``: which reader each recipe type trains (``train_reader``);
+- ``crossfit``: the K-fold cross-fitting that scores each question with a model that never
+  saw its label, and its shuffled-label control.
+
+The heavy libraries (torch, transformers, scikit-learn) load on first use.
 """
 
 from kg_platform.answer.readers.base import (
@@ -22,8 +29,8 @@ from kg_platform.answer.readers.crossfit import (
     assign_folds,
     cross_fit_posteriors,
     macro_f1,
-    train_reader,
 )
+from kg_platform.answer.readers.registry import train_reader
 
 __all__ = [
     "LABELS",

@@ -122,6 +122,18 @@ def training_set_hash(examples: Sequence[LabelledQuestion]) -> str:
     return digest.hexdigest()
 
 
+def content_hash(folder: str | os.PathLike[str]) -> str:
+    """sha256 over every file under ``folder``: relative path and bytes, in path order."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise ValueError(f"{folder}: not a folder")
+    digest = hashlib.sha256()
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        digest.update(path.relative_to(folder).as_posix().encode() + b"\0")
+        digest.update(hashlib.sha256(path.read_bytes()).digest())
+    return digest.hexdigest()
+
+
 def label_indices(examples: Sequence[LabelledQuestion]) -> np.ndarray:
     return np.array([LABEL_INDEX[ex.label] for ex in examples], dtype=np.int64)
 

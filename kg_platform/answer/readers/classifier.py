@@ -10,7 +10,6 @@ its ``reader.json`` records the training-set hash, seed and recipe.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from collections.abc import Iterator, Sequence
@@ -27,6 +26,7 @@ from kg_platform.answer.readers.base import (
     PairReader,
     check_pairs,
     check_posteriors,
+    content_hash,
     label_indices,
     normalise_rows,
     training_set_hash,
@@ -40,7 +40,6 @@ READER_KIND = "cross-encoder"
 __all__ = [
     "ClassifierRecipe",
     "CrossEncoderClassifier",
-    "content_hash",
     "load_classifier",
     "train_classifier",
 ]
@@ -138,18 +137,6 @@ class CrossEncoderClassifier(PairReader):
 
     def __repr__(self) -> str:
         return f"CrossEncoderClassifier({self.name}, device={self.device})"
-
-
-def content_hash(folder: str | os.PathLike[str]) -> str:
-    """sha256 over every file under ``folder``: relative path and bytes, in path order."""
-    folder = Path(folder)
-    if not folder.is_dir():
-        raise ValueError(f"{folder}: not a folder")
-    digest = hashlib.sha256()
-    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
-        digest.update(path.relative_to(folder).as_posix().encode() + b"\0")
-        digest.update(hashlib.sha256(path.read_bytes()).digest())
-    return digest.hexdigest()
 
 
 def load_classifier(

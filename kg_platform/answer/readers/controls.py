@@ -2,15 +2,15 @@
 
 - blind: the same reader given the question only (every text replaced by "");
 - majority: the class prior of the training labels, the same for every text;
-- shuffled-label: a trainable reader fitted on permuted labels. Its out-of-fold accuracy
-  must sit at chance (no better than majority); if it does not, the harness leaks.
+- shuffled-label: a trainable reader fitted on labels ``shuffle_labels`` permuted (cross-fitted
+  by ``crossfit.shuffled_label_cross_fit``). Its out-of-fold accuracy must sit at chance (no
+  better than majority); if it does not, the harness leaks.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any
 
 import numpy as np
 
@@ -21,7 +21,6 @@ from kg_platform.answer.readers.base import (
     check_posteriors,
     check_texts,
 )
-from kg_platform.answer.readers.crossfit import CandidatesFn, CrossFit, cross_fit_posteriors
 
 
 class BlindReader:
@@ -78,31 +77,3 @@ def shuffle_labels(examples: Sequence[LabelledQuestion], seed: int) -> list[Labe
     return [
         replace(ex, label=examples[j].label) for ex, j in zip(examples, permutation, strict=True)
     ]
-
-
-@dataclass(frozen=True)
-class ShuffledLabelRun:
-    """One shuffled-label seed: out-of-fold posteriors of a reader trained on permuted
-    labels, to be scored against the true labels."""
-
-    seed: int
-    cross_fit: CrossFit
-
-
-def shuffled_label_cross_fit(
-    examples: Sequence[LabelledQuestion],
-    k: int,
-    seeds: Sequence[int],
-    recipe: Any,
-    candidates_fn: CandidatesFn,
-) -> list[ShuffledLabelRun]:
-    """For each seed, permute the labels, then cross-fit the recipe's reader as for the
-    real run (folds stratified by the permuted label). Score the result against the true
-    labels of ``examples``."""
-    runs = []
-    for seed in seeds:
-        permuted = shuffle_labels(examples, seed)
-        runs.append(
-            ShuffledLabelRun(seed, cross_fit_posteriors(permuted, k, seed, recipe, candidates_fn))
-        )
-    return runs

@@ -20,27 +20,10 @@ from kg_platform.answer.readers.base import (
     Reader,
     check_posteriors,
 )
+from kg_platform.answer.readers.controls import shuffle_labels
+from kg_platform.answer.readers.registry import train_reader
 
 CandidatesFn = Callable[[LabelledQuestion], Sequence[str]]
-
-
-def train_reader(examples: Sequence[LabelledQuestion], seed: int, recipe: Any) -> Reader:
-    """Train the reader the recipe describes on ``examples``."""
-    # imported here: the reader modules import this one for cross_fit_posteriors
-    from kg_platform.answer.readers.classifier import ClassifierRecipe, train_classifier
-    from kg_platform.answer.readers.controls import MajorityRecipe, train_majority
-    from kg_platform.answer.readers.cues import CueRecipe, train_cue_reader
-    from kg_platform.answer.readers.probe import ProbeRecipe, train_probe
-
-    if isinstance(recipe, ClassifierRecipe):
-        return train_classifier(examples, seed, recipe)
-    if isinstance(recipe, CueRecipe):
-        return train_cue_reader(examples, seed, recipe)
-    if isinstance(recipe, ProbeRecipe):
-        return train_probe(examples, seed, recipe)
-    if isinstance(recipe, MajorityRecipe):
-        return train_majority(examples, seed, recipe)
-    raise ValueError(f"recipe {recipe!r}: no reader is trained from a {type(recipe).__name__}")
 
 
 def assign_folds(examples: Sequence[LabelledQuestion], k: int, seed: int) -> np.ndarray:
@@ -116,6 +99,34 @@ def cross_fit_posteriors(
         posteriors=tuple(p for p in posteriors if p is not None),
         reader_names=tuple(names),
     )
+
+
+@dataclass(frozen=True)
+class ShuffledLabelRun:
+    """One shuffled-label seed: out-of-fold posteriors of a reader trained on permuted
+    labels, to be scored against the true labels."""
+
+    seed: int
+    cross_fit: CrossFit
+
+
+def shuffled_label_cross_fit(
+    examples: Sequence[LabelledQuestion],
+    k: int,
+    seeds: Sequence[int],
+    recipe: Any,
+    candidates_fn: CandidatesFn,
+) -> list[ShuffledLabelRun]:
+    """For each seed, permute the labels, then cross-fit the recipe's reader as for the
+    real run (folds stratified by the permuted label). Score the result against the true
+    labels of ``examples``."""
+    runs = []
+    for seed in seeds:
+        permuted = shuffle_labels(examples, seed)
+        runs.append(
+            ShuffledLabelRun(seed, cross_fit_posteriors(permuted, k, seed, recipe, candidates_fn))
+        )
+    return runs
 
 
 def _score_fold(

@@ -42,6 +42,7 @@ from kg_platform.answer.readers.base import (
     PairReader,
     check_pairs,
     check_posteriors,
+    content_hash,
     label_indices,
     normalise_rows,
     training_set_hash,
@@ -293,8 +294,6 @@ class ProbeReader(PairReader):
 
     def save(self, folder: str | os.PathLike[str]) -> str:
         """Write ``probe.json`` and ``reader.json``; return the folder's content hash."""
-        from kg_platform.answer.readers.classifier import content_hash
-
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         weights = {

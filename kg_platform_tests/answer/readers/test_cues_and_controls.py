@@ -8,9 +8,9 @@ from kg_platform.answer.readers.controls import (
     BlindReader,
     MajorityRecipe,
     shuffle_labels,
-    shuffled_label_cross_fit,
     train_majority,
 )
+from kg_platform.answer.readers.crossfit import shuffled_label_cross_fit
 from kg_platform.answer.readers.cues import CueRecipe, cue_text, load_cue_reader, train_cue_reader
 from kg_platform_tests.answer.readers.conftest import synthetic_questions
 

@@ -16,13 +16,9 @@ from kg_platform.answer.readers import (
     cross_fit_posteriors,
     training_set_hash,
 )
-from kg_platform.answer.readers.classifier import content_hash
-from kg_platform.answer.readers.controls import (
-    BlindReader,
-    shuffle_labels,
-    shuffled_label_cross_fit,
-)
-from kg_platform.answer.readers.crossfit import train_reader
+from kg_platform.answer.readers.base import content_hash
+from kg_platform.answer.readers.controls import BlindReader, shuffle_labels
+from kg_platform.answer.readers.crossfit import shuffled_label_cross_fit
 from kg_platform.answer.readers.loading import load_reader, reader_kind
 from kg_platform.answer.readers.probe import (
     ProbeReader,
@@ -34,6 +30,7 @@ from kg_platform.answer.readers.probe import (
     pair_features,
     train_probe,
 )
+from kg_platform.answer.readers.registry import train_reader
 from kg_platform_tests.answer.readers.conftest import synthetic_questions
 
 
