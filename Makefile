@@ -35,6 +35,7 @@ test: $(STAMP)  ## the whole test suite (CI runs this with CI=true)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
 
 format: $(STAMP)
 	$(BIN)/ruff check --fix .
