@@ -1,5 +1,6 @@
 """`kg ask "question" [--as-of YEAR] [--json] [--top-k N] [--lake DIR] [--hybrid THRESHOLD]
-[--ranker auto|dense|structural] [--reader DIR] [--verifier DIR [--verifier-tau T]]`."""
+[--ranker auto|dense|structural] [--reader DIR] [--verifier DIR [--verifier-tau T]]
+[--agent [--hops N]]`."""
 
 from __future__ import annotations
 
@@ -59,6 +60,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="gate 7 refuses when P(NOINFO) > T on every article read (default: the tau "
         f"fitted on SciFact training folds and saved with the verifier, else {DEFAULT_VERIFIER_TAU})",
     )
+    parser.add_argument(
+        "--agent",
+        action="store_true",
+        help="the agent loop (answer/agent.py: refine a refused question by broadening, "
+        "dropping a concept, halving min_paths; a measured ablation, not the default); the "
+        "JSON gains `agent` with the trace of every step",
+    )
+    parser.add_argument("--hops", type=int, default=3, help="the agent's hop budget")
     parser.set_defaults(func=run_ask)
 
 
@@ -152,14 +161,28 @@ def run_ask(args: argparse.Namespace) -> int:
             ladder=LadderConfig(verifier_tau=gate_tau(args.verifier_tau, verifier)),
         )
         lake, build = scoped_lake(args, quiet=args.json)
-        answer = KnowledgeGraph.open(lake, config, reader=reader, verifier=verifier).ask(
-            args.question, as_of=args.as_of, top_k=args.top_k
-        )
+        kg = KnowledgeGraph.open(lake, config, reader=reader, verifier=verifier)
+        trace = None
+        if args.agent:
+            from kg_platform.answer.agent import AgentLoop
+
+            result = AgentLoop(kg, args.hops).run(args.question, args.as_of, args.top_k)
+            answer, trace = result.answer, result.to_json()["agent"]
+        else:
+            answer = kg.ask(args.question, as_of=args.as_of, top_k=args.top_k)
     except (QuestionError, FileNotFoundError, ValueError) as error:
         print(f"kg ask: {error}", file=sys.stderr)
         return 2
     payload = {**answer.to_json(), "partition": build}
+    if trace is not None:
+        payload["agent"] = trace
     text = f"Graph build: release {build['release']}, MeSH {build['mesh_year']}\n"
+    if trace is not None and not args.json:
+        text += "".join(
+            f"Agent hop {t['hop']}: {t['step']} ({t['why'] or 'first pass'}) -> "
+            f"{'answered' if t.get('answerable') else t.get('reason')} {t['changed'] or ''}\n"
+            for t in trace["trace"]
+        )
     print(json.dumps(payload, indent=1) if args.json else text + render_text(answer), end="")
     if args.json:
         print()

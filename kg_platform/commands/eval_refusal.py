@@ -1,5 +1,6 @@
 """`kg eval refusal --pubmedqa FILE [--json] [--lake DIR] [--release R --mesh-year Y]
-[--min-paths K] [--seed S] [--per-class N] [--verifier DIR [--verifier-tau T]]`."""
+[--min-paths K] [--seed S] [--per-class N] [--verifier DIR [--verifier-tau T]]
+[--agent [--hops N]]`."""
 
 from __future__ import annotations
 
@@ -7,12 +8,14 @@ import argparse
 import json
 import sys
 
+from kg_platform.answer.agent import DEFAULT_HOPS
 from kg_platform.answer.api import AskConfig, KnowledgeGraph
 from kg_platform.answer.ladder import LadderConfig
 from kg_platform.answer.readers.base import load_pubmedqa
 from kg_platform.commands.ask import gate_tau, open_verifier
 from kg_platform.commands.partition_args import add_partition_args, scoped_lake
-from kg_platform.evaluation.refusal_eval import evaluate_refusal, render_report
+from kg_platform.evaluation.agent_eval import evaluate_agent, render_agent
+from kg_platform.evaluation.refusal_eval import evaluate_refusal, render_report, with_min_paths
 
 
 def add_eval_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -49,6 +52,15 @@ def add_eval_parser(subparsers: argparse._SubParsersAction) -> None:
         metavar="T",
         help="gate 7's tau (default: the one saved with the verifier, as kg ask)",
     )
+    parser.add_argument(
+        "--agent",
+        action="store_true",
+        help="also measure the agent loop (answer/agent.py) beside the one-pass pipeline on the "
+        "same real and control questions, with the top-1 similarity veto",
+    )
+    parser.add_argument(
+        "--hops", type=int, default=DEFAULT_HOPS, help="the agent's hop budget (with --agent)"
+    )
     parser.set_defaults(func=run_eval_refusal)
 
 
@@ -64,7 +76,13 @@ def run_eval_refusal(args: argparse.Namespace) -> int:
         config = AskConfig(ladder=LadderConfig(verifier_tau=tau))
         lake, build = scoped_lake(args, quiet=args.json)
         kg = KnowledgeGraph.open(lake, config, verifier=verifier)
+        if args.hops < 0:
+            raise ValueError(f"--hops {args.hops}: must be at least 0")
         report = evaluate_refusal(kg, questions, args.min_paths, args.seed, args.per_class)
+        agent = None
+        if args.agent:
+            graph = with_min_paths(kg, report.controls.min_paths)
+            agent = evaluate_agent(graph, questions, args.hops, args.seed).to_json()
     except (OSError, ValueError) as error:
         print(f"kg eval refusal: {error}", file=sys.stderr)
         return 2
@@ -72,9 +90,12 @@ def run_eval_refusal(args: argparse.Namespace) -> int:
     if verifier is not None:
         gate = {"folder": str(args.verifier), "verifier": verifier.name, "tau": tau}
     if args.json:
-        print(json.dumps({**report.to_json(), "partition": build, "verifier": gate}))
+        doc = {**report.to_json(), "partition": build, "verifier": gate}
+        print(json.dumps(doc if agent is None else {**doc, "agent": agent}))
     else:
         print(render_report(report, args.pubmedqa), end="")
+        if agent is not None:
+            print("\n".join(render_agent(agent)))
         if gate is not None:
             print(f"  gate 7: {gate['verifier']} from {gate['folder']}, tau {gate['tau']}")
     return 0
