@@ -10,14 +10,22 @@ import argparse
 import importlib
 import pkgutil
 import sys
+import time
 import warnings
 
 import kg_platform.commands as commands
 
+PROCESS_STARTED = time.perf_counter()
 
-def build_parser() -> argparse.ArgumentParser:
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """Every command's parser; with ``only``, just the top-level command of the module of
+    that name (``kg ask`` then imports nothing of ``kg build``'s Dagster machinery)."""
     parser = argparse.ArgumentParser(prog="kg", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
+    if only is not None:
+        importlib.import_module(f"{commands.__name__}.{only}").add_parser(sub)
+        return parser
     eval_parser = sub.add_parser("eval", help="evaluation harnesses")
     eval_sub = eval_parser.add_subparsers(dest="evaluation", required=True)
     for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
@@ -29,10 +37,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# top-level commands whose module is named as the command and imports little: a cold
+# `kg ask` spends its time on the question, not on importing every other command
+LIGHT_COMMANDS = frozenset({"ask", "serve"})
+
+
 def main(argv: list[str] | None = None) -> int:
     # Dagster flags preview parameters (backfill_policy) on every import; not the user's concern
     warnings.filterwarnings("ignore", message=r".*is currently in (beta|preview)")
-    args = build_parser().parse_args(argv)
+    given = sys.argv[1:] if argv is None else argv
+    only = given[0] if given and given[0] in LIGHT_COMMANDS else None
+    args = build_parser(only).parse_args(argv)
+    args.process_started = PROCESS_STARTED
     if getattr(args, "lake", "") is None:
         # the lake the last `kg build` recorded (or KG_LAKE, or .kg/lake)
         from kg_platform.settings import Settings

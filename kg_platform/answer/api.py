@@ -24,12 +24,11 @@ import copy
 import math
 import time
 import unicodedata
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import polars as pl
 
 from kg_platform.answer.ladder import (
     LadderConfig,
@@ -44,16 +43,11 @@ from kg_platform.answer.ladder import (
 from kg_platform.answer.readers.base import Reader, truncate
 from kg_platform.answer.reading import Reading, read_evidence, refused
 from kg_platform.answer.titles import TitleLookup
-from kg_platform.answer.verifier import NOINFO, VERDICTS, Verifier, claim_from_question
-from kg_platform.embeddings.encoder import Encoder
-from kg_platform.embeddings.index import INDEX_MANIFEST
 from kg_platform.graph import layout
 from kg_platform.graph.store import KGStore
-from kg_platform.grounding.grounder import Grounder, Grounding, build_surface_table
-from kg_platform.grounding.hybrid import HybridGrounder
-from kg_platform.grounding.index import SURFACES_KEY
-from kg_platform.grounding.roles import Role, RoleConfig, assign_roles
-from kg_platform.retrieval.dense import DenseIndex, SemanticRanker, SemanticScores
+from kg_platform.grounding.grounder import Grounder, Grounding
+from kg_platform.grounding.roles import Role, RoleConfig
+from kg_platform.grounding.surface_index import INDEX_KEY, IndexedRoles, SurfaceIndex
 from kg_platform.retrieval.exclusion import pair_evidence_excluding, without_articles
 from kg_platform.retrieval.linking import ConceptPair, concepts_in_graph, score_pairs
 from kg_platform.retrieval.paths import (
@@ -61,18 +55,37 @@ from kg_platform.retrieval.paths import (
     EvidencePath,
     PairEvidence,
     collect_candidates,
+    load_kernels,
     pair_evidence,
+    pair_evidence_numpy,
     path_flags,
     structural_scores,
     top_paths,
+    use_compiled,
 )
 from kg_platform.storage.lake import Lake
+
+# A cold `kg ask` imports only what its question needs: polars (the table-built grounder,
+# roles from tables), the encoder and dense index (dense ranker, hybrid grounder) and the
+# verifier load inside the functions that use them.
+if TYPE_CHECKING:
+    import polars as pl
+
+    from kg_platform.answer.verifier import Verifier
+    from kg_platform.embeddings.encoder import Encoder
+    from kg_platform.grounding.hybrid import HybridGrounder
+    from kg_platform.retrieval.dense import SemanticRanker, SemanticScores
+
+# the embedding index's manifest (kg_platform.embeddings.index.INDEX_MANIFEST, checked by
+# test_api so the two never drift): spelled here to keep the encoder's imports off the path
+INDEX_MANIFEST = "embeddings/index/manifest.json"
 
 # 2: adds `ranker`, `signals` (top level and in `verdict`), `grounder` and evidence
 # `similarity` to version 1; nothing of version 1 was removed, renamed or reordered
 # 3: adds `answer` and `answer_reason` at the end; every version-2 key stays in place
 # 4: adds `verifier` at the end of `verdict` (gate 7); every version-3 key stays in place
-SCHEMA_VERSION = 4
+# 5: adds `start_up_ms` at the end (one-off start-up, kept out of `timings_ms`)
+SCHEMA_VERSION = 5
 RANKERS = ("auto", "dense", "structural")
 MAX_QUESTION_CHARS = 1000
 
@@ -189,6 +202,12 @@ class Answer:
     ranker: str = "structural"
     grounder: dict[str, object] = field(default_factory=lambda: {"kind": "lexical"})
     reading: Reading = field(default_factory=Reading)
+    # one-off work before or during this question that a warm process does not repeat:
+    # `imports` and `open` (the CLI's), `kernels` (the compiled passes' first load)
+    start_up_ms: dict[str, float | None] = field(default_factory=dict)
+
+    def with_start_up(self, start_up_ms: dict[str, float | None]) -> Answer:
+        return replace(self, start_up_ms={**start_up_ms, **self.start_up_ms})
 
     def to_json(self) -> dict:
         def pair(p: ConceptPair) -> dict:
@@ -215,29 +234,70 @@ class Answer:
             "grounder": dict(self.grounder),
             "answer": self.reading.to_json(),
             "answer_reason": self.reading.reason_json(),
+            "start_up_ms": dict(self.start_up_ms),
         }
 
 
 def _read(lake: Lake, key: str, what: str) -> pl.DataFrame:
+    import polars as pl
+
     if not lake.exists(key):
         raise FileNotFoundError(f"{lake.path(key)}: {what} not found; materialise `{what}` first")
     return pl.from_arrow(lake.read_parquet(key))
 
 
-def load_grounder(lake: Lake) -> tuple[Grounder, pl.DataFrame, pl.DataFrame]:
-    """The grounder (from the grounding index when built, else from mesh/terms), and the
-    descriptors and tree tables the roles need."""
+RoleTable = Mapping[str, tuple[str, str]]
+
+
+DEFAULT_ROLES = RoleConfig()
+
+
+def load_grounder(
+    lake: Lake, store: KGStore, config: RoleConfig = DEFAULT_ROLES
+) -> tuple[Grounder, RoleTable]:
+    """The grounder and each descriptor's (role, reason). From the load-ready grounding
+    index when it is published (milliseconds: memory-mapped, read per question; the
+    roles read from it too under the default RoleConfig); else rebuilt from the tables
+    (a lake materialised before the index existed, or another RoleConfig)."""
+    if lake.exists(INDEX_KEY):
+        index = SurfaceIndex.open(lake)
+        grounder = Grounder(index, index.names)
+        if config == DEFAULT_ROLES:
+            return grounder, IndexedRoles(index, store, config)
+        return grounder, _table_roles(lake, store, config)
+    from kg_platform.grounding.grounder import build_surface_table
+    from kg_platform.grounding.index import SURFACES_KEY
+
     descriptors = _read(lake, MESH_KEYS["descriptors"], "mesh_tables")
-    tree = _read(lake, MESH_KEYS["tree"], "mesh_tables")
     names = dict(zip(descriptors["ui"].to_list(), descriptors["name"].to_list(), strict=True))
     if lake.exists(SURFACES_KEY):
-        surfaces = pl.from_arrow(lake.read_parquet(SURFACES_KEY))
+        surfaces = _read(lake, SURFACES_KEY, "grounding_index")
     else:
         surfaces = build_surface_table(_read(lake, MESH_KEYS["terms"], "mesh_tables"))
-    return Grounder(surfaces, names), descriptors, tree
+    return Grounder(surfaces, names), _table_roles(lake, store, config, descriptors)
+
+
+def _table_roles(
+    lake: Lake, store: KGStore, config: RoleConfig, descriptors: pl.DataFrame | None = None
+) -> RoleTable:
+    from kg_platform.grounding.roles import assign_roles
+
+    if descriptors is None:
+        descriptors = _read(lake, MESH_KEYS["descriptors"], "mesh_tables")
+    tree = _read(lake, MESH_KEYS["tree"], "mesh_tables")
+    roles = assign_roles(descriptors, tree, config, graph_article_counts(store), store.n_articles)
+    return dict(
+        zip(
+            roles["ui"].to_list(),
+            zip(roles["role"].to_list(), roles["reason"].to_list(), strict=True),
+            strict=True,
+        )
+    )
 
 
 def graph_article_counts(store: KGStore) -> pl.DataFrame:
+    import polars as pl
+
     uis = np.char.decode(np.asarray(store.array("mesh_uis")), "ascii")
     return pl.DataFrame({"ui": uis, "n_articles": np.asarray(store.array("mesh_article_count"))})
 
@@ -249,7 +309,7 @@ class KnowledgeGraph:
         self,
         lake: Lake,
         grounder: Grounder | HybridGrounder,
-        roles: pl.DataFrame,
+        roles: RoleTable,
         store: KGStore,
         config: AskConfig = AskConfig(),
         semantic: SemanticRanker | None = None,
@@ -264,13 +324,8 @@ class KnowledgeGraph:
         self.reader = reader
         self.verifier = verifier
         self.title_lookup = TitleLookup(lake, layout.CORPUS_INPUTS["articles"])
-        self.roles = dict(
-            zip(
-                roles["ui"].to_list(),
-                zip(roles["role"].to_list(), roles["reason"].to_list(), strict=True),
-                strict=True,
-            )
-        )
+        # descriptor UI -> (role, reason): a dict, or read per descriptor from the index
+        self.roles = roles
 
     @classmethod
     def open(
@@ -288,10 +343,7 @@ class KnowledgeGraph:
         ``verifier`` (e.g. ``verifier.load_verifier(folder)``) turns gate 7 on."""
         lake = Lake(lake) if isinstance(lake, str) else lake
         store = KGStore.open(lake)
-        lexical, descriptors, tree = load_grounder(lake)
-        roles = assign_roles(
-            descriptors, tree, config.roles, graph_article_counts(store), store.n_articles
-        )
+        lexical, roles = load_grounder(lake, store, config.roles)
         has_index = lake.exists(INDEX_MANIFEST)
         if config.ranker == "dense" and not has_index:
             raise FileNotFoundError(
@@ -300,14 +352,19 @@ class KnowledgeGraph:
             )
         dense = has_index and config.ranker != "structural"
         if encoder is None and (dense or config.hybrid_threshold is not None):
+            from kg_platform.embeddings.encoder import Encoder
+
             encoder = Encoder()
         semantic = None
         if dense:
+            from kg_platform.retrieval.dense import DenseIndex, SemanticRanker
+
             assert encoder is not None
             semantic = SemanticRanker(encoder, DenseIndex.open(lake))
         grounder: Grounder | HybridGrounder = lexical
         if config.hybrid_threshold is not None:
             from kg_platform.embeddings.concepts import ConceptIndex
+            from kg_platform.grounding.hybrid import HybridGrounder
 
             assert encoder is not None
             grounder = HybridGrounder(
@@ -328,8 +385,9 @@ class KnowledgeGraph:
 
     @property
     def grounder_description(self) -> dict[str, object]:
-        if isinstance(self.grounder, HybridGrounder):
-            return {"kind": "hybrid", "threshold": self.grounder.threshold}
+        threshold = getattr(self.grounder, "threshold", None)
+        if threshold is not None:  # a HybridGrounder
+            return {"kind": "hybrid", "threshold": threshold}
         return {"kind": "lexical"}
 
     def ground(self, question: str) -> list[RoledGrounding]:
@@ -394,6 +452,7 @@ class KnowledgeGraph:
             ranker=self.ranker,
             grounder=self.grounder_description,
             reading=reading,
+            start_up_ms=dict(clock.start_up_ms),
         )
 
     def _first_pair_with_paths(
@@ -435,9 +494,13 @@ class KnowledgeGraph:
         }
 
         def evidence_of(pair: ConceptPair) -> PairEvidence:
-            if excluded is None:
-                return pair_evidence(self.store, pair, filters, top_k, **gates)
-            return pair_evidence_excluding(self.store, pair, filters, top_k, excluded, **gates)
+            if excluded is not None:
+                return pair_evidence_excluding(self.store, pair, filters, top_k, excluded, **gates)
+            # a small pair in a process without the compiled passes: numpy (the same result)
+            if not use_compiled(self.store, pair):
+                return pair_evidence_numpy(self.store, pair, filters, top_k, **gates)
+            clock.start_up("kernels", load_kernels(self.store))
+            return pair_evidence(self.store, pair, filters, top_k, **gates)
 
         chosen, found = self._first_pair_with_paths(
             pairs, evidence_of, lambda tried: tried.counts["candidates"]
@@ -524,6 +587,8 @@ class KnowledgeGraph:
             or not self.config.ladder.on(RefusalReason.VERIFIER_NOINFO)
         ):
             return verdict
+        from kg_platform.answer.verifier import NOINFO, VERDICTS, claim_from_question
+
         claim = claim_from_question(question) or question
         order = list(dict.fromkeys(e.path.terminal.pmid for e in evidence))
         found = self.title_lookup.texts(order)
@@ -603,11 +668,22 @@ def _dense_note(semantic: SemanticScores) -> str:
 
 
 class _Clock:
+    """Milliseconds per stage of one question; one-off start-up work done on the way (the
+    compiled passes loaded by the first large pair) is kept apart and left out of them."""
+
     def __init__(self) -> None:
         self.laps: dict[str, float] = {}
+        self.start_up_ms: dict[str, float] = {}
         self._last = time.perf_counter()
+        self._aside = 0.0
+
+    def start_up(self, what: str, ms: float) -> None:
+        if ms:
+            self.start_up_ms[what] = self.start_up_ms.get(what, 0.0) + ms
+            self._aside += ms
 
     def lap(self, stage: str) -> None:
         now = time.perf_counter()
-        self.laps[stage] = round((now - self._last) * 1000.0, 3)
+        self.laps[stage] = round((now - self._last) * 1000.0 - self._aside, 3)
         self._last = now
+        self._aside = 0.0

@@ -8,6 +8,7 @@ from kg_platform.evaluation.grounding_eval import write_grounding_report
 from kg_platform.evaluation.hybrid_eval import MIN_PRECISION
 from kg_platform.evaluation.question_sets import question_set_object
 from kg_platform.grounding.index import SURFACES_KEY, build_grounding_index
+from kg_platform.grounding.surface_index import INDEX_KEY
 from kg_platform.pubmed.tables import local_copy
 from kg_platform.resources.lake import LakeResource
 
@@ -17,34 +18,54 @@ from kg_platform.resources.lake import LakeResource
     deps=["mesh_tables"],
     group_name="question_path",
     kinds={"polars"},
-    code_version="3",
+    code_version="4",
     check_specs=[
         dg.AssetCheckSpec(
             "every_surface_unique_and_mapped",
             asset="grounding_index",
             description="one descriptor per surface; every descriptor with a name is reachable",
             blocking=True,
-        )
+        ),
+        dg.AssetCheckSpec(
+            "index_round_trips",
+            asset="grounding_index",
+            description="the load-ready index hashes to its header; every surface and "
+            "descriptor name of the tables comes back from it, and nothing else",
+            blocking=True,
+        ),
+        dg.AssetCheckSpec(
+            "index_grounds_as_table",
+            asset="grounding_index",
+            description="a grounder over the index grounds questions made from the surfaces "
+            "exactly as one over the table",
+            blocking=True,
+        ),
     ],
 )
 def grounding_index(context: dg.AssetExecutionContext, lake: LakeResource) -> dg.MaterializeResult:
     """Every MeSH surface (names, every concept's entry terms, de-inverted forms,
     supplementary aliases) that the vocabulary rules keep, as a lookup key with the
-    orthography rules applied, one descriptor per key, abbreviations marked as_written. Partitioned by
-    **MeSH year**: the surfaces are the thesaurus's, whatever corpus they are used on."""
+    orthography rules applied, one descriptor per key, abbreviations marked as_written; and
+    the same lookup in load-ready form (grounding/index.kgi, memory-mapped by `kg ask` and
+    `kg serve`). Partitioned by **MeSH year**: the surfaces are the thesaurus's, whatever
+    corpus they are used on."""
     the_lake = lake.get().scoped(scope_for(context))
     with the_lake.transaction() as staged:
-        stats = build_grounding_index(staged)
+        stats, index_checks = build_grounding_index(staged)
         outcome = Outcome(
             "every_surface_unique_and_mapped",
             stats.surfaces > 0 and stats.descriptors_reachable > 0,
             f"{stats.surfaces} surfaces, {stats.descriptors_reachable} descriptors reachable",
         )
-        results = check_results(context, [outcome], f"mesh/{context.partition_key}/terms")
-        digest = staged.digest([SURFACES_KEY])
+        results = check_results(
+            context, [outcome, *index_checks], f"mesh/{context.partition_key}/terms"
+        )
+        digest = staged.digest([SURFACES_KEY, INDEX_KEY])
     return dg.MaterializeResult(
         metadata={
             "path": the_lake.path(SURFACES_KEY),
+            "index": the_lake.path(INDEX_KEY),
+            "index_bytes": stats.index_bytes,
             "dagster/row_count": stats.surfaces,
             "terms": stats.terms,
             "surfaces": stats.surfaces,

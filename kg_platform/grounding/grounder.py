@@ -16,10 +16,9 @@ import copy
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 import numpy as np
-import polars as pl
 
 from kg_platform.grounding.common_words import COMMON_WORD_GUARD
 from kg_platform.grounding.morphology import derived_forms
@@ -31,6 +30,9 @@ from kg_platform.grounding.vocabulary import (
     VocabularyRules,
     usable_terms,
 )
+
+if TYPE_CHECKING:
+    import polars as pl
 
 # When one surface names several descriptors, the strongest kind of surface wins, then the
 # lowest UI (deterministic).
@@ -106,8 +108,10 @@ def build_surface_table(
     concept holds the key and its concept's preferred term, then UI. The terms are those
     ``vocabulary.usable_terms`` keeps under ``rules``.
 
-    This is the grounding index; the ``grounding_index`` asset writes it so the API does not
-    redo it on every open."""
+    This is the grounding index; the ``grounding_index`` asset writes it, and its load-ready
+    form (``surface_index``), so the API does not redo it on every open."""
+    import polars as pl
+
     missing = [c for c in TERM_COLUMNS if c not in terms.columns]
     if missing:
         raise ValueError(f"MeSH terms table: missing columns {missing} (has {terms.columns})")
@@ -151,6 +155,8 @@ def derived_surfaces(keyed: pl.DataFrame) -> pl.DataFrame:
     """Extra (key, ui, term, kind, rank) rows from DERIVED_SURFACE_RULES over descriptor
     names, entry terms and de-inverted forms (never supplementary aliases). A derived key
     is kept only when no MeSH surface claims it and it names a single descriptor."""
+    import polars as pl
+
     source = keyed.filter(pl.col("kind") != "scr_alias")
     if "preferred_concept" in source.columns:
         # the rules were measured on the preferred concept's terms (all the descriptor TSV
@@ -259,18 +265,38 @@ def written_in(entry: SurfaceEntry, question: str) -> bool:
     )
 
 
+class SurfaceLookup(Protocol):
+    """What the grounder asks of its index: the load-ready ``surface_index.SurfaceIndex``
+    answers as the dict made from a surface table does."""
+
+    longest_key_words: int
+
+    def get(self, key: str, default: None = None) -> SurfaceEntry | None: ...
+
+    def __len__(self) -> int: ...
+
+
 class Grounder:
-    """Longest-match-first lexical grounder over a surface table (see ``build_surface_table``)."""
+    """Longest-match-first lexical grounder over a surface table (see ``build_surface_table``),
+    or over the load-ready index of one (``surface_index.SurfaceIndex``), with the same
+    groundings."""
 
     def __init__(
         self,
-        surfaces: pl.DataFrame,
+        surfaces: pl.DataFrame | SurfaceLookup,
         names: Mapping[str, str],
         common_words: Iterable[str] = COMMON_WORD_GUARD,
         max_span_words: int = 10,
         variants: bool = True,
     ) -> None:
         self.variants = variants
+        self.common_words = frozenset(common_words)
+        if hasattr(surfaces, "longest_key_words"):
+            self._index: Mapping[str, SurfaceEntry] | SurfaceLookup = surfaces
+            self.max_span_words = min(max_span_words, surfaces.longest_key_words)
+            # the index's own Mapping, read per lookup: never copied into a dict
+            self.names = names
+            return
         keys = surfaces["key"].to_list()
         # an index written before abbreviations were marked has no as_written column
         as_written = (
@@ -280,10 +306,9 @@ class Grounder:
         )
         columns = (surfaces["ui"].to_list(), surfaces["term"].to_list(), surfaces["kind"].to_list())
         entries = map(SurfaceEntry._make, zip(*columns, as_written, strict=True))
-        self._index: dict[str, SurfaceEntry] = dict(zip(keys, entries, strict=True))
+        self._index = dict(zip(keys, entries, strict=True))
         longest = max((k.count(" ") + 1 for k in keys), default=1)
         self.max_span_words = min(max_span_words, longest)
-        self.common_words = frozenset(common_words)
         self.names = dict(names)
 
     def with_common_words(self, common_words: Iterable[str]) -> Grounder:

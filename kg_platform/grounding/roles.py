@@ -17,8 +17,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import TYPE_CHECKING
 
-import polars as pl
+if TYPE_CHECKING:  # imported where the tables are used: `kg ask` reads roles from the index
+    import polars as pl
 
 
 class Role(StrEnum):
@@ -85,6 +87,8 @@ def assign_roles(
 
     ``descriptors`` has ui, categories, min_depth; ``tree`` has ui, tree_number;
     ``article_counts`` (optional, from the graph) has ui, n_articles."""
+    import polars as pl
+
     for frame, cols, what in (
         (descriptors, ("ui", "categories", "min_depth"), "MeSH descriptors"),
         (tree, ("ui", "tree_number"), "MeSH tree"),
@@ -154,6 +158,8 @@ def _under(
     (Age Groups itself keeps its role; Time itself is as broad as what lies below it).
     With ``only``, every tree number of the descriptor must be there: Hepatitis, Chronic
     sits under Chronic Disease but is a liver disease too, and keeps that role."""
+    import polars as pl
+
     hit = pl.lit(False)
     for prefix in prefixes:
         hit = hit | pl.col("tree_number").str.starts_with(prefix + ".")

@@ -11,8 +11,10 @@ questions nobody here has seen. Each rule was measured on the development questi
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import polars as pl
+if TYPE_CHECKING:  # the table functions import it when called: grounding a question needs none
+    import polars as pl
 
 # abbreviations and acronyms as NLM tags them: "WHO", "MS", "CAT" are also English words
 ABBREVIATION_TAGS = ("ABB", "ACR")
@@ -51,6 +53,8 @@ def with_concept_features(terms: pl.DataFrame) -> pl.DataFrame:
     """``preferred_concept``: the term belongs to its descriptor's preferred concept (the
     concept of the name row). True where the source gives no concepts (descriptors TSV:
     its entry terms are the preferred concept's) and for supplementary aliases."""
+    import polars as pl
+
     if "concept_ui" not in terms.columns:
         return terms.with_columns(
             pl.lit(True).alias("preferred_concept"),
@@ -77,6 +81,8 @@ def with_concept_features(terms: pl.DataFrame) -> pl.DataFrame:
 
 def usable_terms(terms: pl.DataFrame, rules: VocabularyRules = DEFAULT_RULES) -> pl.DataFrame:
     """The terms that may become surfaces under ``rules``, with ``preferred_concept``."""
+    import polars as pl
+
     featured = with_concept_features(terms)
     if rules.lone_words_from_preferred_concept:
         lone = ~pl.col("normalised").str.contains(" ", literal=True)

@@ -29,6 +29,8 @@ against the question, so it keeps the arrays.
 
 from __future__ import annotations
 
+import sys
+import time
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -302,9 +304,101 @@ def pair_evidence(
     return PairEvidence(pair, dict(zip(names, counts.tolist(), strict=True)), top, score)
 
 
+# A pair whose candidates (DIRECT articles plus the citations of its cheaper side) number
+# at most this many is found by the numpy passes in a process that has not loaded the
+# compiled ones: loading them costs ~0.5-2 s once (numba's import and cached overloads),
+# more than the numpy passes take below this size (benchmarks/cold_ask.py measures both).
+NUMPY_MAX_CANDIDATES = 200_000
+_PATH_PASSES = "kg_platform.graph.path_passes"
+
+
+def kernels_loaded() -> bool:
+    """Whether this process has loaded the compiled passes (then they are always used)."""
+    return _PATH_PASSES in sys.modules
+
+
+def candidate_bound(store: KGStore, pair: ConceptPair) -> int:
+    """An upper bound of the pair's candidates without the compiled passes: its DIRECT
+    articles (at most the rarer side's) plus the citations of its side with fewer."""
+    a, b = store.desc_idx(pair.a_ui), store.desc_idx(pair.b_ui)
+    kinds = ("cite", "cited_by")
+    reads = min(
+        sum(_reference_reads(store, kind, store.articles_of(d, major_only=True)) for kind in kinds)
+        for d in (a, b)
+    )
+    return reads + min(store.articles_of(a).size, store.articles_of(b).size)
+
+
+def use_compiled(store: KGStore, pair: ConceptPair) -> bool:
+    """The compiled passes when they are loaded or the pair is large; else numpy."""
+    return kernels_loaded() or candidate_bound(store, pair) > NUMPY_MAX_CANDIDATES
+
+
+def load_kernels(store: KGStore) -> float:
+    """Load (from numba's cache, compiling on a first run) every compiled pass the
+    structural question path calls, with this store's array types, on a tiny pair of the
+    graph itself; returns the milliseconds it took (0 when already loaded)."""
+    if kernels_loaded():
+        return 0.0
+    started = time.perf_counter()
+    ui = store.mesh_ui(0)
+    pair = ConceptPair(ui, ui, ui, ui, 0, 0)
+    for filters in ([], [0]):
+        found = pair_evidence(store, pair, filters, 1)
+    path_flags(store, found.top)
+    return round((time.perf_counter() - started) * 1000.0, 3)
+
+
+def pair_evidence_numpy(
+    store: KGStore,
+    pair: ConceptPair,
+    filter_descriptors: list[int],
+    top_k: int,
+    quotable_gate: bool = True,
+    retracted_gate: bool = True,
+    as_of: int | None = None,
+) -> PairEvidence:
+    """``pair_evidence`` by the numpy passes (``_reference_*`` and ``top_rows``): the same
+    counts, rows, order and scores, with every candidate's arrays kept. For a pair small
+    enough that loading the compiled passes would cost more than the numpy passes."""
+    if top_k < 1:
+        raise ValueError(f"top_k: must be at least 1, got {top_k}")
+    c = _reference_collect_candidates(store, pair)
+    flags = _reference_path_flags(store, c)
+    quotable = flags["quotable"]
+    alive = quotable.copy() if quotable_gate else np.ones(len(c), dtype=bool)
+    n_unretracted = n_as_of = 0
+    if retracted_gate:
+        alive &= ~flags["retracted"]
+        n_unretracted = int(alive.sum())
+    if as_of:
+        alive &= (flags["year"] > 0) & (flags["year"] <= as_of)
+        n_as_of = int(alive.sum())
+    counts = {
+        "candidates": len(c),
+        "quotable": int(quotable.sum()),
+        "unretracted": n_unretracted,
+        "as_of": n_as_of,
+        "evidence": int(alive.sum()),
+    }
+    scores = _reference_structural_scores(store, c, filter_descriptors, flags["concern"])
+    rows = top_rows(c, alive, scores, top_k) if counts["evidence"] else np.zeros(0, np.int64)
+    top = Candidates(
+        pair,
+        c.kind[rows].astype(np.int8),
+        c.source[rows].astype(np.int64),
+        c.terminal[rows].astype(np.int64),
+        c.relation[rows].astype(np.int8),
+    )
+    return PairEvidence(pair, counts, top, scores[rows])
+
+
 def path_flags(store: KGStore, c: Candidates) -> dict[str, np.ndarray]:
     """Per candidate: quotable terminal, retracted anywhere on the path, concern anywhere,
-    newest year on the path (0 when unknown); one compiled pass over the rows."""
+    newest year on the path (0 when unknown); one compiled pass over the rows (numpy's,
+    ``_reference_path_flags``, in a process without the compiled passes: the same flags)."""
+    if not kernels_loaded():
+        return _reference_path_flags(store, c)
     from kg_platform.graph import path_passes
 
     n = len(c)

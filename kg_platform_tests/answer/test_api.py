@@ -37,12 +37,12 @@ def test_top_k_cuts_after_ranking(kg: KnowledgeGraph) -> None:
 
 def test_json_schema_is_stable(kg: KnowledgeGraph) -> None:
     doc = json.loads(json.dumps(kg.ask(QUESTION).to_json()))
-    assert doc["schema_version"] == SCHEMA_VERSION == 4
+    assert doc["schema_version"] == SCHEMA_VERSION == 5
     # each version only appends keys: every v1 and v2 key keeps its name and place
     assert list(doc) == [
         "schema_version", "question", "as_of", "graph_build", "groundings", "pairs",
         "chosen_pair", "verdict", "evidence", "timings_ms", "ranker", "signals", "grounder",
-        "answer", "answer_reason",
+        "answer", "answer_reason", "start_up_ms",
     ]  # fmt: skip
     assert list(doc["groundings"][0]) == [
         "ui", "name", "surface", "term", "kind", "variant", "span", "role", "role_reason",
@@ -146,3 +146,45 @@ def test_assets_materialise_index_and_report(tmp_path) -> None:
     assert lake.exists(f"{folder}/report.md")
     # the API now reads the precomputed index and answers the same
     assert KnowledgeGraph.open(scoped).ask(QUESTION).verdict.answerable
+
+
+def test_names_spelled_twice_to_keep_imports_light_agree() -> None:
+    """`kg ask` spells the rankers and the embedding index's manifest key itself, so that a
+    cold question imports neither the question path before parsing nor the encoder."""
+    from kg_platform.answer import api
+    from kg_platform.commands import ask
+    from kg_platform.embeddings.index import INDEX_MANIFEST
+
+    assert ask.RANKERS == api.RANKERS
+    assert api.INDEX_MANIFEST == INDEX_MANIFEST
+
+
+def test_a_cold_kg_ask_imports_no_heavy_library(question_lake, tmp_path) -> None:
+    """`kg ask` in a fresh interpreter over a lake with the load-ready grounding index
+    imports neither Dagster, polars, pandas, numba nor torch, and answers."""
+    import os
+    import subprocess
+    import sys
+
+    from kg_platform.grounding.index import build_grounding_index
+
+    build_grounding_index(question_lake)
+    probe = (
+        "import sys\n"
+        "sys.argv = ['kg', 'ask', sys.argv[1], '--json', '--lake', sys.argv[2]]\n"
+        "from kg_platform.cli import main\n"
+        "code = main()\n"
+        "heavy = sorted({'dagster', 'polars', 'pandas', 'numba', 'torch'} & set(sys.modules))\n"
+        "print('HEAVY', heavy, code, file=sys.stderr)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe, QUESTION, question_lake.root],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "KG_HOME": str(tmp_path)},
+    )
+    assert done.stderr.strip().splitlines()[-1] == "HEAVY [] 0", done.stderr
+    doc = json.loads(done.stdout)
+    assert doc["verdict"]["answerable"] is True
+    assert set(doc["start_up_ms"]) == {"imports", "open"}

@@ -160,9 +160,16 @@ def test_refusals_carry_the_ranker_and_no_signals(dense_kg) -> None:
 
 def test_json_adds_ranker_signals_grounder_and_similarity(dense_kg) -> None:
     doc = json.loads(json.dumps(dense_kg.ask(PREVENTION).to_json()))
-    assert doc["schema_version"] == 4
+    assert doc["schema_version"] == 5
     # version 2's keys keep their place; version 3 appends the answer after them
-    assert list(doc)[-5:] == ["ranker", "signals", "grounder", "answer", "answer_reason"]
+    assert list(doc)[-6:] == [
+        "ranker",
+        "signals",
+        "grounder",
+        "answer",
+        "answer_reason",
+        "start_up_ms",
+    ]
     assert doc["ranker"] == doc["verdict"]["ranker"] == "dense"
     assert doc["signals"] == doc["verdict"]["signals"]
     assert doc["grounder"] == {"kind": "lexical"}

@@ -1,0 +1,213 @@
+"""A cold `kg ask` from the shell against the same question asked in a warm process.
+
+On a built lake (default: the one `kg build` recorded, e.g. `make demo`'s), for a few
+questions the graph answers (``answer.examples.graph_questions``) and one it refuses:
+
+- ``cold``: `python -m kg_platform.cli ask QUESTION --json --lake LAKE` run as a subprocess
+  ``--runs`` times per question: wall seconds (spawn to exit), CPU seconds and peak RSS of
+  that child alone (``os.wait4``), the median of the runs per question and over all runs,
+  and the median of the JSON's own ``start_up_ms`` (imports, open) and ``timings_ms``;
+- ``warm``: the same questions asked in this process on one opened ``KnowledgeGraph``
+  after one untimed round (the figure ``benchmarks/ask.py`` reports), and the answers'
+  agreement with the cold ones (``same_answers``, timings left out);
+- ``index_open``: the load-ready grounding index opened in a fresh process: milliseconds
+  and RSS before and after, and after grounding one question.
+
+    KG_HOME=.kg .venv/bin/python benchmarks/cold_ask.py --runs 5 [--reference ../old-checkout]
+
+``--reference CHECKOUT`` runs the same cold command from another checkout in the same run,
+interleaved (``reference``: its medians, and this checkout's cold wall over its own).
+
+The machine's load is printed with the figures (``loadavg``): wall time on a shared
+machine is inflated by the load, CPU time much less. The last line is one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from kg_platform.answer.api import KnowledgeGraph  # noqa: E402
+from kg_platform.answer.examples import graph_questions  # noqa: E402
+from kg_platform.commands.partition_args import scoped_lake  # noqa: E402
+from kg_platform.grounding.surface_index import INDEX_KEY  # noqa: E402
+from kg_platform.settings import Settings  # noqa: E402
+
+REFUSED = "Is the colour of a quiet afternoon louder than its shadow?"
+VOLATILE = ("timings_ms", "start_up_ms", "partition")
+TARGET_WALL_S, TARGET_RSS_MB = 1.0, 400.0
+
+
+def run_cold_measured(lake: str, question: str, code: str | None = None) -> dict:
+    """One `kg ask --json` in a fresh interpreter: wall, CPU and peak RSS of that child
+    alone (``os.wait4``), and its JSON."""
+    command = [sys.executable, "-m", "kg_platform.cli", "ask", question, "--json", "--lake", lake]
+    out_path = f"/tmp/cold_ask_{os.getpid()}.json"
+    env = {**os.environ, "PYTHONPATH": code} if code else None
+    with open(out_path, "wb") as out:
+        started = time.perf_counter()
+        child = subprocess.Popen(command, stdout=out, stderr=subprocess.DEVNULL, env=env)
+        _, status, usage = os.wait4(child.pid, 0)
+        wall = time.perf_counter() - started
+    child.returncode = os.waitstatus_to_exitcode(status)
+    if child.returncode != 0:
+        raise RuntimeError(f"kg ask {question!r}: exit {child.returncode}")
+    with open(out_path, "rb") as f:
+        doc = json.loads(f.read())
+    os.unlink(out_path)
+    return {
+        "wall_s": wall,
+        "cpu_s": usage.ru_utime + usage.ru_stime,
+        "peak_rss_mb": usage.ru_maxrss / 1024.0,
+        "doc": doc,
+    }
+
+
+INDEX_OPEN = """
+import json, sys, time
+def rss():
+    with open('/proc/self/statm') as f:
+        return int(f.read().split()[1]) * 4096 / 2**20
+import numpy
+from kg_platform.grounding.grounder import Grounder
+from kg_platform.grounding.surface_index import SurfaceIndex
+before = rss()
+started = time.perf_counter()
+index = SurfaceIndex.open_file(sys.argv[1])
+opened = time.perf_counter()
+after = rss()
+Grounder(index, index.names).ground(sys.argv[2])
+print(json.dumps({"open_ms": round((opened - started) * 1000, 3), "rss_mb_before_open":
+    round(before, 1), "rss_mb_after_open": round(after, 1), "rss_mb_after_first_question":
+    round(rss(), 1), "surfaces": len(index)}))
+"""
+
+
+def index_open(path: str, question: str, runs: int) -> dict:
+    rows = []
+    for _ in range(runs):
+        done = subprocess.run(
+            [sys.executable, "-c", INDEX_OPEN, path, question],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        rows.append(json.loads(done.stdout))
+    return {
+        "runs": runs,
+        "open_ms_median": statistics.median(r["open_ms"] for r in rows),
+        **{k: rows[-1][k] for k in rows[-1] if k != "open_ms"},
+        "bytes": os.path.getsize(path),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--lake", default=None, help="default: the lake `kg build` recorded")
+    parser.add_argument("--runs", type=int, default=5, help="cold runs per question")
+    parser.add_argument("--questions", type=int, default=3, help="answered questions")
+    parser.add_argument(
+        "--reference",
+        default=None,
+        metavar="CHECKOUT",
+        help="also run the same cold command from another checkout (PYTHONPATH=CHECKOUT), "
+        "e.g. the commit before the load-ready index, interleaved with this one's runs",
+    )
+    args = parser.parse_args()
+    lake_root = args.lake or Settings.load().lake
+    lake, build = scoped_lake(
+        argparse.Namespace(lake=lake_root, release=None, mesh_year=None), quiet=True
+    )
+    kg = KnowledgeGraph.open(lake)
+    questions = [q.text for q in graph_questions(kg, args.questions).questions] + [REFUSED]
+
+    cold: dict[str, list[dict]] = {q: [] for q in questions}
+    reference: list[dict] = []
+    for _ in range(args.runs):  # interleaved: load drifts over the run, not per question
+        for q in questions:
+            cold[q].append(run_cold_measured(lake_root, q))
+            if args.reference:
+                reference.append(run_cold_measured(lake_root, q, args.reference))
+
+    for q in questions:  # one untimed round, then the timed one
+        kg.ask(q)
+    warm_ms, same = [], True
+    for q in questions:
+        started = time.perf_counter()
+        answer = kg.ask(q)
+        warm_ms.append((time.perf_counter() - started) * 1000.0)
+        doc = {**answer.to_json(), "partition": build}
+        cold_doc = cold[q][0]["doc"]
+        same &= {k: v for k, v in doc.items() if k not in VOLATILE} == {
+            k: v for k, v in cold_doc.items() if k not in VOLATILE
+        }
+
+    every = [r for rows in cold.values() for r in rows]
+    per_question = []
+    for q, rows in cold.items():
+        per_question.append(
+            {
+                "question": q,
+                "answerable": rows[0]["doc"]["verdict"]["answerable"],
+                "wall_s_median": round(statistics.median(r["wall_s"] for r in rows), 3),
+                "cpu_s_median": round(statistics.median(r["cpu_s"] for r in rows), 3),
+                "peak_rss_mb_median": round(statistics.median(r["peak_rss_mb"] for r in rows), 1),
+                "start_up_ms_median": {
+                    k: round(statistics.median(r["doc"]["start_up_ms"][k] for r in rows), 1)
+                    for k in rows[0]["doc"]["start_up_ms"]
+                },
+                "query_ms_median": round(
+                    statistics.median(sum(r["doc"]["timings_ms"].values()) for r in rows), 1
+                ),
+            }
+        )
+    wall = statistics.median(r["wall_s"] for r in every)
+    rss = statistics.median(r["peak_rss_mb"] for r in every)
+    warm = statistics.median(warm_ms)
+    result = {
+        "lake": lake_root,
+        "graph_build": kg.store.build_id,
+        "articles": kg.store.n_articles,
+        "loadavg": [round(x, 2) for x in os.getloadavg()],
+        "cpus": os.cpu_count(),
+        "runs_per_question": args.runs,
+        "cold": {
+            "wall_s_median": round(wall, 3),
+            "cpu_s_median": round(statistics.median(r["cpu_s"] for r in every), 3),
+            "peak_rss_mb_median": round(rss, 1),
+            "peak_rss_mb_max": round(max(r["peak_rss_mb"] for r in every), 1),
+            "per_question": per_question,
+        },
+        "warm": {"ask_ms_median": round(warm, 3), "ask_ms": [round(x, 3) for x in warm_ms]},
+        "cold_over_warm": round(wall * 1000.0 / warm, 1),
+        "reference": {
+            "checkout": args.reference,
+            "wall_s_median": round(statistics.median(r["wall_s"] for r in reference), 3),
+            "cpu_s_median": round(statistics.median(r["cpu_s"] for r in reference), 3),
+            "peak_rss_mb_median": round(statistics.median(r["peak_rss_mb"] for r in reference), 1),
+            "cold_wall_over_reference": round(
+                wall / statistics.median(r["wall_s"] for r in reference), 3
+            ),
+        }
+        if reference
+        else None,
+        "same_answers": bool(same),
+        "wall_within_target": wall <= TARGET_WALL_S,
+        "rss_within_target": rss <= TARGET_RSS_MB,
+        "index_open": index_open(lake.local_path(INDEX_KEY), questions[0], args.runs)
+        if lake.exists(INDEX_KEY)
+        else None,
+    }
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

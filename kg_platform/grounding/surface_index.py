@@ -1,0 +1,463 @@
+"""The grounding index in load-ready form: one file that opens in milliseconds.
+
+``Grounder`` over the surface table needs a dict of ~950k keys; building it from Parquet
+made 730k tuples on every ``kg ask`` (seconds, ~500 MB). Here the same lookup is a set of
+arrays in one file, memory-mapped on open, touched only where a question looks:
+
+- ``hash``: the sorted 64-bit BLAKE2b hashes of every surface key (unique, checked on write);
+- ``key_offsets``/``key_bytes``: each key's UTF-8 text in hash order, compared on a hit, so
+  a question word that shares a hash with a surface is never taken for it;
+- ``ui``/``kind``/``as_written``: the surface's descriptor (a row of ``uis``), its kind and
+  whether it only matches as written; ``term_offsets``/``term_bytes``: the MeSH term shown;
+- ``uis`` (sorted, fixed width), ``named`` and ``name_offsets``/``name_bytes``: descriptor
+  names for display; ``role``/``reason``: each descriptor's role under the default
+  ``RoleConfig`` without graph counts (``IndexedRoles`` adds the graph's share at ask time).
+
+The file is ``MAGIC``, the header length, a JSON header (format, counts, each section's
+dtype, shape, offset and size, the SHA-256 of the data) and the sections, each aligned to
+64 bytes. It is written and published as one object (one rename or one S3 put), so a reader
+sees the old file or the new one, never half of either. Opening checks the magic, the
+header and the file's size against it (a truncated file is an error naming the object);
+``verify`` hashes every byte (the asset's check, not every open).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import mmap
+import os
+from bisect import bisect_left
+from collections.abc import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from kg_platform.grounding.grounder import SurfaceEntry
+
+if TYPE_CHECKING:
+    import polars as pl
+
+    from kg_platform.graph.store import KGStore
+    from kg_platform.grounding.roles import RoleConfig
+    from kg_platform.storage.lake import Lake
+
+INDEX_KEY = "grounding/index.kgi"
+MAGIC = b"KGGRIDX\x01"
+FORMAT = 1
+HASH = "blake2b-64"
+ALIGN = 64
+KINDS = ("name", "entry", "deinverted", "scr_alias", "derived")
+# (role, reason) pairs assign_roles gives without graph counts, in code order
+ROLE_REASONS = (
+    ("IGNORE", "check_tag"),
+    ("IGNORE", "age_group"),
+    ("IGNORE", "broad_subtree"),
+    ("IGNORE", "top_of_tree"),
+    ("BRIDGE", "specific"),
+    ("FILTER", "non_topical_category"),
+    ("FILTER", "category"),
+    ("FILTER", "shallow"),
+)
+# reasons decided before the graph's share in assign_roles: the share never overrides them
+_BEFORE_SHARE = frozenset({"check_tag", "age_group", "broad_subtree", "top_of_tree"})
+NOT_IN_TABLES = -1
+
+
+class GroundingIndexError(ValueError):
+    """The index object is unusable (corrupt, truncated, another format), named by path."""
+
+
+def surface_hash(key: str) -> int:
+    """The 64-bit hash the index sorts surfaces by (stable across processes, unlike hash())."""
+    return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "little")
+
+
+class _Strings:
+    """Strings as UTF-8 bytes with offsets: ``text(i)`` decodes one. Single reads go
+    through memoryviews (a Python int per index, no numpy scalar)."""
+
+    def __init__(self, offsets: np.ndarray, data: np.ndarray) -> None:
+        self.offsets, self.data = offsets, data
+        self._offsets, self._data = memoryview(offsets), memoryview(data)
+
+    def raw(self, i: int) -> bytes:
+        return bytes(self._data[self._offsets[i] : self._offsets[i + 1]])
+
+    def text(self, i: int) -> str:
+        return self.raw(i).decode()
+
+    def all(self) -> list[str]:
+        blob = self.data.tobytes().decode()
+        if blob.isascii():
+            offsets = self.offsets.tolist()
+            return [blob[a:b] for a, b in zip(offsets[:-1], offsets[1:], strict=True)]
+        raw = self.data.tobytes()
+        bounds = self.offsets.tolist()
+        return [raw[a:b].decode() for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+
+
+def _pack(strings: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    encoded = [s.encode() for s in strings]
+    offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
+    np.cumsum([len(b) for b in encoded], out=offsets[1:])
+    return offsets, np.frombuffer(b"".join(encoded), dtype=np.uint8)
+
+
+def index_sections(
+    surfaces: pl.DataFrame, descriptors: pl.DataFrame, tree: pl.DataFrame
+) -> tuple[dict[str, np.ndarray], dict]:
+    """The index's arrays and header fields from the surface table (``build_surface_table``),
+    mesh/descriptors and mesh/tree. Raises ValueError on a hash clash (two keys, one hash)."""
+    from kg_platform.grounding.roles import assign_roles
+
+    keys = surfaces["key"].to_list()
+    hashes = np.fromiter((surface_hash(k) for k in keys), dtype=np.uint64, count=len(keys))
+    order = np.argsort(hashes, kind="stable")
+    hashes = hashes[order]
+    clash = np.flatnonzero(hashes[1:] == hashes[:-1])
+    if clash.size:
+        a, b = keys[order[clash[0]]], keys[order[clash[0] + 1]]
+        raise ValueError(f"grounding index: surfaces {a!r} and {b!r} share a {HASH} hash")
+    names = dict(zip(descriptors["ui"].to_list(), descriptors["name"].to_list(), strict=True))
+    uis = sorted(set(surfaces["ui"].to_list()) | set(names))
+    width = max((len(u) for u in uis), default=1)
+    ui_row = {u: i for i, u in enumerate(uis)}
+    surface_ui = np.array([ui_row[u] for u in surfaces["ui"].to_list()], dtype=np.int32)[order]
+    kind_code = {k: i for i, k in enumerate(KINDS)}
+    unknown = set(surfaces["kind"].unique().to_list()) - set(kind_code)
+    if unknown:
+        raise ValueError(f"grounding index: unknown surface kinds {sorted(unknown)}")
+    kinds = np.array([kind_code[k] for k in surfaces["kind"].to_list()], dtype=np.int8)[order]
+    as_written = (
+        surfaces["as_written"].fill_null(False).to_numpy().astype(bool)
+        if "as_written" in surfaces.columns
+        else np.zeros(surfaces.height, dtype=bool)
+    )[order]
+    roles = assign_roles(descriptors, tree)
+    code = {pair: i for i, pair in enumerate(ROLE_REASONS)}
+    role_of = {
+        u: code[(r, why)]
+        for u, r, why in zip(
+            roles["ui"].to_list(), roles["role"].to_list(), roles["reason"].to_list(), strict=True
+        )
+    }
+    order_list = order.tolist()
+    key_offsets, key_bytes = _pack([keys[i] for i in order_list])
+    terms = surfaces["term"].to_list()
+    term_offsets, term_bytes = _pack([terms[i] for i in order_list])
+    name_offsets, name_bytes = _pack([names.get(u, "") for u in uis])
+    sections = {
+        "hash": hashes,
+        "key_offsets": key_offsets,
+        "key_bytes": key_bytes,
+        "ui": surface_ui,
+        "kind": kinds,
+        "as_written": as_written,
+        "term_offsets": term_offsets,
+        "term_bytes": term_bytes,
+        "uis": np.array(uis, dtype=f"S{width}"),
+        "named": np.array([u in names for u in uis], dtype=bool),
+        "name_offsets": name_offsets,
+        "name_bytes": name_bytes,
+        "role": np.array([role_of.get(u, NOT_IN_TABLES) for u in uis], dtype=np.int8),
+    }
+    longest = max((k.count(" ") + 1 for k in keys), default=1)
+    fields = {"surfaces": len(keys), "descriptors": len(uis), "longest_key_words": longest}
+    return sections, fields
+
+
+def write_index(lake: Lake, key: str, sections: dict[str, np.ndarray], fields: dict) -> int:
+    """Write the sections as one object at ``key`` (atomic); returns its size in bytes."""
+    layout: dict[str, dict] = {}
+    at = 0
+    for name, array in sections.items():
+        array = np.ascontiguousarray(array)
+        sections[name] = array
+        at = -(-at // ALIGN) * ALIGN
+        layout[name] = {
+            "dtype": array.dtype.str,
+            "shape": list(array.shape),
+            "offset": at,
+            "nbytes": int(array.nbytes),
+        }
+        at += array.nbytes
+    data_bytes = at
+    digest = hashlib.sha256()
+    for name, array in sections.items():
+        digest.update(name.encode() + b"\0" + array.tobytes())
+    header = {
+        "format": FORMAT,
+        "hash": HASH,
+        "kinds": list(KINDS),
+        "role_reasons": [list(p) for p in ROLE_REASONS],
+        **fields,
+        "sections": layout,
+        "data_bytes": data_bytes,
+        "sha256": digest.hexdigest(),
+    }
+    text = json.dumps(header, sort_keys=True).encode()
+    start = -(-(len(MAGIC) + 8 + len(text)) // ALIGN) * ALIGN
+    with lake.writer(key) as f:
+        f.write(MAGIC + len(text).to_bytes(8, "little") + text)
+        f.write(b"\0" * (start - len(MAGIC) - 8 - len(text)))
+        written = 0
+        for name, array in sections.items():
+            offset = layout[name]["offset"]
+            f.write(b"\0" * (offset - written))
+            f.write(array.tobytes())
+            written = offset + array.nbytes
+    return start + data_bytes
+
+
+class _FixedWidth(Sequence[bytes]):
+    """A sorted fixed-width bytes array read one item at a time (NUL padding stripped), so
+    ``bisect`` can search it."""
+
+    def __init__(self, array: np.ndarray) -> None:
+        self._width = array.dtype.itemsize
+        self._view = memoryview(array.view(np.uint8).reshape(-1))
+        self._n = int(array.size)
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, i):  # type: ignore[override]
+        if not 0 <= i < self._n:
+            raise IndexError(i)
+        at = i * self._width
+        return bytes(self._view[at : at + self._width]).rstrip(b"\0")
+
+
+class SurfaceIndex:
+    """The load-ready grounding index: ``get(key)`` answers as the table grounder's dict
+    does (``SurfaceEntry`` or None); ``names`` maps descriptor UI to name."""
+
+    def __init__(self, where: str, header: dict, arrays: dict[str, np.ndarray]) -> None:
+        self.where = where
+        self.header = header
+        self._hash = arrays["hash"]
+        self._keys = _Strings(arrays["key_offsets"], arrays["key_bytes"])
+        self._terms = _Strings(arrays["term_offsets"], arrays["term_bytes"])
+        self._ui = arrays["ui"]
+        self._kind = arrays["kind"]
+        self._as_written = arrays["as_written"]
+        self._uis = arrays["uis"]
+        self._named = arrays["named"]
+        self._names = _Strings(arrays["name_offsets"], arrays["name_bytes"])
+        self._role = arrays["role"]
+        self._arrays = arrays
+        # per-question reads: memoryviews and bisect touch a few pages and make no numpy
+        # scalars (np.searchsorted is ~10x slower per single key)
+        self._hash_view = memoryview(self._hash)
+        self._ui_view = memoryview(self._ui)
+        self._kind_view = memoryview(self._kind)
+        self._as_written_view = memoryview(self._as_written)
+        self._ui_table = _FixedWidth(self._uis)
+        self.kinds = tuple(header["kinds"])
+        self.role_reasons = tuple(tuple(p) for p in header["role_reasons"])
+        self.longest_key_words = int(header["longest_key_words"])
+        self.names = DescriptorNames(self)
+
+    @classmethod
+    def open(cls, lake: Lake, key: str = INDEX_KEY) -> SurfaceIndex:
+        if not lake.exists(key):
+            raise FileNotFoundError(
+                f"{lake.path(key)}: no grounding index; materialise `grounding_index`"
+            )
+        return cls.open_file(lake.local_path(key), lake.path(key))
+
+    @classmethod
+    def open_file(cls, path: str, where: str | None = None) -> SurfaceIndex:
+        """Map the file at ``path`` (``where`` names it in errors: the lake path)."""
+        where = where or path
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            head = f.read(len(MAGIC) + 8)
+            if len(head) < len(MAGIC) + 8 or head[: len(MAGIC)] != MAGIC:
+                raise GroundingIndexError(
+                    f"{where}: not a grounding index (bad magic); rematerialise"
+                )
+            length = int.from_bytes(head[len(MAGIC) :], "little")
+            if length > size:
+                raise GroundingIndexError(f"{where}: truncated ({size} bytes, header of {length})")
+            try:
+                header = json.loads(f.read(length))
+                sections = header["sections"]
+                data_bytes = int(header["data_bytes"])
+            except (ValueError, KeyError, TypeError) as error:
+                raise GroundingIndexError(
+                    f"{where}: unreadable header ({error}); rematerialise"
+                ) from None
+            if header.get("format") != FORMAT or header.get("hash") != HASH:
+                raise GroundingIndexError(
+                    f"{where}: format {header.get('format')}/{header.get('hash')}, this code "
+                    f"reads {FORMAT}/{HASH}; rematerialise `grounding_index`"
+                )
+            start = -(-(len(MAGIC) + 8 + length) // ALIGN) * ALIGN
+            if size != start + data_bytes:
+                raise GroundingIndexError(
+                    f"{where}: {size} bytes, the header says {start + data_bytes} "
+                    "(truncated or appended to); rematerialise `grounding_index`"
+                )
+            mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        arrays = {}
+        for name, s in sections.items():
+            dtype = np.dtype(s["dtype"])
+            count = int(np.prod(s["shape"], dtype=np.int64))
+            if count * dtype.itemsize != s["nbytes"] or s["offset"] + s["nbytes"] > data_bytes:
+                raise GroundingIndexError(f"{where}: section {name} does not fit its header")
+            arrays[name] = np.frombuffer(
+                mapped, dtype=dtype, count=count, offset=start + s["offset"]
+            ).reshape(s["shape"])
+        missing = {"hash", "key_offsets", "key_bytes", "ui", "kind", "uis", "role"} - set(arrays)
+        if missing:
+            raise GroundingIndexError(f"{where}: sections {sorted(missing)} missing")
+        return cls(where, header, arrays)
+
+    def verify(self) -> None:
+        """Hash every section against the header's SHA-256 (reads the whole file)."""
+        digest = hashlib.sha256()
+        sections = self.header["sections"]
+        for name in sorted(sections, key=lambda n: sections[n]["offset"]):
+            digest.update(name.encode() + b"\0" + self._arrays[name].tobytes())
+        if digest.hexdigest() != self.header["sha256"]:
+            raise GroundingIndexError(f"{self.where}: content does not match its SHA-256 (corrupt)")
+
+    def __len__(self) -> int:
+        return int(self._hash.size)
+
+    def position(self, key: str) -> int:
+        """The row of ``key``, or -1 when it is no surface."""
+        raw = key.encode()
+        h = int.from_bytes(hashlib.blake2b(raw, digest_size=8).digest(), "little")
+        hashes = self._hash_view
+        i = bisect_left(hashes, h)
+        if i < len(hashes) and hashes[i] == h and self._keys.raw(i) == raw:
+            return i
+        return -1
+
+    def entry(self, i: int) -> SurfaceEntry:
+        return SurfaceEntry(
+            self._ui_table[self._ui_view[i]].decode(),
+            self._terms.text(i),
+            self.kinds[self._kind_view[i]],
+            bool(self._as_written_view[i]),
+        )
+
+    def get(self, key: str, default: SurfaceEntry | None = None) -> SurfaceEntry | None:
+        i = self.position(key)
+        return default if i < 0 else self.entry(i)
+
+    def items(self) -> Iterator[tuple[str, SurfaceEntry]]:
+        """Every (key, entry), in hash order: the round-trip check reads them all."""
+        uis = [u.decode() for u in self._uis.tolist()]
+        terms = self._terms.all()
+        kinds = [self.kinds[k] for k in self._kind.tolist()]
+        for i, key in enumerate(self._keys.all()):
+            yield key, SurfaceEntry(uis[self._ui[i]], terms[i], kinds[i], bool(self._as_written[i]))
+
+    def ui_row(self, ui: str) -> int:
+        """The row of ``ui`` in the descriptor table, or -1."""
+        raw = ui.encode()
+        table = self._ui_table
+        i = bisect_left(table, raw)
+        return i if i < len(table) and table[i] == raw else -1
+
+    def base_role(self, ui: str) -> tuple[str, str] | None:
+        """(role, reason) under the default RoleConfig without graph counts; None when the
+        descriptor is not in mesh/descriptors."""
+        i = self.ui_row(ui)
+        code = int(self._role[i]) if i >= 0 else NOT_IN_TABLES
+        if code == NOT_IN_TABLES:
+            return None
+        role, reason = self.role_reasons[code]
+        return role, reason
+
+    def descriptor_uis(self) -> list[str]:
+        return [u.decode() for u in self._uis[self._role != NOT_IN_TABLES].tolist()]
+
+
+class DescriptorNames(Mapping[str, str]):
+    """Descriptor UI -> name over the index, read per lookup (the grounder's ``names``)."""
+
+    def __init__(self, index: SurfaceIndex) -> None:
+        self._index = index
+
+    def __getitem__(self, ui: str) -> str:
+        i = self._index.ui_row(ui)
+        if i < 0 or not self._index._named[i]:
+            raise KeyError(ui)
+        return self._index._names.text(i)
+
+    def __iter__(self) -> Iterator[str]:
+        named = self._index._named
+        return (u.decode() for u in self._index._uis[named].tolist())
+
+    def __len__(self) -> int:
+        return int(self._index._named.sum())
+
+
+class IndexedRoles(Mapping[str, tuple[str, str]]):
+    """Descriptor UI -> (role, reason), exactly as ``assign_roles(descriptors, tree,
+    RoleConfig(), graph counts, n_articles)`` gives it, read per descriptor from the index
+    and the graph store: the share of articles applies where ``assign_roles`` applies it."""
+
+    def __init__(self, index: SurfaceIndex, store: KGStore, config: RoleConfig) -> None:
+        self._index = index
+        self._store = store
+        self._config = config
+        self._use_share = store.n_articles >= config.min_articles_for_share
+
+    def __getitem__(self, ui: str) -> tuple[str, str]:
+        found = self._index.base_role(ui)
+        if found is None:
+            raise KeyError(ui)
+        if self._use_share and found[1] not in _BEFORE_SHARE:
+            try:
+                count = int(self._store.array("mesh_article_count")[self._store.desc_idx(ui)])
+            except KeyError:
+                count = 0
+            if count / self._store.n_articles > self._config.max_article_share:
+                return ("IGNORE", "too_common")
+        return found
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._index.descriptor_uis())
+
+    def __len__(self) -> int:
+        return int((self._index._role != NOT_IN_TABLES).sum())
+
+
+def round_trip_mismatches(index: SurfaceIndex, surfaces: pl.DataFrame) -> list[str]:
+    """Every surface of the table looked up in the index the way a question is (hash,
+    position, fields), and every index row found in the table: the mismatches, described
+    (empty: the index holds exactly the table)."""
+    table = {
+        k: SurfaceEntry(u, t, kind, bool(w))
+        for k, u, t, kind, w in zip(
+            surfaces["key"].to_list(),
+            surfaces["ui"].to_list(),
+            surfaces["term"].to_list(),
+            surfaces["kind"].to_list(),
+            surfaces["as_written"].fill_null(False).to_list()
+            if "as_written" in surfaces.columns
+            else [False] * surfaces.height,
+            strict=True,
+        )
+    }
+    problems = []
+    if len(index) != len(table):
+        problems.append(f"{len(index)} surfaces in the index, {len(table)} in the table")
+    for key, entry in table.items():
+        got = index.get(key)
+        if got != entry:
+            problems.append(f"{key!r}: index {got}, table {entry}")
+            if len(problems) >= 20:
+                return problems
+    for key, entry in index.items():
+        if table.get(key) != entry:
+            problems.append(f"{key!r}: only in the index as {entry}")
+            if len(problems) >= 20:
+                break
+    return problems

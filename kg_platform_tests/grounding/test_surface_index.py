@@ -1,0 +1,179 @@
+"""The load-ready grounding index (grounding/index.kgi): written from the real MeSH 2024
+tables, it holds exactly the surface table, grounds every DEV question and every question
+the tests ground exactly as the table-built grounder, gives the roles ``assign_roles``
+gives, and a corrupt or truncated file is one clear error naming it."""
+
+from __future__ import annotations
+
+import ast
+import os
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from kg_platform.grounding.grounder import Grounder, build_surface_table
+from kg_platform.grounding.index import build_grounding_index, sample_questions
+from kg_platform.grounding.roles import RoleConfig, assign_roles
+from kg_platform.grounding.surface_index import (
+    INDEX_KEY,
+    GroundingIndexError,
+    IndexedRoles,
+    SurfaceIndex,
+    index_sections,
+    round_trip_mismatches,
+    write_index,
+)
+from kg_platform.storage.lake import Lake
+from kg_platform_tests.conftest import REPO_ROOT
+
+
+@pytest.fixture(scope="module")
+def surfaces(mesh_frames) -> pl.DataFrame:
+    return build_surface_table(mesh_frames["terms"])
+
+
+@pytest.fixture(scope="module")
+def index_lake(tmp_path_factory, mesh_frames, surfaces) -> Lake:
+    lake = Lake(str(tmp_path_factory.mktemp("grounding_index") / "lake"))
+    sections, fields = index_sections(surfaces, mesh_frames["descriptors"], mesh_frames["tree"])
+    write_index(lake, INDEX_KEY, sections, fields)
+    return lake
+
+
+@pytest.fixture(scope="module")
+def index(index_lake) -> SurfaceIndex:
+    return SurfaceIndex.open(index_lake)
+
+
+@pytest.fixture(scope="module")
+def indexed(index) -> Grounder:
+    return Grounder(index, index.names)
+
+
+def test_every_surface_round_trips(index: SurfaceIndex, surfaces: pl.DataFrame) -> None:
+    index.verify()
+    assert len(index) == surfaces.height
+    assert round_trip_mismatches(index, surfaces) == []
+    # a word that is no surface is None, as in the dict
+    assert index.get("zellweger syndromes of the moon") is None
+    found = index.get("breast neoplasms")
+    assert (found.ui, found.term, found.kind, found.as_written) == (
+        "D001943",
+        "Breast Neoplasms",
+        "name",
+        False,
+    )
+
+
+def test_names_are_the_descriptor_table(index: SurfaceIndex, mesh_frames) -> None:
+    descriptors = mesh_frames["descriptors"]
+    expected = dict(zip(descriptors["ui"].to_list(), descriptors["name"].to_list(), strict=True))
+    assert dict(index.names.items()) == expected
+    assert index.names.get("D999999") is None
+
+
+def test_dev_questions_ground_identically(indexed: Grounder, grounder: Grounder, dev_questions):
+    assert len(dev_questions) == 400
+    questions = [q.question for q in dev_questions.values()]
+    assert [q for q in questions if indexed.ground(q) != grounder.ground(q)] == []
+
+
+def _test_questions() -> list[str]:
+    """Every question written in the test suite: each string literal of a test module that
+    is a sentence ending in a question mark (found by parsing the modules)."""
+    found: set[str] = set()
+    for path in Path(REPO_ROOT, "kg_platform_tests").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                text = node.value.strip()
+                if " " in text and text.endswith("?") and len(text) < 1000:
+                    found.add(text)
+    return sorted(found)
+
+
+def test_every_test_question_grounds_identically(indexed: Grounder, grounder: Grounder) -> None:
+    questions = _test_questions()
+    assert len(questions) >= 40  # the suite's own questions, found by parsing it
+    assert [q for q in questions if indexed.ground(q) != grounder.ground(q)] == []
+
+
+def test_roles_are_assign_roles(index: SurfaceIndex, mesh_frames) -> None:
+    roles = assign_roles(mesh_frames["descriptors"], mesh_frames["tree"])
+    expected = dict(
+        zip(
+            roles["ui"].to_list(),
+            zip(roles["role"].to_list(), roles["reason"].to_list(), strict=True),
+            strict=True,
+        )
+    )
+    assert {ui: index.base_role(ui) for ui in expected} == expected
+    assert index.base_role("D999999") is None
+
+
+def test_graph_share_applies_as_in_assign_roles(question_lake) -> None:
+    """On the question graph (8 articles), with shares counted from 1 article on and a 0.2
+    cap: Myocardial Infarction (3 of 8) is too common, Humans (8 of 8) stays a check tag."""
+    from kg_platform.answer.api import graph_article_counts
+    from kg_platform.graph.store import KGStore
+
+    build_grounding_index(question_lake)
+    store = KGStore.open(question_lake)
+    index = SurfaceIndex.open(question_lake)
+    config = RoleConfig(min_articles_for_share=1, max_article_share=0.2)
+    frames = {
+        t: pl.from_arrow(question_lake.read_parquet(f"mesh/{t}.parquet"))
+        for t in ("descriptors", "tree")
+    }
+    table = assign_roles(
+        frames["descriptors"], frames["tree"], config, graph_article_counts(store), 8
+    )
+    expected = {
+        u: (r, why) for u, r, why in zip(table["ui"], table["role"], table["reason"], strict=True)
+    }
+    got = dict(IndexedRoles(index, store, config).items())
+    assert got == expected
+    assert got["D009203"] == ("IGNORE", "too_common")
+    assert got["D006801"] == ("IGNORE", "check_tag")
+
+
+def test_asset_checks_pass_on_a_real_index(question_lake) -> None:
+    stats, checks = build_grounding_index(question_lake)
+    assert [(c.name, c.passed) for c in checks] == [
+        ("index_round_trips", True),
+        ("index_grounds_as_table", True),
+    ]
+    assert stats.index_bytes == question_lake.size(INDEX_KEY)
+    assert sample_questions(pl.DataFrame({"term": ["a", "b", "c", "d"]}), every=1) == [
+        "Does a affect b?",
+        "Does c affect d?",
+    ]
+
+
+def _copy(index_lake: Lake, tmp_path: Path) -> Path:
+    target = tmp_path / "index.kgi"
+    target.write_bytes(Path(index_lake.path(INDEX_KEY)).read_bytes())
+    return target
+
+
+def test_truncated_index_names_the_object(index_lake: Lake, tmp_path: Path) -> None:
+    path = _copy(index_lake, tmp_path)
+    with open(path, "r+b") as f:
+        f.truncate(os.path.getsize(path) - 1000)
+    with pytest.raises(GroundingIndexError, match=rf"^{path}: .*truncated"):
+        SurfaceIndex.open_file(str(path))
+
+
+def test_corrupt_index_names_the_object(index_lake: Lake, tmp_path: Path) -> None:
+    path = _copy(index_lake, tmp_path)
+    data = bytearray(path.read_bytes())
+    data[:8] = b"PAR1\0\0\0\0"
+    path.write_bytes(bytes(data))
+    with pytest.raises(GroundingIndexError, match=rf"^{path}: not a grounding index"):
+        SurfaceIndex.open_file(str(path))
+    # bytes flipped in the data: open stays O(1), the asset's verify finds it
+    data = bytearray(Path(index_lake.path(INDEX_KEY)).read_bytes())
+    data[-5] ^= 0xFF
+    path.write_bytes(bytes(data))
+    with pytest.raises(GroundingIndexError, match=rf"^{path}: content does not match"):
+        SurfaceIndex.open_file(str(path)).verify()
