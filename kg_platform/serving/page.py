@@ -1,0 +1,90 @@
+"""The question page `kg serve` shows at ``/``: a box, and the answer of ``POST /ask`` in
+plain words. Everything the server returns is put in with ``textContent`` (never as HTML),
+and PMIDs become links to their PubMed page."""
+
+PAGE = """<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<title>kg: ask the graph</title>
+<style>
+ body { font-family: system-ui, sans-serif; max-width: 60rem; margin: 2rem auto; padding: 0 1rem; }
+ input[type=text] { width: 70%; padding: .4rem; font-size: 1rem; }
+ button { padding: .4rem 1rem; font-size: 1rem; }
+ .refused { color: #8a1c1c; } .answerable { color: #1c5e1c; }
+ section { margin-top: 1.2rem; } li { margin: .2rem 0; } code { font-size: .9rem; }
+ #error { color: #8a1c1c; }
+</style>
+</head>
+<body>
+<h1>Ask the graph</h1>
+<form id="ask">
+ <input type="text" id="question" name="question" maxlength="1000"
+        placeholder="Does aspirin prevent myocardial infarction?" aria-label="question">
+ <button type="submit">Ask</button>
+</form>
+<p id="error" role="alert"></p>
+<div id="result" hidden>
+ <section><h2>Verdict</h2><p id="verdict"></p><p id="explanation"></p></section>
+ <section id="answer-section" hidden><h2>Answer</h2><p id="answer"></p></section>
+ <section><h2>Groundings</h2><ul id="groundings"></ul></section>
+ <section><h2>Chosen pair</h2><p id="pair"></p></section>
+ <section><h2>Evidence</h2><ol id="evidence"></ol></section>
+ <p><small id="build"></small></p>
+</div>
+<script>
+const PUBMED = "https://pubmed.ncbi.nlm.nih.gov/";
+function el(tag, text) { const e = document.createElement(tag); if (text !== undefined) e.textContent = text; return e; }
+function pmidLink(pmid) {
+  const a = el("a", "PMID " + pmid); a.href = PUBMED + encodeURIComponent(pmid) + "/";
+  a.className = "pmid"; a.target = "_blank"; a.rel = "noopener"; return a;
+}
+function plainVerdict(v) {
+  if (v.answerable) return "Answerable: the graph holds evidence for this question.";
+  return "Refused at gate " + v.gate + " (" + String(v.reason).replace(/_/g, " ") + ").";
+}
+function show(doc) {
+  document.getElementById("result").hidden = false;
+  const verdict = document.getElementById("verdict");
+  verdict.textContent = plainVerdict(doc.verdict);
+  verdict.className = doc.verdict.answerable ? "answerable" : "refused";
+  document.getElementById("explanation").textContent = doc.verdict.explanation;
+  const g = document.getElementById("groundings"); g.replaceChildren();
+  for (const x of doc.groundings) g.append(el("li", x.name + " (" + x.ui + "), " + x.role + ", from \\u201c" + x.surface + "\\u201d"));
+  if (!doc.groundings.length) g.append(el("li", "nothing in the question names a MeSH descriptor"));
+  const p = doc.chosen_pair;
+  document.getElementById("pair").textContent = p ? p.a.name + " + " + p.b.name + " (" + p.major_co_annotations + " articles with both as major topics)" : "none";
+  const ev = document.getElementById("evidence"); ev.replaceChildren();
+  for (const e of doc.evidence) {
+    const li = el("li");
+    li.append(el("span", e.kind + " "));
+    e.hops.forEach((h, i) => {
+      if (i) li.append(el("span", h.relation === "cites" ? " cites " : " is cited by "));
+      li.append(pmidLink(h.pmid));
+    });
+    if (e.year) li.append(el("span", " (" + e.year + ")"));
+    if (e.title) li.append(el("span", ": " + e.title));
+    ev.append(li);
+  }
+  if (!doc.evidence.length) ev.append(el("li", "no evidence shown"));
+  const a = doc.answer, section = document.getElementById("answer-section"), out = document.getElementById("answer");
+  section.hidden = !a; out.replaceChildren();
+  if (a) {
+    out.append(el("span", a.label + " (probability " + a.probability + "), read: "));
+    a.read.forEach((r, i) => { if (i) out.append(el("span", ", ")); out.append(pmidLink(r.pmid)); });
+  }
+  document.getElementById("build").textContent = "graph build " + doc.graph_build;
+}
+document.getElementById("ask").addEventListener("submit", async (event) => {
+  event.preventDefault();
+  const error = document.getElementById("error"); error.textContent = "";
+  const response = await fetch("/ask", {method: "POST", headers: {"content-type": "application/json"},
+    body: JSON.stringify({question: document.getElementById("question").value})});
+  const doc = await response.json();
+  if (!response.ok) { document.getElementById("result").hidden = true; error.textContent = doc.error; return; }
+  show(doc);
+});
+</script>
+</body>
+</html>
+"""

@@ -1,0 +1,256 @@
+"""`kg serve` in a subprocess on a free port over the small real-MeSH question graph (with
+its load-ready grounding index): /ask is `kg ask --json` for an answer and for refusals,
+bad input is a 4xx with a message, /reload serves a newly published build, and the page
+works in headless Chromium (Debian's, driven by Playwright)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from kg_platform.graph import layout
+from kg_platform.grounding.index import build_grounding_index
+from kg_platform.storage.lake import Lake
+from kg_platform_tests.answer.graph_fixture import build_question_graph
+from kg_platform_tests.e2e.test_ui import CHROMIUM, CHROMIUM_ARGS
+
+ANSWERED = "Does aspirin prevent myocardial infarction?"
+NOT_QUOTABLE = "Does heparin prevent pulmonary embolism?"
+NONSENSE = "Is the colour of a quiet afternoon louder than its shadow?"
+VOLATILE = ("timings_ms", "start_up_ms")  # measured, not part of what must agree
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _env(home: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KG_")}
+    return {**env, "KG_HOME": str(home)}
+
+
+@pytest.fixture(scope="module")
+def lake(tmp_path_factory) -> Lake:
+    lake = Lake(str(tmp_path_factory.mktemp("serve") / "lake"))
+    build_question_graph(lake)
+    build_grounding_index(lake)
+    return lake
+
+
+@pytest.fixture(scope="module")
+def server(lake, tmp_path_factory):
+    port = _free_port()
+    home = tmp_path_factory.mktemp("home")
+    log = open(home / "serve.log", "w")  # noqa: SIM115 (closed below)
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "kg_platform.cli",
+            "serve",
+            "--lake",
+            lake.root,
+            "--port",
+            str(port),
+        ],
+        env=_env(home),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 180  # a loaded 2-core machine starts Python slowly
+    while True:
+        try:
+            if _get(base + "/healthz")[0] == 200:
+                break
+        except OSError:
+            pass
+        if process.poll() is not None or time.monotonic() > deadline:
+            process.kill()
+            pytest.fail(f"kg serve did not start: {(home / 'serve.log').read_text()[-2000:]}")
+        time.sleep(0.3)
+    yield base, home
+    process.terminate()
+    process.wait(timeout=30)
+    log.close()
+
+
+def _request(url: str, data: bytes | None = None) -> tuple[int, dict]:
+    request = urllib.request.Request(url, data=data, method="POST" if data is not None else "GET")
+    try:
+        with urllib.request.urlopen(request, timeout=120) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read())
+
+
+def _get(url: str) -> tuple[int, dict]:
+    return _request(url)
+
+
+def _post(url: str, body: object) -> tuple[int, dict]:
+    return _request(url, json.dumps(body).encode())
+
+
+def _kg_ask(lake: Lake, home: Path, question: str) -> dict:
+    done = subprocess.run(
+        [sys.executable, "-m", "kg_platform.cli", "ask", question, "--json", "--lake", lake.root],
+        env=_env(home),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def _stable(doc: dict) -> dict:
+    return {k: v for k, v in doc.items() if k not in VOLATILE}
+
+
+def test_ask_is_kg_ask_json(server, lake) -> None:
+    base, home = server
+    seen = {}
+    for question in (ANSWERED, NOT_QUOTABLE, NONSENSE):
+        status, served = _post(base + "/ask", {"question": question})
+        assert status == 200
+        cli = _kg_ask(lake, home, question)
+        assert list(served) == list(cli)  # the same keys in the same order
+        assert _stable(served) == _stable(cli), question
+        seen[question] = served["verdict"]
+    assert seen[ANSWERED]["answerable"] is True
+    assert (seen[NOT_QUOTABLE]["gate"], seen[NOT_QUOTABLE]["reason"]) == (
+        4,
+        "no_quotable_terminal",
+    )
+    assert (seen[NONSENSE]["gate"], seen[NONSENSE]["reason"]) == (1, "no_mesh_entry_point")
+    status, top1 = _post(base + "/ask", {"question": ANSWERED, "top_k": 1})
+    assert [e["pmid"] for e in top1["evidence"]] == [100]
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "message"),
+    [
+        ({"question": ""}, 422, "question: empty"),
+        ({"question": "   "}, 422, "question: empty"),
+        ({"question": "x" * 1001}, 422, "question: 1001 characters, the limit is 1000"),
+        (
+            {"question": "aspirin\x00; rm -rf /"},
+            422,
+            "question: contains control characters (U+0000)",
+        ),  # fmt: skip
+        ({"question": 7}, 422, "question: expected text, got int"),
+        ({}, 422, "question: missing"),
+        ({"question": ANSWERED, "top_k": 0}, 422, "top_k: 0 is outside 1..100"),
+        ({"question": ANSWERED, "as_of": "2001"}, 422, "as_of: expected an integer, got str"),
+        ({"question": ANSWERED, "path": "/etc"}, 422, "body: unknown fields ['path']"),
+        ({"question": ANSWERED, "release": "../../etc"}, 400, "release '../../etc': not served"),
+        (["not", "an", "object"], 400, "body: expected a JSON object"),
+    ],
+)
+def test_bad_input_is_a_4xx_with_a_message(server, body, status, message) -> None:
+    got_status, doc = _post(server[0] + "/ask", body)
+    assert got_status == status
+    assert doc["error"].startswith(message), doc
+
+
+def test_malformed_bodies_and_search_input(server) -> None:
+    base = server[0]
+    request = urllib.request.Request(base + "/ask", data=b"{not json", method="POST")
+    with pytest.raises(urllib.error.HTTPError) as raised:
+        urllib.request.urlopen(request, timeout=60)
+    assert raised.value.code == 400
+    assert json.loads(raised.value.read())["error"].startswith("body: not JSON")
+    assert _get(base + "/search?q=")[1] == {"error": "q: empty"}
+    assert _get(base + "/search?q=aspirin&k=0")[0] == 422
+    # the question graph has no embedding index: a clear 503, never a traceback
+    status, doc = _get(base + "/search?q=aspirin")
+    assert status == 503 and "materialise embedding_index" in doc["error"]
+
+
+def test_status_health_and_openapi(server, lake) -> None:
+    base = server[0]
+    build = layout.current_build_id(lake)
+    assert _get(base + "/healthz") == (200, {"ok": True, "graph_build": build})
+    status, doc = _get(base + "/status")
+    assert (status, doc["graph_build"], doc["articles"], doc["ranker"]) == (
+        200,
+        build,
+        8,
+        "structural",
+    )
+    schema = _get(base + "/openapi.json")[1]
+    assert set(schema["paths"]) == {"/ask", "/search", "/status", "/healthz", "/reload"}
+    assert set(schema["paths"]["/ask"]["post"]["responses"]) == {"200", "400", "422"}
+
+
+def test_page_in_headless_chromium(server) -> None:
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"{CHROMIUM} is missing: apt-get install -y chromium (.ci/run does this)")
+    from playwright.sync_api import expect, sync_playwright
+
+    base = server[0]
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True
+        )
+        try:
+            page = browser.new_page()
+            page.goto(base + "/", timeout=60_000)
+            page.get_by_label("question").fill(ANSWERED)
+            page.get_by_role("button", name="Ask").click()
+            verdict = page.locator("#verdict")
+            expect(verdict).to_have_text(
+                "Answerable: the graph holds evidence for this question.", timeout=60_000
+            )
+            links = page.locator("#evidence a.pmid")
+            expect(links).to_have_count(5)  # 100; 200 -> 300; 100 <- 400
+            hrefs = [links.nth(i).get_attribute("href") for i in range(5)]
+            assert hrefs == [
+                f"https://pubmed.ncbi.nlm.nih.gov/{p}/" for p in (100, 200, 300, 100, 400)
+            ]
+            expect(page.locator("#pair")).to_contain_text("Aspirin + Myocardial Infarction")
+            expect(page.locator("#groundings li")).to_have_count(2)
+            page.get_by_label("question").fill(NONSENSE)
+            page.get_by_role("button", name="Ask").click()
+            expect(verdict).to_have_text("Refused at gate 1 (no mesh entry point).", timeout=60_000)
+            expect(page.locator("#evidence")).to_have_text("no evidence shown")
+            page.get_by_label("question").fill("")
+            page.get_by_role("button", name="Ask").click()
+            expect(page.locator("#error")).to_have_text("question: empty", timeout=60_000)
+        finally:
+            browser.close()
+
+
+def test_reload_serves_a_newly_published_build(server, lake) -> None:
+    """Last in the module: it publishes another build of the question graph (article 100
+    gets a new title), which the server answers from only after /reload."""
+    base = server[0]
+    before = layout.current_build_id(lake)
+    build_question_graph(lake, texts={100: ("Aspirin after infarction, revisited", "Text.")})
+    after = layout.current_build_id(lake)
+    assert after != before
+    assert _post(base + "/ask", {"question": ANSWERED})[1]["graph_build"] == before
+    status, done = _post(base + "/reload", {})
+    assert (status, done["changed"], done["previous_graph_build"], done["graph_build"]) == (
+        200,
+        True,
+        before,
+        after,
+    )
+    _, doc = _post(base + "/ask", {"question": ANSWERED})
+    assert (doc["graph_build"], doc["evidence"][0]["title"]) == (
+        after,
+        "Aspirin after infarction, revisited",
+    )
