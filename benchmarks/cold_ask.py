@@ -32,7 +32,8 @@ import subprocess
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
 
 from kg_platform.answer.api import KnowledgeGraph  # noqa: E402
 from kg_platform.answer.examples import graph_questions  # noqa: E402
@@ -50,10 +51,12 @@ def run_cold_measured(lake: str, question: str, code: str | None = None) -> dict
     alone (``os.wait4``), and its JSON."""
     command = [sys.executable, "-m", "kg_platform.cli", "ask", question, "--json", "--lake", lake]
     out_path = f"/tmp/cold_ask_{os.getpid()}.json"
-    env = {**os.environ, "PYTHONPATH": code} if code else None
+    # `python -m` imports from its working directory first: run in the checkout measured
+    code = code or REPO
+    env = {**os.environ, "PYTHONPATH": code}
     with open(out_path, "wb") as out:
         started = time.perf_counter()
-        child = subprocess.Popen(command, stdout=out, stderr=subprocess.DEVNULL, env=env)
+        child = subprocess.Popen(command, stdout=out, stderr=subprocess.DEVNULL, env=env, cwd=code)
         _, status, usage = os.wait4(child.pid, 0)
         wall = time.perf_counter() - started
     child.returncode = os.waitstatus_to_exitcode(status)
@@ -95,6 +98,7 @@ def index_open(path: str, question: str, runs: int) -> dict:
     for _ in range(runs):
         done = subprocess.run(
             [sys.executable, "-c", INDEX_OPEN, path, question],
+            cwd=REPO,
             capture_output=True,
             text=True,
             check=True,
