@@ -32,9 +32,12 @@ def run_serve(args: argparse.Namespace) -> int:
         raise ValueError(f"--port {args.port}: must be in 0..65535")
     import uvicorn
 
+    from kg_platform.commands.ask import open_reader
+    from kg_platform.commands.partition_args import scoped_lake
     from kg_platform.serving.service import GraphService, build_app
 
-    service = GraphService(args.lake, args.release, args.mesh_year, args.reader)
+    # the build `kg ask` would read, chosen again on every POST /reload
+    service = GraphService(lambda: scoped_lake(args, quiet=True), open_reader(args.reader))
     served = service.current
     print(
         f"kg serve: graph build {served.build_id} (release {served.partition['release']}, "

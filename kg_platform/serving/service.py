@@ -18,10 +18,10 @@ served pair's, never used to build a path.
 
 from __future__ import annotations
 
-import argparse
 import json
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,8 +33,10 @@ from starlette.routing import Route
 from starlette.schemas import SchemaGenerator
 
 from kg_platform.answer.api import AskConfig, KnowledgeGraph, QuestionError, validate_question
+from kg_platform.answer.readers.base import Reader
 from kg_platform.retrieval.paths import load_kernels
 from kg_platform.serving.page import PAGE
+from kg_platform.storage.lake import Lake
 
 MAX_TOP_K = 100
 MAX_SEARCH_K = 100
@@ -64,18 +66,18 @@ class ServedGraph:
         return self.kg.store.build_id
 
 
-def open_served(
-    lake: str, release: str | None, mesh_year: str | None, reader_folder: str | None
-) -> ServedGraph:
-    """Open the build ``kg ask --lake LAKE [--release R] [--mesh-year Y]`` would read, and
-    load the compiled passes (a warm service never loads them inside a question)."""
-    from kg_platform.commands.ask import open_reader
-    from kg_platform.commands.partition_args import scoped_lake
+# which build to serve: the lake scoped to the chosen (release, MeSH year), and that pair;
+# `kg serve` passes `kg ask`'s choice (commands.partition_args.scoped_lake), asked again
+# on every reload so the newest published build is found
+Chooser = Callable[[], tuple[Lake, dict[str, str | None]]]
 
+
+def open_served(choose: Chooser, reader: Reader | None) -> ServedGraph:
+    """Open the build ``choose`` names and load the compiled passes (a warm service never
+    loads them inside a question)."""
     started = time.perf_counter()
-    args = argparse.Namespace(lake=lake, release=release, mesh_year=mesh_year)
-    scoped, partition = scoped_lake(args, quiet=True)
-    kg = KnowledgeGraph.open(scoped, AskConfig(), reader=open_reader(reader_folder))
+    scoped, partition = choose()
+    kg = KnowledgeGraph.open(scoped, AskConfig(), reader=reader)
     opened = time.perf_counter()
     kernels_ms = load_kernels(kg.store)
     return ServedGraph(
@@ -86,12 +88,10 @@ def open_served(
 class GraphService:
     """The served graph and how it is replaced: ``current`` is read once per request."""
 
-    def __init__(
-        self, lake: str, release: str | None, mesh_year: str | None, reader: str | None
-    ) -> None:
-        self.lake, self.release, self.mesh_year, self.reader = lake, release, mesh_year, reader
+    def __init__(self, choose: Chooser, reader: Reader | None = None) -> None:
+        self.choose, self.reader = choose, reader
         self._reload_lock = threading.Lock()
-        self.current = open_served(lake, release, mesh_year, reader)
+        self.current = open_served(choose, reader)
         self.started_at = time.time()
         self.reloads = 0
         self.questions = 0
@@ -101,7 +101,7 @@ class GraphService:
         whole (a failure leaves the served one in place and is raised)."""
         with self._reload_lock:
             before = self.current
-            fresh = open_served(self.lake, self.release, self.mesh_year, self.reader)
+            fresh = open_served(self.choose, self.reader)
             self.current = fresh  # one reference assignment: requests see old or new
             self.reloads += 1
         return {
