@@ -4,8 +4,8 @@ Starts `kg serve` on a free 127.0.0.1 port over a built lake (default: the one `
 recorded), then ``--clients`` threads (default 16), each with its own keep-alive HTTP
 connection, send ``--requests`` POST /ask in all, cycling through the question set: a few
 questions the graph answers (``answer.examples.graph_questions``), one it refuses, and the
-giant pairs (a question naming two of the four descriptors on the most articles, when it
-grounds to them). Reports p50/p95/p99 latency and requests/s, overall and for the giant and
+giant pairs (a question naming two of the four BRIDGE descriptors on the most articles,
+when it grounds to them). Reports p50/p95/p99 latency and requests/s, overall and for the giant and
 non-giant questions apart, against the same questions asked one after another in this
 process on an opened ``KnowledgeGraph`` (after one untimed round). Every reply is checked
 to be a 200 with the in-process answer's verdict.
@@ -43,10 +43,12 @@ TARGET_P95_MS = 50.0
 
 
 def giant_questions(kg: KnowledgeGraph, n: int = 4) -> list[str]:
-    """Questions naming two of the ``n`` descriptors on the most articles, kept when they
-    ground to both (as BRIDGE or not: the roles decide what the path does with them)."""
+    """Questions naming two of the ``n`` BRIDGE descriptors on the most articles (the
+    pairs with the most candidate paths a question can reach; check tags such as Humans
+    are IGNOREd before linking), kept when they ground to both."""
     counts = np.asarray(kg.store.array("mesh_article_count"))
-    top = np.argsort(-counts, kind="stable")[:n].tolist()
+    order = np.argsort(-counts, kind="stable").tolist()
+    top = [d for d in order if kg.roles.get(kg.store.mesh_ui(d), ("",))[0] == "BRIDGE"][:n]
     names = {d: kg.grounder.names.get(kg.store.mesh_ui(d)) for d in top}
     found = []
     for a, b in itertools.combinations(top, 2):
