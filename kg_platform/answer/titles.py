@@ -90,13 +90,16 @@ class TitleLookup:
             else:
                 keys = np.asarray(pmids, dtype=np.int64)
                 groups = np.searchsorted(self._group_min, keys, side="right") - 1
-                groups = np.unique(groups[groups >= 0]).tolist()
+                # a set, not np.unique: that imports numpy.ma (~45 ms of a cold `kg ask`)
+                groups = sorted({g for g in groups.tolist() if g >= 0})
                 table = self._file.read_row_groups(groups, columns=columns)
         # a row group holds thousands of articles: find the wanted rows with numpy and turn
         # only those into Python values (pyarrow.compute and pa.array, which imports pandas,
         # would cost a cold `kg ask` ~0.1-0.3 s of imports)
         in_file = np.concatenate([_int64s(c) for c in table["pmid"].chunks] or [np.zeros(0)])
-        found = np.flatnonzero(np.isin(in_file, np.asarray(pmids, dtype=np.int64))).tolist()
+        wanted_pmids = np.sort(np.asarray(pmids, dtype=np.int64))
+        at = np.minimum(np.searchsorted(wanted_pmids, in_file), wanted_pmids.size - 1)
+        found = np.flatnonzero(wanted_pmids[at] == in_file).tolist()
         return {c: [table[c][i].as_py() for i in found] for c in table.column_names}
 
 
