@@ -80,9 +80,26 @@ class Settings:
             "pubmed_source": self.pubmed_source,
             "mesh_source": self.mesh_source,
         }
-        tmp = self.home / "sources.json.tmp"
-        tmp.write_text(json.dumps(payload, indent=2) + "\n")
-        tmp.replace(self.home / "sources.json")
+        write_text_atomically(self.home / "sources.json", json.dumps(payload, indent=2) + "\n")
+
+
+def write_text_atomically(path: Path, text: str) -> None:
+    """``path`` holds ``text`` whole or keeps what it held: written under a temporary name of
+    its own (two writers never share one) in the same folder, then renamed over it."""
+    import tempfile
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.tmp-")
+    try:
+        os.fchmod(fd, 0o644)  # mkstemp's 0600 would hide the file from a UI run as another user
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def running_deployment(home: Path):

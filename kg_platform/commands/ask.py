@@ -172,7 +172,8 @@ def run_ask(args: argparse.Namespace) -> int:
             hybrid_threshold=args.hybrid,
             ladder=LadderConfig(verifier_tau=gate_tau(args.verifier_tau, verifier)),
         )
-        lake, build = scoped_lake(args, quiet=args.json)
+        # the build line is printed once, with the answer (and in the JSON)
+        lake, build = scoped_lake(args, quiet=True)
         kg = KnowledgeGraph.open(lake, config, reader=reader, verifier=verifier)
         opened = time.perf_counter()
         trace = None

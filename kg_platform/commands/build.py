@@ -21,7 +21,6 @@ DEMO_RECORDS = 20_000
 # the reference question sets the evaluation reports read (under KG_REFERENCE_DATA)
 PUBMEDQA_DEV = "pubmedqa/pqal_dev400.json"
 HOTPOTQA_DEV = "hotpotqa/hotpot_dev_distractor_first60.json"
-REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -39,6 +38,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="runs at once (Dagster's run queue limit; default: the cores)",
     )
     p.add_argument("--force", action="store_true", help="redo the selection even where fresh")
+    p.add_argument("--wait", action="store_true", help="wait for a build already running here")
     p.add_argument(
         "--verbose", action="store_true", help="print failures' tracebacks, not only the log path"
     )
@@ -117,40 +117,12 @@ def ensure_synthetic(settings: Settings) -> None:
     )
 
 
-INSTANCE_MARK = "# kg build writes this file from the repository's dagster.yaml"
-
-
 def prepare_instance(settings: Settings, max_concurrent_runs: int | None = None):
-    """The persistent instance under DAGSTER_HOME (default .kg/dagster). Its dagster.yaml is
-    the repository's, with the run queue's limit set to ``max_concurrent_runs``; a
-    dagster.yaml written by someone else (e.g. `kg workers` for Postgres) is left as it is."""
-    import re
+    """The persistent instance under DAGSTER_HOME (default .kg/dagster), for a command that
+    writes it: orchestration/instance.py writes its dagster.yaml and pool limits."""
+    from kg_platform.orchestration.instance import prepare_instance as prepare
 
-    import dagster as dg
-
-    settings.dagster_home.mkdir(parents=True, exist_ok=True)
-    os.environ["DAGSTER_HOME"] = str(settings.dagster_home)
-    target = settings.dagster_home / "dagster.yaml"
-    template = REPO_ROOT / "dagster.yaml"
-    current = target.read_text() if target.exists() else None
-    # `make ui` copies the template as it is; that copy is ours to rewrite too
-    ours = (
-        current is None
-        or current.startswith(INSTANCE_MARK)
-        or (template.exists() and current == template.read_text())
-    )
-    if template.exists() and ours:
-        text = template.read_text()
-        if max_concurrent_runs:
-            text = re.sub(
-                r"max_concurrent_runs: \d+", f"max_concurrent_runs: {max_concurrent_runs}", text
-            )
-        if current != f"{INSTANCE_MARK}\n{text}":
-            target.write_text(f"{INSTANCE_MARK}\n{text}")
-    instance = dg.DagsterInstance.get()
-    # dagster.yaml sets only the default pool limit (ncbi: 4); the GPU pool holds one step
-    instance.event_log_storage.set_concurrency_slots("gpu", 1)
-    return instance
+    return prepare(settings.dagster_home, max_concurrent_runs)
 
 
 def register_partitions(instance, keys: BuildKeys) -> list[str]:
@@ -187,6 +159,14 @@ def register_question_sets(lake, selected: set) -> tuple[list[str], list[str]]:
 
 
 def run_build(args: argparse.Namespace) -> int:
+    from kg_platform.orchestration.lock import build_lock
+
+    # one writer per instance: a second build says who holds it and exits 2 (or --wait)
+    with build_lock(Settings.load().dagster_home, wait=args.wait):
+        return build_holding_lock(args)
+
+
+def build_holding_lock(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     if args.files is not None and args.files < 1:
         raise ValueError(f"--files {args.files}: must be at least 1")
@@ -231,6 +211,11 @@ def run_build(args: argparse.Namespace) -> int:
         if os.environ.get(variable, chosen) != chosen:
             os.environ[variable] = chosen
     instance = prepare_instance(settings, args.jobs)
+    from kg_platform.orchestration.recovery import owner_tags, recover
+
+    # what a killed build left (dead runs, its backfill, staging) goes before anything is planned
+    if recovered := recover(instance, settings.lake, build_run.daemon_serves(instance)).line():
+        print(recovered)
     pubmedqa, hotpotqa = register_question_sets(Lake(settings.lake), selected)
     keys = BuildKeys(names, release_of(names[0]), year, pubmedqa, hotpotqa)
     dropped = register_partitions(instance, keys)
@@ -243,7 +228,11 @@ def run_build(args: argparse.Namespace) -> int:
     if dg.AssetKey("pubmed_xml") in selected:
         observe_source(defs, instance)
     requested = requested_partitions(asset_graph, selected, keys.for_partitions)
-    todo = partitions_to_redo(instance, asset_graph, requested, force=args.force)
+    from kg_platform.commands.integrity import damaged
+
+    todo = partitions_to_redo(
+        instance, asset_graph, requested, force=args.force, damaged=damaged(settings.lake)
+    )
     print(
         f"{len(todo)} of {len(requested)} asset partitions to materialise"
         + (" (--force)" if args.force else "; the rest are fresh")
@@ -263,7 +252,7 @@ def run_build(args: argparse.Namespace) -> int:
                 process_context.create_request_context().asset_graph,
                 todo,
                 title=f"kg build {keys.release} x MeSH {keys.mesh_year}",
-                tags={build_run.BUILD_TAG: settings.lake},
+                tags={build_run.BUILD_TAG: settings.lake, **owner_tags()},
                 run_config=build_run.run_config_for(settings.executor),
             )
             print(f"backfill {backfill_id} submitted (it shows in the UI under Runs > Backfills)")

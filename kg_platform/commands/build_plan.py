@@ -93,8 +93,11 @@ def partition_state(instance, asset_graph, resolver, key, partitions: list) -> d
     return states
 
 
-def partitions_to_redo(instance, asset_graph, requested: set, force: bool = False) -> set:
-    """The requested partitions that are not fresh, with, inside the request:
+def partitions_to_redo(
+    instance, asset_graph, requested: set, force: bool = False, damaged=None
+) -> set:
+    """The requested partitions that are not fresh (or fresh in the instance, but
+    ``damaged(partition)``: their published files no longer match), with, inside the request:
     - the parents of the same partition (a file's download is redone with its tables, so a
       source file restored after a failure is fetched again);
     - everything downstream of a partition redone (its input is about to change)."""
@@ -112,7 +115,10 @@ def partitions_to_redo(instance, asset_graph, requested: set, force: bool = Fals
     for key, partitions in by_asset.items():
         states = partition_state(instance, asset_graph, resolver, key, partitions)
         redo |= {
-            ap for ap in requested if ap.asset_key == key and states[ap.partition_key] != FRESH
+            ap
+            for ap in requested
+            if ap.asset_key == key
+            and (states[ap.partition_key] != FRESH or (damaged is not None and damaged(ap)))
         }
     with partition_loading_context(dynamic_partitions_store=instance):
         changed = True

@@ -6,7 +6,8 @@ from __future__ import annotations
 import argparse
 from collections import Counter
 
-STATES = ("fresh", "stale", "failed", "missing", "in progress")
+GONE = "failed (process gone)"
+STATES = ("fresh", "stale", "failed", GONE, "corrupt", "missing", "in progress")
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -29,11 +30,30 @@ def stale_resolver(instance, asset_graph):
     return CachingStaleStatusResolver(instance, asset_graph, loading_context=view)
 
 
-def partition_states(instance, asset_graph) -> dict[str, dict[str, str]]:
+def process_gone(instance, key, partition: str | None) -> bool:
+    """The partition's latest run was failed because its process was gone, or is still
+    recorded as running while its process is gone (a killed build, before the next one)."""
+    from kg_platform.orchestration.recovery import FAILURE_TAG, PROCESS_GONE, worker_gone
+
+    info = instance.get_latest_planned_materialization_info(key, partition)
+    run = instance.get_run_by_id(info.run_id) if info is not None else None
+    if run is None:
+        return False
+    if run.is_finished:
+        return run.tags.get(FAILURE_TAG) == PROCESS_GONE
+    return worker_gone(instance, run) is not None
+
+
+def partition_states(
+    instance, asset_graph, problems: dict | None = None, lake=None
+) -> dict[str, dict[str, str]]:
     """asset -> partition key -> one of STATES, for every partition of every partitioned
-    asset (unpartitioned assets under the key '')."""
+    asset (unpartitioned assets under the key ''). With ``lake``, a materialised partition
+    whose published object no longer matches is `corrupt`, its one line in ``problems``."""
     from dagster._core.definitions.data_version import StaleStatus
     from dagster._core.storage.partition_status_cache import AssetPartitionStatus
+
+    from kg_platform.commands.integrity import published_problem
 
     resolver = stale_resolver(instance, asset_graph)
     states: dict[str, dict[str, str]] = {}
@@ -54,10 +74,11 @@ def partition_states(instance, asset_graph) -> dict[str, dict[str, str]]:
         for partition in keys:
             status = status_of.get(partition) if partition is not None else None
             if status == AssetPartitionStatus.FAILED:
-                per[partition or ""] = "failed"
+                per[partition or ""] = GONE if process_gone(instance, key, partition) else "failed"
                 continue
             if status == AssetPartitionStatus.IN_PROGRESS:
-                per[partition or ""] = "in progress"
+                gone = process_gone(instance, key, partition)
+                per[partition or ""] = GONE if gone else "in progress"
                 continue
             stale = resolver.get_status(key, partition)
             per[partition or ""] = {
@@ -65,6 +86,13 @@ def partition_states(instance, asset_graph) -> dict[str, dict[str, str]]:
                 StaleStatus.STALE: "stale",
                 StaleStatus.MISSING: "missing",
             }[stale]
+            problem = None
+            if lake is not None and stale != StaleStatus.MISSING:
+                problem = published_problem(lake, key.to_user_string(), partition)
+            if problem is not None:
+                per[partition or ""] = "corrupt"
+                if problems is not None:
+                    problems[(key.to_user_string(), partition or "")] = problem
         states[key.to_user_string()] = per
     return states
 
@@ -78,15 +106,21 @@ def other_source_tables(lake, files: set[str]) -> list[str]:
 
 def run_status(args: argparse.Namespace) -> int:
     from kg_platform.assets.partitions import pubmed_files
-    from kg_platform.commands.build import prepare_instance
     from kg_platform.definitions import build_definitions
+    from kg_platform.orchestration.instance import open_instance
     from kg_platform.settings import Settings
     from kg_platform.storage.lake import Lake
 
     settings = Settings.load()
-    instance = prepare_instance(settings)
+    lake = Lake(args.lake)  # a --lake that is no folder is named here; nothing is created
+    # a read command reads: the instance as it is, its dagster.yaml and pools untouched
+    instance = open_instance(settings.dagster_home)
+    if instance is None:
+        print(f"instance {settings.dagster_home}: none yet (nothing built); lake {args.lake}")
+        return 0
     asset_graph = build_definitions(settings).resolve_asset_graph()
-    states = partition_states(instance, asset_graph)
+    problems: dict[tuple[str, str], str] = {}
+    states = partition_states(instance, asset_graph, problems, lake)
     print(f"instance {settings.dagster_home}; lake {args.lake}")
     for asset, per in states.items():
         counts = Counter(per.values())
@@ -94,9 +128,11 @@ def run_status(args: argparse.Namespace) -> int:
         print(f"{asset}: {summary}")
         for partition, state in sorted(per.items()):
             if state != "fresh" or len(per) <= 8:
-                print(f"  {partition or '(unpartitioned)'}: {state}")
+                problem = problems.get((asset, partition))
+                detail = f": {problem}" if problem else ""
+                print(f"  {partition or '(unpartitioned)'}: {state}{detail}")
     files = set(instance.get_dynamic_partitions(pubmed_files.name))
-    others = other_source_tables(Lake(args.lake), files)
+    others = other_source_tables(lake, files)
     if others:
         print(
             f"stale: {len(others)} files' tables from another source, no longer partitions "

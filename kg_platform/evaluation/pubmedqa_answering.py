@@ -123,13 +123,21 @@ def check_question_set_matches_key(question_set: QuestionSet) -> CacheCheck:
 
 def check_split(dev: str | Path, test: str | Path) -> None:
     """A ValueError (FileNotFoundError) naming the input when DEV and TEST cannot be a
-    split: a missing file, the same file twice, or question ids in both."""
+    split: a missing file, one that is not a PubMedQA set or holds no question, the same file
+    twice, or question ids in both. Checked before anything is trained."""
+    sets = {}
     for flag, path in (("--dev", dev), ("--test", test)):
         if not Path(path).is_file():
             raise FileNotFoundError(f"{flag} {path}: no such question file")
+        try:
+            sets[flag] = load_pubmedqa(path)
+        except ValueError as error:
+            raise ValueError(f"{flag} {error}") from None
+        if not sets[flag]:
+            raise ValueError(f"{flag} {path}: no questions (an empty PubMedQA set)")
     if Path(dev).read_bytes() == Path(test).read_bytes():
         raise ValueError(f"--test {test}: the same questions as --dev {dev}")
-    shared = sorted({q.qid for q in load_pubmedqa(dev)} & {q.qid for q in load_pubmedqa(test)})
+    shared = sorted({q.qid for q in sets["--dev"]} & {q.qid for q in sets["--test"]})
     if shared:
         raise ValueError(
             f"--test {test}: {len(shared)} question ids also in --dev {dev}, e.g. {shared[:3]}"

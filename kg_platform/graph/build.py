@@ -64,6 +64,7 @@ class ArrayInfo:
     length: int
     sha256: str
     nbytes: int
+    size: int = 0  # the .npy file's bytes (header and data): what KGStore.open checks
 
 
 @dataclass(frozen=True)
@@ -554,11 +555,13 @@ class _ArrayWriter:
                 block = data[start : start + _WRITE_BLOCK]
                 digest.update(block)
                 f.write(block)
+            size = f.tell()
         self.arrays[name] = ArrayInfo(
             dtype=array.dtype.str,
             length=int(array.shape[0]),
             sha256=digest.hexdigest(),
             nbytes=int(array.nbytes),
+            size=int(size),
         )
 
 

@@ -71,9 +71,67 @@ def current_build_id(lake: Lake) -> str:
             f"{lake.path(CURRENT_POINTER)}: no published graph build; materialise the `graph` asset"
         )
     try:
-        return str(json.loads(lake.read_bytes(CURRENT_POINTER))["build_id"])
-    except (ValueError, KeyError) as exc:
+        build_id = json.loads(lake.read_bytes(CURRENT_POINTER))["build_id"]
+        if not isinstance(build_id, str) or not build_id.isalnum():
+            raise ValueError(f"build_id {build_id!r} is no build id")
+        return build_id
+    except (ValueError, KeyError, TypeError) as exc:
         raise ValueError(f"{lake.path(CURRENT_POINTER)}: not a graph pointer ({exc})") from exc
+
+
+def read_manifest(lake: Lake, build_id: str) -> dict:
+    """The build's manifest.json; FileNotFoundError when the build has none, ValueError naming
+    the file when it is not a manifest."""
+    key = manifest_key(build_id)
+    if not lake.exists(key):
+        raise FileNotFoundError(f"{lake.path(key)}: no such graph build")
+    try:
+        manifest = json.loads(lake.read_bytes(key))
+        arrays = manifest["arrays"]
+        for info in arrays.values():
+            int(info["nbytes"])
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise ValueError(f"{lake.path(key)}: not a graph manifest ({exc})") from exc
+    return manifest
+
+
+def size_problems(lake: Lake, build_id: str, manifest: dict) -> list[str]:
+    """Each array file of the build that is missing or not of the size its manifest records,
+    one line naming the file, the array and the build (cheap: one listing, no read)."""
+    found = lake.sizes(build_prefix(build_id))
+    problems = []
+    for name, info in manifest["arrays"].items():
+        path = lake.path(array_key(build_id, name))
+        size = found.get(f"{name}.npy")
+        # manifests before the file size was recorded: the data plus a header of at most 4 KiB
+        expected = int(info.get("size") or 0)
+        fits = (
+            size == expected
+            if expected
+            else size is not None and 0 < size - int(info["nbytes"]) <= 4096
+        )
+        if size is None:
+            problems.append(f"{path}: array {name} of graph build {build_id} is missing")
+        elif not fits:
+            want = f"{expected} bytes" if expected else f"{info['nbytes']} bytes of data"
+            problems.append(
+                f"{path}: array {name} of graph build {build_id} is {size} bytes, "
+                f"its manifest says {want}"
+            )
+    return problems
+
+
+def published_problem(lake: Lake) -> str | None:
+    """Why the published build of this (scoped) lake does not match its manifest: the
+    pointer, the manifest or an array file named; None when it matches or none is published."""
+    if not lake.exists(CURRENT_POINTER):
+        return None
+    try:
+        build_id = current_build_id(lake)
+        problems = size_problems(lake, build_id, read_manifest(lake, build_id))
+    except (ValueError, FileNotFoundError) as exc:
+        return str(exc)
+    return problems[0] if problems else None
 
 
 def publish(lake: Lake, build_id: str) -> None:

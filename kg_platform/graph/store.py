@@ -6,7 +6,6 @@ sorted MeSH UIs. Every neighbour list is ascending, so two lists intersect by bi
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
 import numpy as np
@@ -44,10 +43,12 @@ class KGStore:
     @classmethod
     def open(cls, lake: Lake, build_id: str | None = None) -> KGStore:
         build_id = build_id or layout.current_build_id(lake)
-        key = layout.manifest_key(build_id)
-        if not lake.exists(key):
-            raise FileNotFoundError(f"{lake.path(key)}: no such graph build")
-        return cls(lake, build_id, json.loads(lake.read_bytes(key)))
+        manifest = layout.read_manifest(lake, build_id)
+        # every open checks the files' sizes (one listing); the graph's check hashes them
+        problems = layout.size_problems(lake, build_id, manifest)
+        if problems:
+            raise ValueError(f"{problems[0]}; `kg build` rebuilds it")
+        return cls(lake, build_id, manifest)
 
     def array(self, name: str) -> np.ndarray:
         """The named array, memory-mapped (read-only) on a local lake."""
@@ -55,7 +56,14 @@ class KGStore:
         if found is None:
             if name not in self.manifest["arrays"]:
                 raise KeyError(f"graph build {self.build_id} has no array {name!r}")
-            mapped = self.lake.read_npy(layout.array_key(self.build_id, name), mmap=True)
+            key = layout.array_key(self.build_id, name)
+            try:
+                mapped = self.lake.read_npy(key, mmap=True)
+            except (ValueError, OSError) as exc:
+                raise ValueError(
+                    f"{self.lake.path(key)}: array {name} of graph build {self.build_id} "
+                    f"cannot be opened ({exc})"
+                ) from exc
             # a plain ndarray view of the map: slicing a np.memmap costs microseconds more
             found = np.asarray(mapped)
             self._arrays[name] = found

@@ -6,12 +6,15 @@ and one set of pool slots."""
 from __future__ import annotations
 
 import copy
+import os
+import re
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from kg_platform.orchestration.state import Deployment
+from kg_platform.settings import write_text_atomically
 
 TEMPLATE = Path(__file__).resolve().parents[2] / "dagster.yaml"
 # NLM throttles heavy clients: at most 4 downloads at once, across every run and worker
@@ -20,6 +23,7 @@ HEADER = (
     "# Written by `kg workers start` from the repository's dagster.yaml, with Postgres\n"
     "# storage; `kg build` leaves it as it is, `kg workers stop` puts the template back.\n"
 )
+INSTANCE_MARK = "# kg build writes this file from the repository's dagster.yaml"
 
 
 def template_config(template: Path = TEMPLATE) -> dict[str, Any]:
@@ -44,23 +48,75 @@ def instance_config(
     return config
 
 
-def write_instance_yaml(dagster_home: Path, deployment: Deployment | None) -> Path:
+def write_instance_yaml(
+    dagster_home: Path, deployment: Deployment | None, max_concurrent_runs: int | None = None
+) -> Path:
     """Write `<dagster_home>/dagster.yaml` atomically and return its path: Postgres storage
-    for `deployment`, else the repository's template as it is (which `kg build` and `make ui`
-    then treat as their own again)."""
-    dagster_home.mkdir(parents=True, exist_ok=True)
+    for `deployment`; else the repository's template as it is, or, with
+    ``max_concurrent_runs`` (`kg build`'s --jobs), the template under INSTANCE_MARK with the
+    run queue's limit set. The one writer of the instance's dagster.yaml."""
     path = dagster_home / "dagster.yaml"
-    if deployment is None and TEMPLATE.exists():
-        text = TEMPLATE.read_text()
-    else:
+    if deployment is not None or not TEMPLATE.exists():
         text = HEADER + yaml.safe_dump(instance_config(deployment), sort_keys=False)
-    tmp = path.with_suffix(".yaml.tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
+    elif max_concurrent_runs:
+        limit = f"max_concurrent_runs: {max_concurrent_runs}"
+        text = f"{INSTANCE_MARK}\n" + re.sub(
+            r"max_concurrent_runs: \d+", limit, TEMPLATE.read_text()
+        )
+    else:
+        text = TEMPLATE.read_text()
+    if not path.exists() or path.read_text() != text:
+        write_text_atomically(path, text)
     return path
 
 
+def build_may_rewrite(path: Path) -> bool:
+    """`kg build` rewrites dagster.yaml when it is absent, its own, or the template as `make
+    ui` copies it; one written by someone else (`kg workers` for Postgres) stays as it is."""
+    if not path.exists():
+        return True
+    current = path.read_text()
+    return current.startswith(INSTANCE_MARK) or (
+        TEMPLATE.exists() and current == TEMPLATE.read_text()
+    )
+
+
+def prepare_instance(dagster_home: Path, max_concurrent_runs: int | None = None):
+    """The persistent instance under ``dagster_home`` for a command that writes it (`kg
+    build`, `kg eval ...`): its dagster.yaml (see write_instance_yaml) and the GPU pool's
+    limit. DAGSTER_HOME is set for this process and what it starts."""
+    import dagster as dg
+
+    os.environ["DAGSTER_HOME"] = str(dagster_home)
+    path = dagster_home / "dagster.yaml"
+    if build_may_rewrite(path):
+        dagster_home.mkdir(parents=True, exist_ok=True)
+        written = path.read_text() if path.exists() else ""
+        keep_limit = re.search(r"max_concurrent_runs: (\d+)", written)
+        # a command without --jobs keeps the limit the last build set
+        limit = max_concurrent_runs or (
+            int(keep_limit.group(1)) if keep_limit and written.startswith(INSTANCE_MARK) else None
+        )
+        write_instance_yaml(dagster_home, None, limit)
+    instance = dg.DagsterInstance.get()
+    storage = instance.event_log_storage
+    if storage.get_concurrency_info(GPU_POOL).slot_count != GPU_POOL_LIMIT:
+        storage.set_concurrency_slots(GPU_POOL, GPU_POOL_LIMIT)
+    return instance
+
+
+def open_instance(dagster_home: Path):
+    """The instance under ``dagster_home`` for a command that only reads it (`kg status`):
+    nothing is written, and None when there is none yet (no build has run)."""
+    import dagster as dg
+
+    if not (dagster_home / "dagster.yaml").exists():
+        return None
+    return dg.DagsterInstance.from_config(str(dagster_home))
+
+
 # the pools the assets declare: `ncbi` follows dagster.yaml's default, `gpu` holds one step
+GPU_POOL = "gpu"
 GPU_POOL_LIMIT = 1
 
 
@@ -74,4 +130,4 @@ def initialize_pools(dagster_home: Path) -> None:
         storage = instance.event_log_storage
         if "ncbi" not in storage.get_concurrency_keys():
             storage.initialize_concurrency_limit_to_default("ncbi")
-        storage.set_concurrency_slots("gpu", GPU_POOL_LIMIT)
+        storage.set_concurrency_slots(GPU_POOL, GPU_POOL_LIMIT)

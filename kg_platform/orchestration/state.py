@@ -9,6 +9,9 @@ import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from kg_platform.settings import write_text_atomically
+from kg_platform.storage.owner import process_started_at
+
 # Celery queues: `dagster` is dagster-celery's default, `parse` takes the per-file parses,
 # `gpu` the embedding steps, and is served only by workers on a machine with a GPU
 DEFAULT_QUEUE = "dagster"
@@ -103,6 +106,16 @@ def pid_alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[-1].split()[0] != "Z"
 
 
+def process_alive(pid: int, started_at: float) -> bool:
+    """``pid`` still runs the process that started at ``started_at``: alive, and not a later
+    process given the same pid (one that started after it, with a second's slack for the
+    clock-tick rounding of /proc)."""
+    if not pid_alive(pid):
+        return False
+    now_started = process_started_at(pid)
+    return now_started is None or now_started <= started_at + 1.0
+
+
 def load_deployment(home: Path) -> Deployment | None:
     path = state_file(home)
     if not path.exists():
@@ -114,11 +127,7 @@ def load_deployment(home: Path) -> Deployment | None:
 
 
 def save_deployment(home: Path, deployment: Deployment) -> None:
-    path = state_file(home)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(deployment.to_json())
-    tmp.replace(path)
+    write_text_atomically(state_file(home), deployment.to_json())
 
 
 def remove_deployment(home: Path) -> None:

@@ -316,8 +316,9 @@ class PubmedSource:
         """Copy ``f`` into the lake at ``key``, verified against NLM's md5.
 
         Skips the download when ``key`` already holds a file with the published md5. The
-        content appears at ``key`` only after it matched (atomic lake write), so a failed or
-        corrupt download leaves nothing there.
+        download is staged beside ``key`` and renamed over it only after it matched (atomic
+        lake write), so a failed or corrupt download leaves ``key`` as it was: absent, or the
+        last verified download.
         """
         started = time.monotonic()
         expected = parse_md5(self._read_md5(f), f)
@@ -326,8 +327,8 @@ class PubmedSource:
                 found_md5, size = _md5_of(iter(lambda: existing.read(CHUNK), b""))
             if found_md5 == expected:
                 return FetchResult(key, size, expected, time.monotonic() - started, True, 0)
-            # a stale or corrupt copy from an earlier run: not good data, replace it
-            lake.remove(key)
+            # another version of the file: it stays, byte for byte, until the new download
+            # is verified and renamed over it (a mismatch leaves the last verified one)
         if self.is_http:
             url = self._url(f, f.xml_filename)
             attempts = 0

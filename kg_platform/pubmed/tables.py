@@ -6,6 +6,7 @@ behind and the tables of other files are untouched.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
@@ -74,6 +75,30 @@ def local_copy(lake: Lake, key: str) -> Iterator[str]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
+def schema_problem(table: str, model, error: Exception) -> str:
+    """One line for pandera's failure: each failed check with its first failing value (a
+    duplicated key named by its values), not pandera's multi-line report."""
+    cases = getattr(error, "failure_cases", None)
+    if not isinstance(cases, pl.DataFrame) or cases.height == 0:
+        lines = [x.strip() for x in str(error).splitlines() if x.strip().strip("{}[]")]
+        return f"{table}: {lines[0] if lines else type(error).__name__}"
+    parts = []
+    for (column, check), group in cases.group_by(["column", "check"], maintain_order=True):
+        first = group["failure_case"][0]
+        if check == "multiple_fields_uniqueness":
+            keys = list(model.to_schema().unique or [])
+            try:
+                row = json.loads(first)
+                shown = ", ".join(f"{k} {row[k]}" for k in keys)
+            except (ValueError, KeyError, TypeError):
+                shown = str(first)
+            parts.append(f"{table}: duplicated ({', '.join(keys)}) {shown} ({group.height} rows)")
+        else:
+            more = f" (and {group.height - 1} more)" if group.height > 1 else ""
+            parts.append(f"{table}.{column}: {check} fails for {first}{more}")
+    return "; ".join(parts)
+
+
 def check_tables(tables: dict[str, pa.Table], recount: dict[str, int]) -> list[CheckOutcome]:
     """The four per-file checks, each on the collected data."""
     frames = {name: pl.from_arrow(t) for name, t in tables.items()}
@@ -84,7 +109,7 @@ def check_tables(tables: dict[str, pa.Table], recount: dict[str, int]) -> list[C
         try:
             model.validate(frames[name], lazy=True)
         except (pandera.errors.SchemaErrors, pandera.errors.SchemaError) as exc:
-            schema_errors.append(f"{name}: {str(exc).splitlines()[0]}")
+            schema_errors.append(schema_problem(name, model, exc))
     checks.append(
         CheckOutcome("schema", not schema_errors, "; ".join(schema_errors) or "7 tables valid")
     )

@@ -28,6 +28,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from kg_platform.storage.owner import owner_tag
 from kg_platform.storage.scope import Scope
 
 STAGING = ".staging"  # scratch and staged outputs, inside the lake root
@@ -88,7 +89,9 @@ class Lake:
         )
         if self.is_local:
             self.root = os.path.abspath(os.path.expanduser(self.root.removeprefix("file://")))
-            os.makedirs(self.root, exist_ok=True)
+            # created by the first write, never by a reader; a file is no lake
+            if os.path.exists(self.root) and not os.path.isdir(self.root):
+                raise LakeError(f"{self.root}: not a folder (a local lake root is a folder)")
         else:
             self.root = self.root.rstrip("/")
 
@@ -192,6 +195,20 @@ class Lake:
         with self._named(path):
             return int(self.fs.size(path))
 
+    def sizes(self, prefix: str) -> dict[str, int]:
+        """name -> bytes of each object directly under ``prefix`` (one listing; {} when
+        there is none)."""
+        base = self.physical(self.scope.route(_check_key(prefix).rstrip("/")))
+        with self._named(base):
+            if not self.fs.exists(base):
+                return {}
+            entries = self.fs.ls(base, detail=True)
+        return {
+            posixpath.basename(e["name"].rstrip("/")): int(e.get("size") or 0)
+            for e in entries
+            if e.get("type") == "file"
+        }
+
     def list(self, prefix: str, suffix: str = "") -> list[str]:
         """Keys directly under ``prefix`` ending in ``suffix``, sorted."""
         prefix = _check_key(prefix).rstrip("/")
@@ -253,7 +270,7 @@ class Lake:
             folder = os.path.dirname(target)
             os.makedirs(folder, exist_ok=True)
             fd, tmp = tempfile.mkstemp(
-                dir=folder, prefix=f".{os.path.basename(target)}.tmp-", suffix=""
+                dir=folder, prefix=f".{os.path.basename(target)}.tmp-{owner_tag()}-", suffix=""
             )
             try:
                 with os.fdopen(fd, "wb") as f:
@@ -305,7 +322,7 @@ class Lake:
     def staging_dir(self) -> str:
         """A local scratch folder for tools that need a real path (e.g. DuckDB COPY)."""
         base = os.path.join(self.root, STAGING) if self.is_local else tempfile.gettempdir()
-        path = os.path.join(base, uuid.uuid4().hex)
+        path = os.path.join(base, f"{owner_tag()}-{uuid.uuid4().hex}")
         os.makedirs(path, exist_ok=True)
         return path
 
@@ -318,7 +335,8 @@ class Lake:
         discards them and leaves the published lake exactly as it was."""
         if self.stage is not None:
             raise ValueError("transactions do not nest")
-        stage = _Stage(f"{STAGING}/txn-{uuid.uuid4().hex}")
+        # named by its writer: the next build removes the stages of processes now gone
+        stage = _Stage(f"{STAGING}/txn-{owner_tag()}-{uuid.uuid4().hex}")
         view = replace(self, stage=stage)
         try:
             yield view

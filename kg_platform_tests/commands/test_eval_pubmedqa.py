@@ -112,7 +112,16 @@ def bad_inputs(folder: Path) -> dict[str, tuple[list[str], str]]:
     test = write_questions(folder / "test.json", pmids[10:20])
     overlapping = write_questions(folder / "overlap.json", pmids[5:15])
     missing = folder / "absent.json"
+    empty = folder / "empty.json"
+    empty.write_text("{}")
+    garbage = folder / "garbage.json"
+    garbage.write_text("no json here")
     return {
+        "empty": (["--dev", str(empty), "--test", str(test)], f"--dev {empty}: no questions"),
+        "not json": (
+            ["--dev", str(garbage), "--test", str(garbage)],
+            f"--dev {garbage}: unreadable PubMedQA JSON: Expecting value",
+        ),
         "missing": (["--dev", str(dev), "--test", str(missing)], f"--test {missing}: no such"),
         "same": (["--dev", str(dev), "--test", str(dev)], f"--test {dev}: the same questions"),
         "overlap": (
@@ -130,7 +139,9 @@ def bad_inputs(folder: Path) -> dict[str, tuple[list[str], str]]:
     }
 
 
-@pytest.mark.parametrize("case", ["missing", "same", "overlap", "reader", "recipe"])
+@pytest.mark.parametrize(
+    "case", ["missing", "empty", "not json", "same", "overlap", "reader", "recipe"]
+)
 def test_bad_inputs_get_one_line_naming_them(case, tmp_path, kg_home, capsys) -> None:
     args, message = bad_inputs(tmp_path)[case]
     assert main(["eval", "pubmedqa", *args, "--json"]) == 2

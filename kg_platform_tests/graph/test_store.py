@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -78,3 +80,38 @@ def test_intersect_sorted() -> None:
         assert intersect_sorted(a, b[:0], n_nodes).tolist() == []
     many = np.arange(0, 340, 2, dtype=np.int32)
     assert intersect_sorted(np.array([4, 5, 338]), many, 10_000).tolist() == [4, 338]
+
+
+def test_a_damaged_array_is_named_with_its_file_array_and_build(lake: Lake, tiny) -> None:
+    path = lake.path(layout.array_key(tiny.build_id, "cite_indices"))
+    with open(path, "rb") as f:
+        good = f.read()
+    info = tiny.arrays["cite_indices"]
+    assert (info.size, info.nbytes) == (len(good), 7 * 4) == (128 + 28, 28)
+    # cut short: every open checks the sizes against the manifest
+    with open(path, "wb") as f:
+        f.write(good[:-4])
+    with pytest.raises(ValueError) as cut:
+        KGStore.open(lake, tiny.build_id)
+    assert str(cut.value) == (
+        f"{path}: array cite_indices of graph build {tiny.build_id} is {len(good) - 4} bytes, "
+        f"its manifest says {len(good)} bytes; `kg build` rebuilds it"
+    )
+    # the right size, but no .npy header: opening the array names it
+    with open(path, "wb") as f:
+        f.write(b"x" * len(good))
+    store = KGStore.open(lake, tiny.build_id)
+    with pytest.raises(ValueError) as garbage:
+        store.array("cite_indices")
+    assert str(garbage.value).startswith(
+        f"{path}: array cite_indices of graph build {tiny.build_id} cannot be opened ("
+    )
+    # a missing array and a garbage manifest
+    with open(path, "wb") as f:
+        f.write(good)
+    os.remove(lake.path(layout.array_key(tiny.build_id, "year")))
+    with pytest.raises(ValueError, match=r"/year\.npy: array year of graph build \w+ is missing"):
+        KGStore.open(lake, tiny.build_id)
+    lake.write_bytes(layout.manifest_key(tiny.build_id), b"[1, 2]")
+    with pytest.raises(ValueError, match=r"manifest\.json: not a graph manifest \("):
+        KGStore.open(lake, tiny.build_id)

@@ -264,3 +264,21 @@ def test_empty_set_gives_empty_tables(tmp_path: Path) -> None:
     assert all(t.num_rows == 0 for t in tables.values())
     assert stats.format == "PubmedArticleSet"
     assert recount_file(path)["articles"] == 0
+
+
+def test_a_duplicated_record_fails_the_schema_check_naming_its_pmid(tmp_path: Path) -> None:
+    from kg_platform.pubmed.tables import check_tables
+
+    xml = real_xml()
+    record = first_record()
+    pmid = int(re.search(rb"<PMID[^>]*>(\d+)</PMID>", record).group(1))
+    version = int(re.search(rb'<PMID[^>]*Version="(\d+)"', record).group(1))
+    doubled = xml.replace(record, record + b"\n" + record, 1)
+    path = write_gz(tmp_path / "pubmed26n1334.xml.gz", doubled)
+    tables, _ = parse_file_stats(str(path), file="pubmed26n1334")
+    checks = {c.name: c for c in check_tables(tables, recount_file(str(path)))}
+    schema = checks["schema"]
+    assert not schema.passed
+    assert schema.details == (
+        f"articles: duplicated (pmid, version) pmid {pmid}, version {version} (2 rows)"
+    )

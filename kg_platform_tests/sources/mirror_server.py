@@ -2,7 +2,8 @@
 
 It serves a folder with NLM's layout (directory listings as Python's http.server writes
 them), counts concurrent connections, and can be told to misbehave per path: throttle
-(429/503), reset the connection, cut a body short, or serve corrupt bytes.
+(429/503), reset the connection, cut a body short, hold a body half sent, or serve corrupt
+bytes.
 """
 
 from __future__ import annotations
@@ -27,11 +28,15 @@ class MirrorState:
     active: int = 0
     max_active: int = 0
     requests: list[str] = field(default_factory=list)
-    # path -> actions consumed one per request: an HTTP status ("429", "503"), "reset", "truncate"
+    # path -> actions consumed one per request: an HTTP status ("429", "503"), "reset",
+    # "truncate", "hold"
     faults: dict[str, list[str]] = field(default_factory=dict)
     # paths served with one byte flipped for as long as they are in the set
     corrupt: set[str] = field(default_factory=set)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    # a "hold" action sends half the body, sets `holding`, and resets once `release` is set
+    holding: threading.Event = field(default_factory=threading.Event)
+    release: threading.Event = field(default_factory=threading.Event)
 
 
 class _Handler(http.server.SimpleHTTPRequestHandler):
@@ -87,7 +92,7 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
                 self.send_header("Retry-After", "0")
                 self.send_header("Content-Length", "0")
                 self.end_headers()
-            elif action == "truncate" or corrupt:
+            elif action in ("truncate", "hold") or corrupt:
                 body = Path(self.translate_path(self.path)).read_bytes()
                 self.send_response(200)
                 self.send_header("Content-Length", str(len(body)))
@@ -100,6 +105,14 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
             response = self.wfile.getvalue()
         finally:
             self.wfile = socket_out
+        if action == "hold":
+            socket_out.write(response[: len(response) // 2])
+            socket_out.flush()
+            self._uncount()
+            self.state.holding.set()
+            self.state.release.wait(timeout=900)
+            self._reset()
+            return
         if action == "truncate":
             socket_out.write(response[: len(response) // 2])
             socket_out.flush()

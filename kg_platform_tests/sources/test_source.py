@@ -334,3 +334,24 @@ def test_the_limit_holds_across_processes(mirror: Path, tmp_path: Path) -> None:
         assert len(state.requests) == 32
         assert 2 <= state.max_active <= 4, state.max_active
     assert len(Lake(lake_root).list("raw/pubmed/26/baseline", ".xml.gz")) == 16
+
+
+def test_a_mismatching_download_leaves_the_last_verified_one(mirror: Path, tmp_path: Path) -> None:
+    source_dir = tmp_path / "source"
+    shutil.copytree(mirror, source_dir)
+    lake = Lake(str(tmp_path / "lake"))
+    key = raw_key(F1334)
+    with serve_mirror(source_dir) as (url, _):
+        PubmedSource(url).fetch(F1334, lake, key)
+        verified = Path(lake.path(key))
+        before = verified.stat()
+        # the source now publishes another md5; what it serves does not match it
+        md5 = source_dir / "baseline" / "pubmed26n1334.xml.gz.md5"
+        md5.chmod(0o644)
+        md5.write_text(f"MD5(pubmed26n1334.xml.gz)= {'f' * 32}\n")
+        with pytest.raises(PubmedFileError, match=r"md5 mismatch \(expected f{32}, got "):
+            PubmedSource(url).fetch(F1334, lake, key)
+    assert hashlib.md5(verified.read_bytes()).hexdigest() == MD5_1334
+    after = verified.stat()
+    assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
+    assert lake_files(lake) == [key]

@@ -1,0 +1,72 @@
+"""Whether a published object still matches what was published: the instance can say a
+partition is fresh while its files were truncated or overwritten since. `kg status` reports
+such a partition as `corrupt`, naming the object, and `kg build` redoes it without --force.
+
+Checked (cheap: listings and Parquet footers, no full read): the graph build (its pointer,
+manifest and every array's size against the manifest; the graph's blocking check hashes
+them) and the corpus tables. The embedding index and the grounding index are not checked
+here yet."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from kg_platform.storage.lake import Lake
+
+
+def _dimensions(partition: str) -> dict[str, str]:
+    found = getattr(partition, "keys_by_dimension", None)
+    if found is None:
+        raise ValueError(f"{partition!r}: not a multi-dimensional partition key")
+    return dict(found)
+
+
+def graph_problem(lake: Lake, partition: str) -> str | None:
+    from kg_platform.graph.layout import published_problem
+
+    return published_problem(lake.scoped(**_dimensions(partition)))
+
+
+def corpus_problem(lake: Lake, release: str) -> str | None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from kg_platform.pubmed.fold import CORPUS_TABLES
+
+    scoped = lake.scoped(release=release)
+    for table in CORPUS_TABLES:
+        key = f"corpus/{table}.parquet"
+        if not scoped.exists(key):
+            return f"{scoped.path(key)}: missing"
+        try:
+            with scoped.open(key) as f:
+                pq.ParquetFile(f).metadata  # noqa: B018 (reads and checks the footer)
+        except (pa.ArrowInvalid, OSError) as exc:
+            return f"{scoped.path(key)}: not a readable Parquet file ({exc})"
+    return None
+
+
+CHECKED: dict[str, Callable[[Lake, str], str | None]] = {
+    "graph": graph_problem,
+    "corpus": corpus_problem,
+}
+
+
+def published_problem(lake: Lake, asset: str, partition: str | None) -> str | None:
+    """One line naming what of ``asset``'s published ``partition`` no longer matches what was
+    published; None when it matches or the asset is not checked."""
+    check = CHECKED.get(asset)
+    if check is None or partition is None:
+        return None
+    try:
+        return check(lake, partition)
+    except (ValueError, OSError) as exc:
+        return str(exc)
+
+
+def damaged(lake_root: str) -> Callable[[object], bool]:
+    """For the build planner: whether an AssetKeyPartitionKey's published object is corrupt."""
+    lake = Lake(lake_root)
+    return lambda ap: (
+        published_problem(lake, ap.asset_key.to_user_string(), ap.partition_key) is not None
+    )

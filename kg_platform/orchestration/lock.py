@@ -1,0 +1,116 @@
+"""One writer per Dagster instance: `kg build` holds `<dagster_home>/build.lock` while it
+writes the instance (partitions, backfills, `.kg/` files) and the lake.
+
+The file names its holder (pid and start time) for the one line a second build prints. The
+lock itself is the kernel's (`flock`): it goes with the holder's process, so a killed build
+leaves a stale file that the next build simply takes over, and two builds never both hold it.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from kg_platform.orchestration.state import process_alive
+from kg_platform.storage.owner import process_started_at
+
+LOCK_FILE = "build.lock"
+
+
+@dataclass(frozen=True)
+class Holder:
+    """The build that holds (or held) the lock."""
+
+    pid: int
+    started_at: float  # the holder process's start, seconds since the epoch
+
+    def describe(self) -> str:
+        when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(self.started_at))
+        return f"pid {self.pid}, started at {when}"
+
+    def alive(self) -> bool:
+        return process_alive(self.pid, self.started_at)
+
+
+class BuildLockHeld(ValueError):
+    """Another build holds the instance; the message is the one line the user sees."""
+
+    def __init__(self, lock: Path, holder: Holder | None) -> None:
+        who = holder.describe() if holder else "its pid not written yet"
+        super().__init__(
+            f"another kg build is running on this instance ({who}; lock {lock}); "
+            "wait for it, or add --wait"
+        )
+        self.holder = holder
+
+
+def read_holder(path: Path) -> Holder | None:
+    """The holder the lock file names; None when it names none (empty or being written)."""
+    try:
+        raw = json.loads(path.read_text())
+        return Holder(int(raw["pid"]), float(raw["started_at"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _held_by_other(path: Path, tries: int = 20) -> Holder | None:
+    # the holder writes its name just after taking the lock: give it a moment to appear
+    for _ in range(tries):
+        holder = read_holder(path)
+        if holder is not None:
+            return holder
+        time.sleep(0.05)
+    return None
+
+
+@contextmanager
+def build_lock(
+    dagster_home: Path, wait: bool = False, on_wait: Callable[[str], None] = print
+) -> Iterator[Holder]:
+    """Hold the instance's build lock for the block. When another live build holds it:
+    raise BuildLockHeld (one line naming it), or with ``wait`` say so once and wait for it."""
+    path = dagster_home / LOCK_FILE
+    created = not dagster_home.exists()
+    fd = _take(path, wait, on_wait)
+    try:
+        me = Holder(os.getpid(), process_started_at(os.getpid()) or time.time())
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps({"pid": me.pid, "started_at": me.started_at}).encode(), 0)
+        os.fsync(fd)
+        yield me
+    finally:
+        # a build refused before it wrote anything leaves no instance folder behind
+        if created and os.listdir(dagster_home) == [LOCK_FILE]:
+            path.unlink()
+            dagster_home.rmdir()
+        os.close(fd)  # releases the lock; the file stays, naming the last holder
+
+
+def _take(path: Path, wait: bool, on_wait: Callable[[str], None]) -> int:
+    """An open descriptor of ``path`` holding its lock."""
+    while True:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _held_by_other(path)
+            if not wait:
+                os.close(fd)
+                raise BuildLockHeld(path, holder) from None
+            who = holder.describe() if holder else "pid unknown"
+            on_wait(f"waiting for the kg build running on this instance ({who})")
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            same = os.fstat(fd).st_ino == os.stat(path).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            return fd
+        os.close(fd)  # the holder removed the file it locked: lock the one there now

@@ -1,0 +1,45 @@
+"""Which process wrote a staging folder or a temporary file: its pid and start time, carried
+in the name, so the next build can tell what a killed process left behind from what a live
+one is still writing (a pid alone may have been given to a later process)."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+# "~<pid>.<start in 1/100 s since the epoch>~" inside a name
+OWNER_PATTERN = re.compile(r"~(\d+)\.(\d+)~")
+
+
+def process_started_at(pid: int) -> float | None:
+    """When process ``pid`` started (seconds since the epoch), from /proc; None where that
+    cannot be read (no such process, or no /proc)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        boot = next(
+            float(line.split()[1])
+            for line in Path("/proc/stat").read_text().splitlines()
+            if line.startswith("btime ")
+        )
+    except (OSError, StopIteration, ValueError):
+        return None
+    ticks = int(stat.rsplit(")", 1)[-1].split()[19])
+    return boot + ticks / os.sysconf("SC_CLK_TCK")
+
+
+_TAGS: dict[int, str] = {}
+
+
+def owner_tag(pid: int | None = None) -> str:
+    """The tag naming process ``pid`` (default: this one) inside a file or folder name."""
+    pid = os.getpid() if pid is None else pid
+    if pid not in _TAGS:  # a forked child has a pid of its own, so its own entry
+        _TAGS[pid] = f"~{pid}.{round((process_started_at(pid) or 0.0) * 100)}~"
+    return _TAGS[pid]
+
+
+def owner_of(name: str) -> tuple[int, float] | None:
+    """(pid, start time) of the process a name's tag names; None for a name without one."""
+    match = OWNER_PATTERN.search(name)
+    return (int(match.group(1)), int(match.group(2)) / 100) if match else None

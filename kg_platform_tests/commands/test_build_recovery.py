@@ -1,0 +1,147 @@
+"""A `kg build` killed outright (SIGKILL to its whole process group: the CLI, its code server
+and its runs) during a download, during a parse and during the fold: `kg status` says which
+partitions lost their process, and the next `kg build` finishes and leaves the lake exactly as
+a clean build does (no staging, no temporary file, the same bytes).
+
+The source is a synthetic release in NLM's format served over HTTP by a real server that can
+hold a download half sent; its files are big enough that a parse and the fold take a while."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from kg_platform_tests.commands.test_build_lock import BUILD_TIMEOUT_S, SELECT, kg_env
+from kg_platform_tests.conftest import require_reference
+from kg_platform_tests.sources.mirror_server import serve_mirror
+
+RECORDS = 24_000
+FIRST = "pubmed26n0001"
+RAW_FIRST = f"raw/pubmed/26/baseline/{FIRST}.xml.gz"
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    from kg_platform.pubmed.synthetic import write_synthetic_release
+
+    folder = tmp_path_factory.mktemp("release")
+    write_synthetic_release(folder, RECORDS, n_baseline_files=2, n_update_files=1)
+    with serve_mirror(folder) as (url, state):
+        yield url, state
+
+
+def kg(home: Path, url: str, command: str = "build", **popen) -> subprocess.Popen:
+    args = [sys.executable, "-m", "kg_platform.cli", command]
+    if command == "build":
+        args += ["--pubmed-source", url, "--mesh-source", str(require_reference("mesh"))]
+        args += ["--select", SELECT, "--jobs", "2"]
+    return subprocess.Popen(
+        args,
+        env=kg_env(home),
+        cwd=home.parent,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        **popen,
+    )
+
+
+def finished(process: subprocess.Popen) -> tuple[int, str]:
+    # a bound on waiting for a real build, not a figure the test asserts
+    out, err = process.communicate(timeout=BUILD_TIMEOUT_S)
+    return process.returncode, out + err
+
+
+def lake_files(lake: Path) -> dict[str, str]:
+    """relative path -> sha256 of every file in the lake (staging and temporaries included)."""
+    return {
+        str(p.relative_to(lake)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(lake.rglob("*"))
+        if p.is_file()
+    }
+
+
+@pytest.fixture(scope="module")
+def clean_lake(served, tmp_path_factory) -> dict[str, str]:
+    url, _ = served
+    home = tmp_path_factory.mktemp("clean") / "kg"
+    code, output = finished(kg(home, url))
+    assert code == 0, output
+    files = lake_files(home / "lake")
+    assert {f for f in files if f.startswith("corpus/")} == {
+        f"corpus/pubmed26/{t}.parquet"
+        for t in ("articles", "mesh_edges", "citations", "corrections", "chemicals", "pubtypes")
+    }
+    return files
+
+
+def during_download(lake: Path, state) -> bool:
+    return state.holding.is_set()
+
+
+def during_parse(lake: Path, state) -> bool:
+    # the file is downloaded and verified; its tables are not published yet
+    return (lake / RAW_FIRST).exists() and not (lake / f"tables/articles/{FIRST}.parquet").exists()
+
+
+def during_fold(lake: Path, state) -> bool:
+    # the fold's scratch folder (named by its process) exists while it folds
+    staging = lake / ".staging"
+    return staging.is_dir() and any(p.name.startswith("~") for p in staging.iterdir())
+
+
+@pytest.mark.parametrize(
+    ("point", "when"),
+    [("download", during_download), ("parse", during_parse), ("fold", during_fold)],
+)
+def test_the_build_after_a_killed_build_finishes_and_equals_a_clean_one(
+    served, clean_lake, tmp_path, point: str, when: Callable
+) -> None:
+    url, state = served
+    home = tmp_path / "kg"
+    lake = home / "lake"
+    state.holding.clear()
+    state.release.clear()
+    if point == "download":
+        state.faults[f"/baseline/{FIRST}.xml.gz"] = ["hold"]
+    build = kg(home, url, start_new_session=True)
+    deadline = time.monotonic() + BUILD_TIMEOUT_S
+    while not when(lake, state):
+        assert build.poll() is None, f"the build ended before the {point}: {finished(build)}"
+        assert time.monotonic() < deadline, f"no {point} within {BUILD_TIMEOUT_S} s"
+        time.sleep(0.01)
+    os.killpg(build.pid, signal.SIGKILL)
+    build.wait(timeout=60)
+    state.release.set()
+    time.sleep(1)  # the session's other processes go with the signal; give the kernel a moment
+
+    # what the kill left: the run that was working, and its staging
+    assert not (lake / "corpus" / "pubmed26" / "articles.parquet").exists()
+    if point == "download":
+        assert not (lake / RAW_FIRST).exists()
+    if point == "parse":
+        assert (lake / RAW_FIRST).exists()
+        assert not (lake / f"tables/articles/{FIRST}.parquet").exists()
+    code, status = finished(kg(home, url, "status"))
+    assert code == 0, status
+    assert "in progress" not in status
+    assert "failed (process gone)" in status, status
+    gone = "corpus" if point == "fold" else FIRST
+    assert any(gone in line and "failed (process gone)" in line for line in status.splitlines())
+
+    code, output = finished(kg(home, url))
+    assert code == 0, output
+    assert "recovered from a killed build: " in output
+    assert "runs marked failed (process gone)" in output
+    assert lake_files(lake) == clean_lake
+    # and the instance agrees: everything fresh, nothing failed or running
+    code, status = finished(kg(home, url, "status"))
+    assert "failed" not in status and "in progress" not in status, status
