@@ -4,8 +4,8 @@ such a partition as `corrupt`, naming the object, and `kg build` redoes it witho
 
 Checked (cheap: listings and Parquet footers, no full read): the graph build (its pointer,
 manifest and every array's size against the manifest; the graph's blocking check hashes
-them) and the corpus tables. The embedding index and the grounding index are not checked
-here yet."""
+them), the corpus tables and the embedding index (its two arrays' sizes against its
+manifest's rows and dimension). The grounding index is not checked here yet."""
 
 from __future__ import annotations
 
@@ -46,9 +46,16 @@ def corpus_problem(lake: Lake, release: str) -> str | None:
     return None
 
 
+def embedding_index_problem(lake: Lake, release: str) -> str | None:
+    from kg_platform.embeddings.index import index_problem
+
+    return index_problem(lake.scoped(release=release))
+
+
 CHECKED: dict[str, Callable[[Lake, str], str | None]] = {
     "graph": graph_problem,
     "corpus": corpus_problem,
+    "embedding_index": embedding_index_problem,
 }
 
 

@@ -167,6 +167,31 @@ def build_index(
     )
 
 
+def index_problem(lake: Lake) -> str | None:
+    """Why the published index does not match its manifest, naming the file (a manifest that
+    is not one, an array file missing or not of the size its rows and dimension give); None
+    when it matches or none is published. Cheap: one listing, no array read."""
+    if not lake.exists(INDEX_MANIFEST):
+        return None
+    try:
+        manifest = json.loads(lake.read_bytes(INDEX_MANIFEST))
+        rows, dim = int(manifest["vectors"]), int(manifest["dim"])
+    except (ValueError, KeyError, TypeError) as exc:
+        return f"{lake.path(INDEX_MANIFEST)}: not an index manifest ({exc})"
+    found = lake.sizes(INDEX)
+    # each .npy file: its data and a header of at most 4 KiB
+    for key, data in ((INDEX_PMIDS, 8 * rows), (INDEX_VECTORS, 2 * rows * dim)):
+        size = found.get(key.rsplit("/", 1)[1])
+        if size is None:
+            return f"{lake.path(key)}: missing (the index manifest lists it)"
+        if not 0 < size - data <= 4096:
+            return (
+                f"{lake.path(key)}: {size} bytes, but the index manifest's {rows} rows "
+                f"x {dim} give {data} bytes of data; rebuild embedding_index"
+            )
+    return None
+
+
 def _move_in(lake: Lake, staging: str, name: str, key: str) -> None:
     source = os.path.join(staging, name)
     if lake.is_local:

@@ -14,7 +14,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from kg_platform.embeddings.encoder import Encoder
-from kg_platform.embeddings.index import INDEX_MANIFEST, INDEX_PMIDS, INDEX_VECTORS
+from kg_platform.embeddings.index import (
+    INDEX_MANIFEST,
+    INDEX_PMIDS,
+    INDEX_VECTORS,
+    index_problem,
+)
 from kg_platform.storage.lake import Lake
 
 BACKENDS = ("auto", "numpy", "torch")
@@ -69,9 +74,11 @@ class DenseIndex:
                 raise DenseIndexError(
                     f"{key}: not in the lake at {lake.root}; materialise embedding_index first"
                 )
+        problem = index_problem(lake)  # the files' sizes against the manifest, every open
+        if problem is not None:
+            raise DenseIndexError(problem)
         manifest = json.loads(lake.read_bytes(INDEX_MANIFEST))
-        pmids = lake.read_npy(INDEX_PMIDS)
-        vectors = lake.read_npy(INDEX_VECTORS)
+        pmids, vectors = (_open_array(lake, key) for key in (INDEX_PMIDS, INDEX_VECTORS))
         if manifest.get("vectors") != len(pmids):
             raise DenseIndexError(
                 f"{INDEX_MANIFEST}: says {manifest.get('vectors')} vectors, "
@@ -179,6 +186,15 @@ class DenseIndex:
         kk = min(k, scores.shape[1])
         top = np.argpartition(-scores, kk - 1, axis=1)[:, :kk]
         return np.take_along_axis(scores, top, axis=1), top
+
+
+def _open_array(lake: Lake, key: str) -> np.ndarray:
+    try:
+        return lake.read_npy(key)
+    except (ValueError, OSError) as exc:
+        raise DenseIndexError(
+            f"{lake.path(key)}: the embedding index cannot be opened ({exc})"
+        ) from exc
 
 
 def _resolve_backend(backend: str, device: str) -> tuple[str, str]:

@@ -104,3 +104,33 @@ def test_the_semantic_ranker_scores_each_question_afresh():
     assert np.isnan(second.scores[-1]) and second.embedded == 11 and second.candidates == 12
     assert second.order()[0] == 3 and second.order()[-1] == 11  # its own title; PMID 1 last
     assert second.top1 > first.top1
+
+
+def test_a_damaged_published_index_is_named_on_open(tmp_path):
+    import json
+
+    from kg_platform.commands.integrity import published_problem
+    from kg_platform.embeddings.index import INDEX_MANIFEST, INDEX_PMIDS, INDEX_VECTORS
+    from kg_platform.storage.lake import Lake
+
+    root = Lake(str(tmp_path / "lake"))
+    lake = root.scoped(release="pubmed26")
+    pmids, vectors, _ = _random_index(n=10)
+    lake.write_npy(INDEX_PMIDS, pmids)
+    lake.write_npy(INDEX_VECTORS, vectors)
+    lake.write_bytes(INDEX_MANIFEST, json.dumps({"vectors": 10, "dim": 16}).encode())
+    assert len(DenseIndex.open(lake)) == 10
+    assert published_problem(root, "embedding_index", "pubmed26") is None
+    path = lake.path(INDEX_VECTORS)
+    with open(path, "rb") as f:
+        good = f.read()
+    with open(path, "wb") as f:
+        f.write(good[: len(good) // 2])
+    damage = (
+        f"{path}: {len(good) // 2} bytes, but the index manifest's 10 rows x 16 give 320 bytes "
+        "of data; rebuild embedding_index"
+    )
+    with pytest.raises(DenseIndexError) as opened:
+        DenseIndex.open(lake)
+    assert str(opened.value) == damage
+    assert published_problem(root, "embedding_index", "pubmed26") == damage
