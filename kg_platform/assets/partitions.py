@@ -57,6 +57,8 @@ answering_evaluations = dg.MultiPartitionsDefinition(
 
 verifier_configs = dg.DynamicPartitionsDefinition(name="verifier_configs")
 scifact_claim_sets = dg.DynamicPartitionsDefinition(name="scifact_claim_sets")
+# claim sets scored by verifiers trained on other claim sets (kg eval verification --test)
+scifact_heldout_sets = dg.DynamicPartitionsDefinition(name="scifact_heldout_sets")
 ladder_configs = dg.DynamicPartitionsDefinition(name="ladder_configs")
 refusal_evaluations = dg.MultiPartitionsDefinition(
     {"question_set": pubmedqa_sets, "ladder_config": ladder_configs}

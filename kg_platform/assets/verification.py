@@ -15,11 +15,13 @@ from kg_platform.assets.partitions import (
     dims_of,
     refusal_evaluations,
     scifact_claim_sets,
+    scifact_heldout_sets,
     verifier_configs,
 )
 from kg_platform.evaluation import pubmedqa_answering as answering
 from kg_platform.evaluation import refusal_report as refusal
 from kg_platform.evaluation import scifact_report as scifact
+from kg_platform.evaluation import scifact_transfer as transfer
 from kg_platform.evaluation import verifier_training as training
 from kg_platform.resources.lake import LakeResource
 from kg_platform.storage.scope import Scope
@@ -146,4 +148,38 @@ def refusal_report(context: dg.AssetExecutionContext, lake: LakeResource) -> dg.
     )
 
 
-defs = dg.Definitions(assets=[verifier_model, scifact_report, refusal_report])
+@dg.asset(
+    partitions_def=scifact_heldout_sets,
+    deps=[dg.AssetDep("verifier_model", partition_mapping=ALL)],
+    group_name="verification",
+    kinds={"markdown"},
+    code_version="1",
+    check_specs=blocking_specs("scifact_heldout_report", transfer.HELDOUT_CHECKS),
+)
+def scifact_heldout_report(
+    context: dg.AssetExecutionContext, lake: LakeResource
+) -> dg.MaterializeResult:
+    """Every verifier trained on another SciFact claim set (verifier_model, its tau and its
+    baseline fitted there) scored once on this one: NOINFO AUROC, macro-F1, the decision at
+    the saved tau and the shuffled-label control, under reports/scifact_heldout/<claim set>/.
+    Partitioned by **held-out claim set**; a shared claim id fails the check."""
+    root = lake.get()
+    key = context.partition_key
+    corpus = transfer.heldout_corpus(root, key)
+    with training.open_claim_set(root, key, corpus) as claims:
+        report, outcomes = transfer.heldout_report(root, claims)
+    return published_report(
+        context,
+        root.scoped(Scope(report=key)),
+        transfer.HELDOUT_PREFIX,
+        lambda staged: transfer.write_heldout_report(staged, report),
+        outcomes,
+        f"scifact_heldout_report[{key}]",
+        transfer.heldout_summary(report),
+        claim_set=key,
+    )
+
+
+defs = dg.Definitions(
+    assets=[verifier_model, scifact_report, refusal_report, scifact_heldout_report]
+)

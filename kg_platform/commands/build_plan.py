@@ -39,7 +39,12 @@ class BuildKeys:
         if d in (p.reader_configs, p.answering_evaluations):
             # reader configurations and their caches are registered by `kg eval pubmedqa`
             return []
-        if d in (p.verifier_configs, p.scifact_claim_sets, p.refusal_evaluations):
+        if d in (
+            p.verifier_configs,
+            p.scifact_claim_sets,
+            p.scifact_heldout_sets,
+            p.refusal_evaluations,
+        ):
             # verifiers train on request only: their configurations, claim sets and ladder
             # configurations are registered by whoever asks for them, never by a build
             return []

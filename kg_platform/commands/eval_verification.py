@@ -1,9 +1,12 @@
-"""`kg eval verification --claims FILE [--corpus FILE] [--kind probe|minilm] [--recipe JSON]
-[--pubmedqa FILE] [--lake DIR] [--release R --mesh-year Y] [--min-paths K] [--json]`: register
+"""`kg eval verification --claims FILE [--test FILE] [--corpus FILE] [--kind probe|minilm]
+[--recipe JSON] [--pubmedqa FILE] [--lake DIR] [--release R --mesh-year Y] [--min-paths K]
+[--json]`: register
 the SciFact claim set, its corpus and a verifier configuration (and, with ``--pubmedqa``, the
 question set and a ladder configuration whose gate 7 is that verifier), then materialise
 verifier_model, scifact_report and refusal_report through the persistent Dagster instance,
-so the runs and their checks show in the UI (as `kg eval pubmedqa` does for the reader)."""
+so the runs and their checks show in the UI (as `kg eval pubmedqa` does for the reader).
+With ``--test``, that claim set too, and scifact_heldout_report scores it once with every
+verifier trained on another claim set (``evaluation/scifact_transfer.py``)."""
 
 from __future__ import annotations
 
@@ -26,6 +29,13 @@ def add_eval_parser(subparsers: argparse._SubParsersAction) -> argparse.Argument
         description=__doc__.splitlines()[0],
     )
     parser.add_argument("--claims", required=True, help="SciFact claims CSV the verifier trains on")
+    parser.add_argument(
+        "--test",
+        default=None,
+        metavar="FILE",
+        help="a SciFact claims CSV sharing no claim id with --claims: scored once by the "
+        "verifier trained on --claims (scifact_heldout_report)",
+    )
     parser.add_argument(
         "--corpus",
         default=None,
@@ -83,11 +93,20 @@ def configurations(args: argparse.Namespace, lake) -> dict:
     files = {"claims": args.claims, "corpus": corpus}
     if args.pubmedqa is not None:
         files["pubmedqa"] = args.pubmedqa
+    if args.test is not None:
+        files["test"] = args.test
     for option, path in files.items():
         if not Path(path).is_file():
             raise ValueError(f"--{option} {path}: no such file")
     if args.pubmedqa is not None:
         load_pubmedqa(args.pubmedqa)  # a file that is no PubMedQA set is named here
+    if args.test is not None:
+        from kg_platform.evaluation.scifact_transfer import check_disjoint
+        from kg_platform.evaluation.verifier_training import claim_set_from_files
+
+        check_disjoint(
+            claim_set_from_files(args.claims, corpus), claim_set_from_files(args.test, corpus)
+        )
     config = VerifierConfig(
         args.kind,
         question_set_key(args.claims),
@@ -109,6 +128,8 @@ def configurations(args: argparse.Namespace, lake) -> dict:
         "corpus": register_question_set(lake, "scifact_corpus", corpus),
         "verifier_config": register_verifier_config(lake, config),
     }
+    if args.test is not None:
+        keys["heldout_set"] = register_question_set(lake, "scifact", args.test)
     if args.pubmedqa is not None:
         keys["question_set"] = register_question_set(lake, "pubmedqa", args.pubmedqa)
         keys["ladder_config"] = register_ladder_config(lake, ladder)
@@ -144,6 +165,7 @@ def materialise(settings, lake, keys: dict) -> str:
         ladder_configs,
         pubmedqa_sets,
         scifact_claim_sets,
+        scifact_heldout_sets,
         verifier_configs,
     )
     from kg_platform.commands.build import prepare_instance
@@ -156,6 +178,9 @@ def materialise(settings, lake, keys: dict) -> str:
         ("verifier_model", keys["verifier_config"]),
         ("scifact_report", keys["claim_set"]),
     ]
+    if "heldout_set" in keys:
+        instance.add_dynamic_partitions(scifact_heldout_sets.name, [keys["heldout_set"]])
+        steps.append(("scifact_heldout_report", keys["heldout_set"]))
     if "ladder_config" in keys:
         instance.add_dynamic_partitions(pubmedqa_sets.name, [keys["question_set"]])
         instance.add_dynamic_partitions(ladder_configs.name, [keys["ladder_config"]])
@@ -185,8 +210,15 @@ def read_reports(lake, keys: dict) -> dict:
         },
         "scifact": {"n_claims": scifact["n_claims"], "n_pairs": scifact["n_pairs"], **row},
         "refusal": None,
+        "heldout": None,
         "partition": dict(keys),
     }
+    if "heldout_set" in keys:
+        from kg_platform.evaluation.scifact_transfer import HELDOUT_PREFIX
+
+        doc = json.loads(lake.read_bytes(f"{HELDOUT_PREFIX}/{keys['heldout_set']}/report.json"))
+        (held,) = [v for v in doc["verifiers"] if v["config"] == keys["verifier_config"]]
+        out["heldout"] = held
     if "ladder_config" in keys:
         folder = f"{refusal.REPORT_PREFIX}/{keys['question_set']}/{keys['ladder_config']}"
         doc = json.loads(lake.read_bytes(f"{folder}/report.json"))
@@ -216,6 +248,13 @@ def print_report(report: dict, as_json: bool) -> None:
         f"{row['macro_f1']}; untrained-encoder baseline {base['noinfo_auroc']} / "
         f"{base['macro_f1']}"
     )
+    held = report.get("heldout")
+    if held is not None:
+        print(
+            f"scifact_heldout_report: {held['test']['n_claims']} held-out claims, scored once: "
+            f"NOINFO AUROC {held['test']['noinfo_auroc']}, macro-F1 {held['test']['macro_f1']}, "
+            f"balanced accuracy at tau {held['test_at_tau']['balanced_accuracy']}"
+        )
     refusal = report["refusal"]
     if refusal is not None:
         print(

@@ -24,10 +24,13 @@ import numpy as np
 from kg_platform.answer.verifier import (
     NOINFO,
     RANDOM,
+    VERDICTS,
     VerifierPair,
     VerifierProbeRecipe,
     fit_probe_head,
 )
+from kg_platform.evaluation.posterior_cache import CacheCheck
+from kg_platform.evaluation.report_files import write_report_files
 from kg_platform.evaluation.scifact_eval import (
     VerdictMetrics,
     baseline_features,
@@ -39,8 +42,14 @@ from kg_platform.evaluation.verifier_training import (
     TrainedVerifier,
     VerifierConfig,
     file_sha256,
+    load_trained_verifier,
+    open_claim_set,
+    read_trained,
     train_config_verifier,
+    trained_key,
+    verifier_configs,
 )
+from kg_platform.storage.lake import Lake
 
 MAX_NAMED_IDS = 10
 
@@ -157,6 +166,8 @@ def evaluate_transfer(
         train_features = trained.features
     else:
         encoder = VerifierProbeRecipe(base_model=config.baseline_model).encoder(device)
+        train_features = None
+    if train_features is None:  # not kept with a saved verifier: embedded again
         train_features = baseline_features(trained.pairs, encoder.encode)
     test_features = baseline_features(test_pairs, encoder.encode)
     train_labels = labels_of(trained.pairs)
@@ -180,3 +191,115 @@ def evaluate_transfer(
         shuffled_control=verdict_metrics(control.posteriors(test_features), test_labels, hard),
         recipe={"kind": config.verifier, **recipe.to_dict()} if recipe is not None else {},
     )
+
+
+# -- the held-out report of a registered claim set (the scifact_heldout_report asset) -------
+
+HELDOUT_PREFIX = "reports/scifact_heldout"
+HELDOUT_CHECKS = {
+    "claims_disjoint": "no claim of the set is a training claim of any verifier scored on it",
+    "saved_tau": "each verifier is scored at the tau verifier_model saved with it",
+}
+
+
+def trained_from_record(
+    lake: Lake, config: VerifierConfig, record: dict, train: ClaimSet
+) -> TrainedVerifier:
+    """The verifier ``verifier_model`` saved for ``config``, with its out-of-fold scores
+    and tau, as ``train_config_verifier`` returned it (features are not saved)."""
+    table = lake.read_parquet(record["oof"])
+    oof = np.column_stack([table[f"p_{v.lower()}"].to_numpy() for v in VERDICTS])
+    return TrainedVerifier(
+        load_trained_verifier(lake, record),
+        train.pairs(config.seed),
+        table["fold"].to_numpy(),
+        oof.astype(np.float32),
+        float(record["tau"]),
+    )
+
+
+def heldout_corpus(lake: Lake, claim_set: str) -> str:
+    """The one corpus the trained verifiers pair their claims with (the held-out set is read
+    with it)."""
+    corpora = sorted({c.corpus for c in verifier_configs(lake) if lake.exists(trained_key(c.key))})
+    if len(corpora) != 1:
+        raise ValueError(
+            f"claim set {claim_set}: the trained verifiers pair claims with {corpora}; "
+            "exactly one corpus is needed (materialise verifier_model first)"
+        )
+    return corpora[0]
+
+
+def heldout_report(lake: Lake, test: ClaimSet) -> tuple[dict, list[CacheCheck]]:
+    """Every registered verifier with a trained model, paired with the same corpus and
+    trained on a claim set that shares no claim with ``test``, scored once on ``test``
+    (``evaluate_transfer``), and the checks."""
+    rows, overlaps, taus = [], [], []
+    test_ids = {c.claim_id for c in test.claims}
+    for config in verifier_configs(lake):
+        if config.corpus != test.corpus_key or not lake.exists(trained_key(config.key)):
+            continue
+        if config.training_set == test.key:  # trained on this very set: not held out
+            continue
+        record = read_trained(lake, config.key)
+        with open_claim_set(lake, config.training_set, config.corpus) as train:
+            shared = sorted({c.claim_id for c in train.claims} & test_ids)
+            if shared:  # the check fails, naming them; the verifier is not scored
+                overlaps.append(f"{config.key} ({config.training_set}): {shared[:MAX_NAMED_IDS]}")
+                continue
+            trained = trained_from_record(lake, config, record, train)
+            doc = evaluate_transfer(config, train, test, "cpu", trained).to_json()
+        rows.append({"config": config.key, **doc})
+        taus.append((config.key, doc["tau"], record["tau"]))
+    if not rows and not overlaps:
+        raise ValueError(
+            f"claim set {test.key}: no verifier_model is trained on a claim set disjoint from "
+            "it with the same corpus; register one and materialise verifier_model first"
+        )
+    report = {"claim_set": test.key, "corpus": test.corpus_key, "verifiers": rows}
+    checks = [
+        CacheCheck(
+            "claims_disjoint",
+            not overlaps,
+            "; ".join(overlaps) or f"{len(rows)} verifier(s), no shared claim id",
+        ),
+        CacheCheck(
+            "saved_tau",
+            all(a == b for _, a, b in taus),
+            "; ".join(f"{k}: scored at {a}, saved {b}" for k, a, b in taus),
+        ),
+    ]
+    return report, checks
+
+
+def write_heldout_report(lake: Lake, report: dict, prefix: str = HELDOUT_PREFIX) -> list[str]:
+    lines = [
+        f"# Verifiers scored on held-out claim set {report['claim_set']}",
+        "",
+        "Each verifier, its tau and its baseline were fitted on another claim set; these claims",
+        "were scored once.",
+        "",
+        "| verifier | trained on | NOINFO AUROC | macro-F1 | balanced accuracy at tau | "
+        "baseline AUROC | shuffled-label control AUROC |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in report["verifiers"]:
+        lines.append(
+            f"| {r['config']} | {r['train']['key']} | {r['test']['noinfo_auroc']} | "
+            f"{r['test']['macro_f1']} | {r['test_at_tau']['balanced_accuracy']} | "
+            f"{r['baseline']['noinfo_auroc']} | "
+            f"{r['controls']['baseline_shuffled_labels']['noinfo_auroc']} |"
+        )
+    return write_report_files(lake, prefix, report, "\n".join(lines) + "\n", {})
+
+
+def heldout_summary(report: dict) -> dict:
+    return {
+        r["config"]: {
+            "trained_on": r["train"]["key"],
+            "noinfo_auroc": r["test"]["noinfo_auroc"],
+            "macro_f1": r["test"]["macro_f1"],
+            "tau": r["tau"],
+        }
+        for r in report["verifiers"]
+    }
