@@ -271,7 +271,12 @@ def observe_source(defs, instance) -> None:
     """Record each source file's published md5 (Dagster's observation of the source asset),
     so a file changed at the source is a stale partition and is fetched again."""
     job = defs.resolve_job_def("observe_pubmed_source")
-    result = job.execute_in_process(instance=instance, raise_on_error=False, run_config=QUIET)
+    from kg_platform.orchestration.recovery import owner_tags
+
+    # an in-process run reports no worker pid: its owner tag lets the next build fail it
+    result = job.execute_in_process(
+        instance=instance, raise_on_error=False, run_config=QUIET, tags=owner_tags()
+    )
     if not result.success:
         from kg_platform.commands.build_run import failure_message
 

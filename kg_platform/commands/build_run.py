@@ -254,6 +254,7 @@ def materialise_in_order(
     stops at the first failure and returns its one line, else ""."""
     import dagster as dg
 
+    from kg_platform.orchestration.recovery import owner_tags
     from kg_platform.resources.lake import LakeResource
 
     for asset, partition in steps:
@@ -263,7 +264,7 @@ def materialise_in_order(
             partition_key=partition,
             instance=instance,
             resources={"lake": LakeResource(root=lake_root)},
-            tags={"kg/command": command},
+            tags={"kg/command": command, **owner_tags()},  # see orchestration/recovery.py
             raise_on_error=False,
         )
         if not result.success:

@@ -20,7 +20,9 @@ import pytest
 from kg_platform.orchestration.launcher import LocalRunLauncher
 from kg_platform.orchestration.recovery import (
     FAILURE_TAG,
+    OWNER_TAG,
     PROCESS_GONE,
+    owner_tags,
     recover,
     remove_dead_staging,
     worker_gone,
@@ -36,8 +38,9 @@ def instance(tmp_path: Path):
         yield instance
 
 
-def started_run(instance, pid: int) -> dg.DagsterRun:
-    """A STARTED run whose worker reported ``pid``, as Dagster's run worker does."""
+def started_run(instance, pid: int | None, tags: dict | None = None) -> dg.DagsterRun:
+    """A STARTED run whose worker reported ``pid``, as Dagster's run worker does (no pid:
+    a run executed inside a CLI process, which reports none)."""
     from dagster._core.events import EngineEventData
     from dagster._core.storage.dagster_run import DagsterRun, DagsterRunStatus
 
@@ -46,11 +49,13 @@ def started_run(instance, pid: int) -> dg.DagsterRun:
             job_name="pubmed_file_job",
             run_id=str(uuid.uuid4()),
             status=DagsterRunStatus.STARTED,
+            tags=tags or {},
         )
     )
-    instance.report_engine_event(
-        f"Started process for run (pid: {pid}).", run, EngineEventData.in_process(pid)
-    )
+    if pid is not None:
+        instance.report_engine_event(
+            f"Started process for run (pid: {pid}).", run, EngineEventData.in_process(pid)
+        )
     assert run.status == DagsterRunStatus.STARTED
     return run
 
@@ -87,6 +92,9 @@ def test_recover_fails_dead_runs_and_removes_dead_staging(instance, tmp_path: Pa
     pid = dead_pid()
     dead = started_run(instance, pid)
     alive = started_run(instance, os.getpid())
+    # runs inside a CLI process: judged by the tag naming that process
+    in_dead_cli = started_run(instance, None, {OWNER_TAG: f"{pid}:100.00"})
+    in_live_cli = started_run(instance, None, owner_tags())
     lake = tmp_path / "lake"
     mine = lake / ".staging" / f"txn-{owner_tag()}-{uuid.uuid4().hex}"
     theirs = lake / ".staging" / f"txn-~{pid}.100~-{uuid.uuid4().hex}"
@@ -99,12 +107,12 @@ def test_recover_fails_dead_runs_and_removes_dead_staging(instance, tmp_path: Pa
     temporary.write_bytes(b"half")
 
     done = recover(instance, str(lake), daemon_serves=False)
-    assert done.failed_runs == [dead.run_id]
+    assert sorted(done.failed_runs) == sorted([dead.run_id, in_dead_cli.run_id])
     assert done.staging_removed == sorted(
         [str(theirs.relative_to(lake)), str(temporary.relative_to(lake))]
     )
     assert done.line() == (
-        "recovered from a killed build: 1 runs marked failed (process gone); "
+        "recovered from a killed build: 2 runs marked failed (process gone); "
         "2 staging folders removed"
     )
     failed = instance.get_run_by_id(dead.run_id)
@@ -112,6 +120,7 @@ def test_recover_fails_dead_runs_and_removes_dead_staging(instance, tmp_path: Pa
     assert failed.tags[FAILURE_TAG] == PROCESS_GONE
     assert worker_gone(instance, instance.get_run_by_id(alive.run_id)) is None
     assert instance.get_run_by_id(alive.run_id).status == dg.DagsterRunStatus.STARTED
+    assert instance.get_run_by_id(in_live_cli.run_id).status == dg.DagsterRunStatus.STARTED
     # a live process's stage, and a name that carries no owner, stay
     assert mine.is_dir() and unnamed.is_dir()
     assert remove_dead_staging(str(lake)) == []
