@@ -15,7 +15,9 @@ import warnings
 
 import kg_platform.commands as commands
 
-PROCESS_STARTED = time.perf_counter()
+# when this process imported the CLI: `kg ask` reports the imports up to its start
+# (the first command of a process only: a test calling main() again has imported nothing)
+_process_started: float | None = time.perf_counter()
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
@@ -47,8 +49,9 @@ def main(argv: list[str] | None = None) -> int:
     warnings.filterwarnings("ignore", message=r".*is currently in (beta|preview)")
     given = sys.argv[1:] if argv is None else argv
     only = given[0] if given and given[0] in LIGHT_COMMANDS else None
+    global _process_started
     args = build_parser(only).parse_args(argv)
-    args.process_started = PROCESS_STARTED
+    args.process_started, _process_started = _process_started, None
     if getattr(args, "lake", "") is None:
         # the lake the last `kg build` recorded (or KG_LAKE, or .kg/lake)
         from kg_platform.settings import Settings

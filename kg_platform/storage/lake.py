@@ -21,15 +21,17 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import fsspec
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from kg_platform.storage.owner import owner_tag
 from kg_platform.storage.scope import Scope
+
+if TYPE_CHECKING:
+    import fsspec
 
 STAGING = ".staging"  # scratch and staged outputs, inside the lake root
 
@@ -80,13 +82,10 @@ class Lake:
     _bucket_seen: bool = field(default=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        protocol, _ = fsspec.core.split_protocol(self.root)
-        self.protocol = protocol or "file"
+        self.protocol = self.root.split("://", 1)[0] if "://" in self.root else "file"
         if self.protocol == "s3" and not self.storage_options:
             self.storage_options = s3_storage_options_from_env()
-        self.fs: fsspec.AbstractFileSystem = fsspec.filesystem(
-            self.protocol, **self.storage_options
-        )
+        self._fs: fsspec.AbstractFileSystem | None = None
         if self.is_local:
             self.root = os.path.abspath(os.path.expanduser(self.root.removeprefix("file://")))
             # created by the first write, never by a reader; a file is no lake
@@ -94,6 +93,17 @@ class Lake:
                 raise LakeError(f"{self.root}: not a folder (a local lake root is a folder)")
         else:
             self.root = self.root.rstrip("/")
+
+    @property
+    def fs(self) -> fsspec.AbstractFileSystem:
+        """The lake's fsspec filesystem, made on first use: a local lake's reads on the
+        question path (exists, list, open) go through ``os``, so a cold `kg ask` does not
+        import fsspec (~0.1 s)."""
+        if self._fs is None:
+            import fsspec
+
+            self._fs = fsspec.filesystem(self.protocol, **self.storage_options)
+        return self._fs
 
     # -- paths ---------------------------------------------------------------------------
     @property
@@ -184,6 +194,8 @@ class Lake:
     # -- reads ---------------------------------------------------------------------------
     def exists(self, key: str) -> bool:
         path = self.path(key)
+        if self.is_local:
+            return os.path.exists(path)
         with self._named(path):
             found = self.fs.exists(path)
         if not found:
@@ -215,10 +227,16 @@ class Lake:
         routed = self.scope.route(prefix)
         base = self.physical(routed)
         names = set()
-        with self._named(base):
-            found = self.fs.exists(base)
+        if self.is_local:
+            found = os.path.exists(base)
             if found:
-                names = {posixpath.basename(p.rstrip("/")) for p in self.fs.ls(base, detail=False)}
+                names = set(os.listdir(base)) if os.path.isdir(base) else {os.path.basename(base)}
+        else:
+            with self._named(base):
+                found = self.fs.exists(base)
+                if found:
+                    listed = self.fs.ls(base, detail=False)
+                    names = {posixpath.basename(p.rstrip("/")) for p in listed}
         if not found:
             self._require_bucket()
         if self.stage is not None:
@@ -229,6 +247,8 @@ class Lake:
         if "w" in mode or "a" in mode:
             raise ValueError("use Lake.writer()/write_* for writes: they are atomic")
         path = self.path(key)
+        if self.is_local:
+            return open(path, mode)  # noqa: SIM115 (the caller closes it, as fsspec's)
         with self._named(path):
             return self.fs.open(path, mode)
 
