@@ -159,10 +159,11 @@ def gate_tau(given: float | None, verifier: Verifier | None) -> float:
 
 
 def run_ask(args: argparse.Namespace) -> int:
-    started = time.perf_counter()
     from kg_platform.answer.api import AskConfig, KnowledgeGraph, QuestionError
     from kg_platform.answer.ladder import LadderConfig
     from kg_platform.commands.partition_args import scoped_lake
+
+    started = time.perf_counter()  # imports end here; opening the build starts
 
     try:
         reader = open_reader(args.reader)
