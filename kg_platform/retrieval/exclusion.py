@@ -28,6 +28,7 @@ from kg_platform.retrieval.paths import (
     Candidates,
     PairEvidence,
     collect_candidates,
+    gate_candidates,
     path_flags,
     structural_scores,
     top_rows,
@@ -73,22 +74,7 @@ def pair_evidence_excluding(
         raise ValueError(f"top_k: must be at least 1, got {top_k}")
     c = without_articles(collect_candidates(store, pair), excluded)
     flags = path_flags(store, c)
-    quotable = flags["quotable"]
-    alive = quotable.copy() if quotable_gate else np.ones(len(c), dtype=bool)
-    unretracted = n_as_of = 0
-    if retracted_gate:
-        alive &= ~flags["retracted"]
-        unretracted = int(alive.sum())
-    if as_of:
-        alive &= (flags["year"] > 0) & (flags["year"] <= as_of)
-        n_as_of = int(alive.sum())
-    counts = {
-        "candidates": len(c),
-        "quotable": int(quotable.sum()),
-        "unretracted": unretracted,
-        "as_of": n_as_of,
-        "evidence": int(alive.sum()),
-    }
+    alive, counts = gate_candidates(flags, len(c), quotable_gate, retracted_gate, as_of)
     scores = structural_scores(store, c, filter_descriptors, flags["concern"])
     rows = top_rows(c, alive, scores, top_k) if alive.any() else np.zeros(0, dtype=np.int64)
     top = Candidates(pair, c.kind[rows], c.source[rows], c.terminal[rows], c.relation[rows])

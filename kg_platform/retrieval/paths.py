@@ -349,6 +349,30 @@ def load_kernels(store: KGStore) -> float:
     return round((time.perf_counter() - started) * 1000.0, 3)
 
 
+def gate_candidates(
+    flags: dict, n: int, quotable_gate: bool, retracted_gate: bool, as_of: int | None
+) -> tuple[np.ndarray, dict[str, int]]:
+    """Gates 3-5 over a pair's candidate flags (numpy): the rows still alive and the
+    ladder's counts after each gate."""
+    quotable = flags["quotable"]
+    alive = quotable.copy() if quotable_gate else np.ones(n, dtype=bool)
+    n_unretracted = n_as_of = 0
+    if retracted_gate:
+        alive &= ~flags["retracted"]
+        n_unretracted = int(alive.sum())
+    if as_of:
+        alive &= (flags["year"] > 0) & (flags["year"] <= as_of)
+        n_as_of = int(alive.sum())
+    counts = {
+        "candidates": n,
+        "quotable": int(quotable.sum()),
+        "unretracted": n_unretracted,
+        "as_of": n_as_of,
+        "evidence": int(alive.sum()),
+    }
+    return alive, counts
+
+
 def pair_evidence_numpy(
     store: KGStore,
     pair: ConceptPair,
@@ -365,22 +389,7 @@ def pair_evidence_numpy(
         raise ValueError(f"top_k: must be at least 1, got {top_k}")
     c = _reference_collect_candidates(store, pair)
     flags = _reference_path_flags(store, c)
-    quotable = flags["quotable"]
-    alive = quotable.copy() if quotable_gate else np.ones(len(c), dtype=bool)
-    n_unretracted = n_as_of = 0
-    if retracted_gate:
-        alive &= ~flags["retracted"]
-        n_unretracted = int(alive.sum())
-    if as_of:
-        alive &= (flags["year"] > 0) & (flags["year"] <= as_of)
-        n_as_of = int(alive.sum())
-    counts = {
-        "candidates": len(c),
-        "quotable": int(quotable.sum()),
-        "unretracted": n_unretracted,
-        "as_of": n_as_of,
-        "evidence": int(alive.sum()),
-    }
+    alive, counts = gate_candidates(flags, len(c), quotable_gate, retracted_gate, as_of)
     scores = _reference_structural_scores(store, c, filter_descriptors, flags["concern"])
     rows = top_rows(c, alive, scores, top_k) if counts["evidence"] else np.zeros(0, np.int64)
     top = Candidates(
