@@ -430,34 +430,53 @@ class IndexedRoles(Mapping[str, tuple[str, str]]):
 
 
 def round_trip_mismatches(index: SurfaceIndex, surfaces: pl.DataFrame) -> list[str]:
-    """Every surface of the table looked up in the index the way a question is (hash,
-    position, fields), and every index row found in the table: the mismatches, described
-    (empty: the index holds exactly the table)."""
-    table = {
-        k: SurfaceEntry(u, t, kind, bool(w))
-        for k, u, t, kind, w in zip(
-            surfaces["key"].to_list(),
-            surfaces["ui"].to_list(),
-            surfaces["term"].to_list(),
-            surfaces["kind"].to_list(),
-            surfaces["as_written"].fill_null(False).to_list()
-            if "as_written" in surfaces.columns
-            else [False] * surfaces.height,
-            strict=True,
-        )
-    }
+    """Every surface of the table found in the index as a question finds it (its hash,
+    the first row of that hash, the key text at that row) with the same descriptor, term,
+    kind and as-written flag, and every index row reached by one surface: the mismatches,
+    described (empty: the index holds exactly the table). Whole columns at once: the same
+    lookup as ``position`` (``np.searchsorted`` is ``bisect_left``) without 800k calls
+    (~3x faster than calling ``get`` per surface and reading ``items`` back)."""
+    keys = surfaces["key"].to_list()
+    n, stored = len(keys), index._hash
     problems = []
-    if len(index) != len(table):
-        problems.append(f"{len(index)} surfaces in the index, {len(table)} in the table")
-    for key, entry in table.items():
-        got = index.get(key)
-        if got != entry:
-            problems.append(f"{key!r}: index {got}, table {entry}")
-            if len(problems) >= 20:
-                return problems
-    for key, entry in index.items():
-        if table.get(key) != entry:
-            problems.append(f"{key!r}: only in the index as {entry}")
-            if len(problems) >= 20:
-                break
+    if len(stored) != n:
+        problems.append(f"{len(stored)} surfaces in the index, {n} in the table")
+    if n == 0 or len(stored) == 0:
+        problems += [f"{k!r}: index None" for k in keys[: 20 - len(problems)]]
+        return problems
+    hashes = np.fromiter((surface_hash(k) for k in keys), dtype=np.uint64, count=n)
+    rows = np.minimum(np.searchsorted(stored, hashes, side="left"), len(stored) - 1)
+    at = rows.tolist()
+    index_keys, index_terms = index._keys.all(), index._terms.all()
+    uis = [u.decode() for u in index._uis.tolist()]
+    written = (
+        surfaces["as_written"].fill_null(False).to_numpy().astype(bool)
+        if "as_written" in surfaces.columns
+        else np.zeros(n, dtype=bool)
+    )
+    ui_of = index._ui[rows].tolist()
+    kind_of = index._kind[rows].tolist()
+    found = (stored[rows] == hashes) & np.array(
+        [index_keys[r] == k for r, k in zip(at, keys, strict=True)]
+    )
+    same = (
+        found
+        & np.array([uis[i] == u for i, u in zip(ui_of, surfaces["ui"].to_list(), strict=True)])
+        & np.array([index_terms[r] == t for r, t in zip(at, surfaces["term"], strict=True)])
+        & np.array([index.kinds[i] == k for i, k in zip(kind_of, surfaces["kind"], strict=True)])
+        & (index._as_written[rows] == written)
+    )
+    for i in np.flatnonzero(~same)[: 20 - len(problems)].tolist():
+        row = at[i]
+        got = index.entry(row) if found[i] else None
+        entry = SurfaceEntry(
+            surfaces["ui"][i], surfaces["term"][i], surfaces["kind"][i], bool(written[i])
+        )
+        problems.append(f"{keys[i]!r}: index {got}, table {entry}")
+    if len(problems) >= 20:
+        return problems
+    reached = np.zeros(len(stored), dtype=bool)
+    reached[rows[found]] = True  # a row found by a key: its fields were compared above
+    for row in np.flatnonzero(~reached)[: 20 - len(problems)].tolist():
+        problems.append(f"{index_keys[row]!r}: only in the index as {index.entry(row)}")
     return problems

@@ -19,13 +19,27 @@ def mesh_frames() -> dict[str, pl.DataFrame]:
 
 
 @pytest.fixture(scope="session")
-def grounder(mesh_frames) -> Grounder:
-    return Grounder.from_terms(mesh_frames["terms"], mesh_frames["descriptors"])
+def surface_table(mesh_frames) -> pl.DataFrame:
+    """``build_surface_table`` of the real MeSH terms (what ``Grounder.from_terms`` builds),
+    once per session: the grounders below and the load-ready index share it."""
+    from kg_platform.grounding.grounder import build_surface_table
+
+    return build_surface_table(mesh_frames["terms"])
+
+
+def _names(mesh_frames) -> dict[str, str]:
+    descriptors = mesh_frames["descriptors"]
+    return dict(zip(descriptors["ui"].to_list(), descriptors["name"].to_list(), strict=True))
 
 
 @pytest.fixture(scope="session")
-def unguarded(mesh_frames) -> Grounder:
-    return Grounder.from_terms(mesh_frames["terms"], mesh_frames["descriptors"], common_words=())
+def grounder(mesh_frames, surface_table) -> Grounder:
+    return Grounder(surface_table, _names(mesh_frames))  # Grounder.from_terms, table shared
+
+
+@pytest.fixture(scope="session")
+def unguarded(mesh_frames, surface_table) -> Grounder:
+    return Grounder(surface_table, _names(mesh_frames), common_words=())
 
 
 @pytest.fixture(scope="session")

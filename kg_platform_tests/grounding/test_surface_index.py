@@ -12,7 +12,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from kg_platform.grounding.grounder import Grounder, build_surface_table
+from kg_platform.grounding.grounder import Grounder
 from kg_platform.grounding.index import build_grounding_index, sample_questions
 from kg_platform.grounding.roles import RoleConfig, assign_roles
 from kg_platform.grounding.surface_index import (
@@ -29,8 +29,8 @@ from kg_platform_tests.conftest import REPO_ROOT
 
 
 @pytest.fixture(scope="module")
-def surfaces(mesh_frames) -> pl.DataFrame:
-    return build_surface_table(mesh_frames["terms"])
+def surfaces(surface_table) -> pl.DataFrame:
+    return surface_table
 
 
 @pytest.fixture(scope="module")
@@ -64,6 +64,30 @@ def test_every_surface_round_trips(index: SurfaceIndex, surfaces: pl.DataFrame) 
         "name",
         False,
     )
+
+
+def test_round_trip_finds_every_difference(tmp_path: Path, surfaces, mesh_frames) -> None:
+    """The check can fail: an index written from 40 surfaces, compared with a table where one
+    surface changed kind, one is missing and one was added."""
+    small = surfaces.sort("key").head(40)
+    lake = Lake(str(tmp_path / "lake"))
+    write_index(
+        lake, INDEX_KEY, *index_sections(small, mesh_frames["descriptors"], mesh_frames["tree"])
+    )
+    index = SurfaceIndex.open(lake)
+    assert round_trip_mismatches(index, small) == []
+    first, second, third = small["key"][:3].to_list()
+    changed = small.with_columns(
+        kind=pl.when(pl.col("key") == first).then(pl.lit("derived")).otherwise(pl.col("kind"))
+    )
+    extra = small.filter(pl.col("key") == third).with_columns(key=pl.lit("no such surface"))
+    table = pl.concat([changed.filter(pl.col("key") != second), extra])
+    entry = {k: index.get(k) for k in (first, second, third)}
+    assert round_trip_mismatches(index, table) == [
+        f"{first!r}: index {entry[first]}, table {entry[first]._replace(kind='derived')}",
+        f"'no such surface': index None, table {entry[third]}",
+        f"{second!r}: only in the index as {entry[second]}",
+    ]
 
 
 def test_names_are_the_descriptor_table(index: SurfaceIndex, mesh_frames) -> None:
