@@ -1,25 +1,34 @@
 """A published graph whose files no longer match its manifest (a truncated array, a garbage
 current.json) or a corpus table cut short: `kg status` says `corrupt` naming the object,
 `kg ask` names the file instead of failing deep inside numpy, and `kg build` repairs it
-without --force, leaving the same bytes as before the damage."""
+without --force, leaving the same bytes as before the damage. An md5 mismatch keeps the last
+verified download.
+
+The tests share one graph build of a copy of the reference mirror (built once for the
+module, in file order): the first repairs what it damages, the next breaks a source file
+and asserts only about that file."""
 
 from __future__ import annotations
 
+import hashlib
 import json
+import shutil
 from pathlib import Path
 
+import pytest
+
 from kg_platform.cli import main
-from kg_platform_tests.conftest import require_reference
+from kg_platform_tests.conftest import require_reference, use_kg_home
 
 QUESTION = "Does aspirin prevent myocardial infarction?"
 
 
-def build(*extra: str) -> int:
+def build(mirror: Path, *extra: str) -> int:
     return main(
         [
             "build",
             "--pubmed-source",
-            str(require_reference("pubmed", "mirror")),
+            str(mirror),
             "--mesh-source",
             str(require_reference("mesh")),
             "--select",
@@ -31,19 +40,33 @@ def build(*extra: str) -> int:
     )
 
 
-def test_a_damaged_graph_and_corpus_are_reported_and_rebuilt(kg_home: Path, capsys) -> None:
-    assert build() == 0, capsys.readouterr()
-    capsys.readouterr()
-    lake = kg_home / "lake"
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> tuple[Path, Path]:
+    """(KG_HOME, the mirror it was built from): one good build of the graph and its inputs."""
+    folder = tmp_path_factory.mktemp("integrity")
+    mirror = folder / "mirror"
+    shutil.copytree(require_reference("pubmed", "mirror"), mirror)
+    for path in mirror.rglob("*"):
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        home = use_kg_home(monkeypatch, folder / "kg")
+        assert build(mirror) == 0
+        yield home, mirror
+
+
+def test_a_damaged_graph_and_corpus_are_reported_and_rebuilt(built, capsys) -> None:
+    home, mirror = built
+    lake = home / "lake"
     folder = lake / "graph" / "pubmed26" / "2024"
     pointer = folder / "current.json"
-    build_id = json.loads(pointer.read_text())["build_id"]
+    pointer_bytes = pointer.read_bytes()
+    build_id = json.loads(pointer_bytes)["build_id"]
     manifest = json.loads((folder / build_id / "manifest.json").read_text())
     array = folder / build_id / "art2mesh_indices.npy"
     good = array.read_bytes()
     assert manifest["arrays"]["art2mesh_indices"]["size"] == len(good)
 
-    # half an array: named by status and by ask, rebuilt by the next build
+    # half an array: named by status and by ask
     array.write_bytes(good[: len(good) // 2])
     damage = (
         f"{array}: array art2mesh_indices of graph build {build_id} is {len(good) // 2} bytes, "
@@ -57,25 +80,25 @@ def test_a_damaged_graph_and_corpus_are_reported_and_rebuilt(kg_home: Path, caps
     captured = capsys.readouterr()
     assert captured.out == ""
     assert captured.err == f"kg ask: {damage}; `kg build` rebuilds it\n"
-    assert build() == 0
-    out = capsys.readouterr().out
-    assert "1 of 7 asset partitions to materialise; the rest are fresh" in out
-    assert "graph [2024|pubmed26]: ok" in out
-    assert array.read_bytes() == good
-    assert main(["status"]) == 0
-    assert "corrupt" not in capsys.readouterr().out
 
-    # a garbage pointer: the same
-    pointer_bytes = pointer.read_bytes()
+    # and a garbage pointer on top: named the same way (it hides the build it pointed at)
     pointer.write_text("{garbage")
     assert main(["status"]) == 0
     out = capsys.readouterr().out
     assert f"  2024|pubmed26: corrupt: {pointer}: not a graph pointer (" in out
     assert main(["ask", QUESTION]) == 2
     assert capsys.readouterr().err.startswith(f"kg ask: {pointer}: not a graph pointer (")
-    assert build() == 0
-    assert "1 of 7 asset partitions to materialise" in capsys.readouterr().out
+
+    # the next build redoes the graph alone, without --force, and both come back
+    assert build(mirror) == 0
+    out = capsys.readouterr().out
+    assert "1 of 7 asset partitions to materialise; the rest are fresh" in out
+    assert "graph [2024|pubmed26]: ok" in out
+    assert array.read_bytes() == good
     assert pointer.read_bytes() == pointer_bytes
+    assert main(["status"]) == 0
+    out = capsys.readouterr().out
+    assert "corrupt" not in out
 
     # a corpus table cut short: the corpus and what is built from it are redone
     table = lake / "corpus" / "pubmed26" / "citations.parquet"
@@ -84,34 +107,23 @@ def test_a_damaged_graph_and_corpus_are_reported_and_rebuilt(kg_home: Path, caps
     assert main(["status"]) == 0
     out = capsys.readouterr().out
     assert f"  pubmed26: corrupt: {table}: not a readable Parquet file (" in out
-    assert build() == 0
+    assert build(mirror) == 0
     out = capsys.readouterr().out
     assert "2 of 7 asset partitions to materialise; the rest are fresh" in out
     assert table.read_bytes() == table_bytes
     assert array.read_bytes() == good
 
 
-def test_an_md5_mismatch_after_a_good_build_leaves_the_raw_file_as_it_was(
-    kg_home: Path, tmp_path: Path, capsys
-) -> None:
-    import hashlib
-    import shutil
-
-    from kg_platform_tests.commands.test_build import build_pubmed_stage
-
-    mirror = tmp_path / "mirror"
-    shutil.copytree(require_reference("pubmed", "mirror"), mirror)
-    assert build_pubmed_stage(source=mirror) == 0
-    capsys.readouterr()
-    raw = kg_home / "lake" / "raw" / "pubmed" / "26" / "baseline" / "pubmed26n1334.xml.gz"
+def test_an_md5_mismatch_after_a_good_build_leaves_the_raw_file_as_it_was(built, capsys) -> None:
+    home, mirror = built
+    raw = home / "lake" / "raw" / "pubmed" / "26" / "baseline" / "pubmed26n1334.xml.gz"
     before = raw.stat()
     content = raw.read_bytes()
     real = hashlib.md5(content).hexdigest()
     # the source now publishes another version whose download does not match its md5
     md5 = mirror / "baseline" / "pubmed26n1334.xml.gz.md5"
-    md5.chmod(0o644)
     md5.write_text(f"MD5(pubmed26n1334.xml.gz)= {'0' * 32}\n")
-    assert build_pubmed_stage(source=mirror) == 1
+    assert build(mirror) == 1
     out = capsys.readouterr().out
     assert f"pubmed26n1334.xml.gz: md5 mismatch (expected {'0' * 32}, got {real})" in out
     after = raw.stat()

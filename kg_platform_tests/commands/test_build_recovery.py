@@ -1,9 +1,13 @@
 """A `kg build` killed outright (SIGKILL to its whole process group: the CLI, its code server
 and its runs) during a download, during a parse and during the fold: `kg status` says which
-partitions lost their process, and the next `kg build` finishes and leaves the lake exactly as
-a clean build does (no staging, no temporary file, the same bytes).
+partitions lost their process, and the next `kg build` recovers and goes on, and the last one
+finishes and leaves the lake exactly as a clean build does (no staging, no temporary file,
+the same bytes).
 
-The source is a synthetic release in NLM's format served over HTTP by a real server that can
+The three kills happen in turn on one home: the build after the download is killed is the
+one killed during the parse, and the build after that is killed during the fold, so each
+build after a kill is seen to recover and get further than the point it was killed at. The
+source is a synthetic release in NLM's format served over HTTP by a real server that can
 hold a download half sent; its files are big enough that a parse and the fold take a while."""
 
 from __future__ import annotations
@@ -20,12 +24,13 @@ from pathlib import Path
 import pytest
 
 from kg_platform_tests.commands.test_build_lock import BUILD_TIMEOUT_S, SELECT, kg_env
-from kg_platform_tests.conftest import require_reference
+from kg_platform_tests.conftest import require_reference, use_kg_home
 from kg_platform_tests.sources.mirror_server import serve_mirror
 
 RECORDS = 24_000
 FIRST = "pubmed26n0001"
 RAW_FIRST = f"raw/pubmed/26/baseline/{FIRST}.xml.gz"
+FILES = (FIRST, "pubmed26n0002", "pubmed26n0003")
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +50,8 @@ def kg(home: Path, url: str, command: str = "build", **popen) -> subprocess.Pope
         args += ["--select", SELECT, "--jobs", "2"]
     return subprocess.Popen(
         args,
-        env=kg_env(home),
+        # unbuffered: a killed build's lines so far are in its pipe
+        env={**kg_env(home), "PYTHONUNBUFFERED": "1"},
         cwd=home.parent,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -98,50 +104,77 @@ def during_fold(lake: Path, state) -> bool:
     return staging.is_dir() and any(p.name.startswith("~") for p in staging.iterdir())
 
 
-@pytest.mark.parametrize(
-    ("point", "when"),
-    [("download", during_download), ("parse", during_parse), ("fold", during_fold)],
-)
-def test_the_build_after_a_killed_build_finishes_and_equals_a_clean_one(
-    served, clean_lake, tmp_path, point: str, when: Callable
-) -> None:
-    url, state = served
-    home = tmp_path / "kg"
-    lake = home / "lake"
-    state.holding.clear()
-    state.release.clear()
-    if point == "download":
-        state.faults[f"/baseline/{FIRST}.xml.gz"] = ["hold"]
-    build = kg(home, url, start_new_session=True)
+def killed_at(build: subprocess.Popen, point: str, when: Callable, lake: Path, state) -> str:
+    """Wait for ``point``, SIGKILL the build's process group, and return what it printed."""
     deadline = time.monotonic() + BUILD_TIMEOUT_S
     while not when(lake, state):
         assert build.poll() is None, f"the build ended before the {point}: {finished(build)}"
         assert time.monotonic() < deadline, f"no {point} within {BUILD_TIMEOUT_S} s"
         time.sleep(0.01)
     os.killpg(build.pid, signal.SIGKILL)
-    build.wait(timeout=60)
-    state.release.set()
-    time.sleep(1)  # the session's other processes go with the signal; give the kernel a moment
+    out, err = build.communicate(timeout=60)
+    # the session's other processes go with the signal; wait until the kernel has them all
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(build.pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.01)
+    return out + err
 
-    # what the kill left: the run that was working, and its staging
-    assert not (lake / "corpus" / "pubmed26" / "articles.parquet").exists()
-    if point == "download":
-        assert not (lake / RAW_FIRST).exists()
-    if point == "parse":
-        assert (lake / RAW_FIRST).exists()
-        assert not (lake / f"tables/articles/{FIRST}.parquet").exists()
-    code, status = finished(kg(home, url, "status"))
-    assert code == 0, status
-    assert "in progress" not in status
-    assert "failed (process gone)" in status, status
-    gone = "corpus" if point == "fold" else FIRST
-    assert any(gone in line and "failed (process gone)" in line for line in status.splitlines())
+
+def status_lines(capsys) -> list[str]:
+    """`kg status` run in this process, on the instance of KG_HOME, line by line."""
+    from kg_platform.cli import main
+
+    assert main(["status"]) == 0
+    return capsys.readouterr().out.splitlines()
+
+
+POINTS = [
+    # (the point, when it is reached, the partition whose process is then gone)
+    ("download", during_download, FIRST),
+    ("parse", during_parse, FIRST),
+    ("fold", during_fold, "pubmed26"),
+]
+
+
+def test_builds_killed_at_three_points_each_next_recovers_the_last_equals_a_clean_one(
+    served, clean_lake, tmp_path, monkeypatch, capsys
+) -> None:
+    url, state = served
+    home = use_kg_home(monkeypatch, tmp_path / "kg")
+    lake = home / "lake"
+    state.holding.clear()
+    state.release.clear()
+    state.faults[f"/baseline/{FIRST}.xml.gz"] = ["hold"]
+    for n, (point, when, gone) in enumerate(POINTS):
+        printed = killed_at(kg(home, url, start_new_session=True), point, when, lake, state)
+        state.release.set()
+        if n > 0:
+            # this build began by failing the runs the previous kill left, then got further
+            assert "recovered from a killed build: " in printed, printed
+            assert "runs marked failed (process gone)" in printed, printed
+
+        # what the kill left: the run that was working, and its staging
+        assert not (lake / "corpus" / "pubmed26" / "articles.parquet").exists()
+        if point == "download":
+            assert not (lake / RAW_FIRST).exists()
+        if point == "parse":
+            assert (lake / RAW_FIRST).exists()
+            assert not (lake / f"tables/articles/{FIRST}.parquet").exists()
+        if point == "fold":
+            assert all((lake / f"tables/articles/{f}.parquet").exists() for f in FILES)
+        status = status_lines(capsys)
+        assert not any("in progress" in line for line in status), status
+        assert f"  {gone}: failed (process gone)" in status, status
 
     code, output = finished(kg(home, url))
     assert code == 0, output
     assert "recovered from a killed build: " in output
     assert "runs marked failed (process gone)" in output
     assert lake_files(lake) == clean_lake
-    # and the instance agrees: everything fresh, nothing failed or running
-    code, status = finished(kg(home, url, "status"))
+    # and the instance agrees: nothing failed or running
+    status = "\n".join(status_lines(capsys))
     assert "failed" not in status and "in progress" not in status, status
+    assert "corpus: 1 fresh" in status, status
