@@ -642,7 +642,11 @@ class KnowledgeGraph:
         return similarity, semantic
 
     def _titles(self, pmids: list[int]) -> dict[int, str | None]:
-        # a corpus without titles (synthetic benchmarks) gives none: evidence still stands
+        # the graph build's title store (slices of mapped bytes); a build of format 1 has
+        # none and the articles file is read by row group. A corpus without titles
+        # (synthetic benchmarks) gives none: evidence still stands
+        if self.store.has_titles:
+            return self.store.titles(pmids)
         return self.title_lookup.titles(pmids)
 
 

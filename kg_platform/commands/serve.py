@@ -4,7 +4,10 @@
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import sys
+import tempfile
 
 from kg_platform.commands.partition_args import add_partition_args
 
@@ -24,12 +27,25 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="a local reader folder that answers what the ladder lets through "
         "(default: KG_READER; none: evidence only)",
     )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="processes answering questions (default 1); each maps the same build, and "
+        "POST /reload in any of them makes every one serve the new build",
+    )
     parser.set_defaults(func=run_serve)
+
+
+# what a worker process opens: set by `kg serve --workers N` for the processes it starts
+SPEC_ENV = "KG_SERVE_SPEC"
 
 
 def run_serve(args: argparse.Namespace) -> int:
     if not 0 <= args.port <= 65535:
         raise ValueError(f"--port {args.port}: must be in 0..65535")
+    if not 1 <= args.workers <= 64:
+        raise ValueError(f"--workers {args.workers}: must be in 1..64")
     import uvicorn
 
     from kg_platform.commands.ask import open_reader
@@ -37,14 +53,60 @@ def run_serve(args: argparse.Namespace) -> int:
     from kg_platform.serving.service import GraphService, build_app
 
     # the build `kg ask` would read, chosen again on every POST /reload
-    service = GraphService(lambda: scoped_lake(args, quiet=True), open_reader(args.reader))
+    service = GraphService(
+        lambda: scoped_lake(args, quiet=True),
+        open_reader(args.reader),
+        kernels=args.workers == 1,  # with workers, this process only checks the build opens
+    )
     served = service.current
     print(
         f"kg serve: graph build {served.build_id} (release {served.partition['release']}, "
         f"MeSH {served.partition['mesh_year']}) opened in {served.open_ms:.0f} ms; "
-        f"http://{args.host}:{args.port}/",
+        f"{args.workers} worker(s); http://{args.host}:{args.port}/",
         file=sys.stderr,
         flush=True,
     )
-    uvicorn.run(build_app(service), host=args.host, port=args.port, log_level="warning")
+    if args.workers == 1:
+        uvicorn.run(build_app(service), host=args.host, port=args.port, log_level="warning")
+        return 0
+    del service, served  # each worker opens its own (the files' pages are shared)
+    with tempfile.TemporaryDirectory(prefix="kg-serve-") as shared:
+        spec = {
+            "lake": args.lake,
+            "release": args.release,
+            "mesh_year": args.mesh_year,
+            "reader": args.reader,
+            "generation": os.path.join(shared, "generation"),
+        }
+        from kg_platform.serving.service import Generation
+
+        Generation.create(spec["generation"])
+        os.environ[SPEC_ENV] = json.dumps(spec)
+        uvicorn.run(
+            "kg_platform.commands.serve:worker_app",
+            factory=True,
+            workers=args.workers,
+            host=args.host,
+            port=args.port,
+            log_level="warning",
+        )
     return 0
+
+
+def worker_app():
+    """The application of one worker process of `kg serve --workers N` (uvicorn calls it
+    in each process it starts), from the spec the parent put in the environment."""
+    from kg_platform.commands.ask import open_reader
+    from kg_platform.commands.partition_args import scoped_lake
+    from kg_platform.serving.service import Generation, GraphService, build_app
+
+    spec = json.loads(os.environ[SPEC_ENV])
+    args = argparse.Namespace(
+        lake=spec["lake"], release=spec["release"], mesh_year=spec["mesh_year"]
+    )
+    service = GraphService(
+        lambda: scoped_lake(args, quiet=True),
+        open_reader(spec["reader"]),
+        Generation(spec["generation"]),
+    )
+    return build_app(service)

@@ -33,7 +33,7 @@ import json
 import re
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
@@ -252,6 +252,7 @@ class _Articles:
     year: np.ndarray  # int16, 0 = unknown
     quotable: np.ndarray  # bool
     lut: np.ndarray  # int32 node index by PMID, -1 = not an article
+    order: np.ndarray | None = None  # file row of each node when the file is not in PMID order
 
 
 def _read_articles(lake: Lake) -> _Articles:
@@ -269,6 +270,7 @@ def _read_articles(lake: Lake) -> _Articles:
     quotable = _true(table, "has_abstract", where)
     if pmids.min() <= 0 or pmids.max() > _MAX_PMID:
         raise GraphInputError(f"{where}: pmid outside 1..{_MAX_PMID} (int32 node ids)")
+    order = None
     if not np.all(pmids[1:] > pmids[:-1]):
         order = np.argsort(pmids, kind="stable")
         pmids, year, quotable = pmids[order], year[order], quotable[order]
@@ -280,7 +282,82 @@ def _read_articles(lake: Lake) -> _Articles:
             )
     lut = np.full(int(pmids[-1]) + 2, -1, dtype=np.int32)  # slot 0 and the last stay -1
     lut[pmids] = np.arange(len(pmids), dtype=np.int32)
-    return _Articles(pmids, np.clip(year, -1, 32767).astype(np.int16), quotable, lut)
+    return _Articles(pmids, np.clip(year, -1, 32767).astype(np.int16), quotable, lut, order)
+
+
+# -- titles -------------------------------------------------------------------------------
+
+
+def _title_pieces(col: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Byte length (int64), null mask and UTF-8 bytes (one uint8 array) of a string column,
+    nulls as empty, read from Arrow's buffers."""
+    if isinstance(col, pa.ChunkedArray):
+        col = col.combine_chunks()
+    if not (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)):
+        raise ValueError(f"column title is {col.type}, expected text")
+    null = np.zeros(len(col), dtype=bool)
+    if col.null_count:
+        null = np.asarray(pl.from_arrow(col).is_null().to_numpy(), dtype=bool)
+        col = pc.fill_null(col, "")
+    col = col.cast(pa.large_string())
+    _, offsets_buffer, data_buffer = col.buffers()
+    offsets = np.frombuffer(offsets_buffer, dtype=np.int64, count=col.offset + len(col) + 1)
+    offsets = offsets[col.offset :]
+    data = (
+        np.frombuffer(data_buffer, dtype=np.uint8)[offsets[0] : offsets[-1]]
+        if data_buffer is not None and len(col)
+        else np.zeros(0, dtype=np.uint8)
+    )
+    return np.diff(offsets), null, data
+
+
+def _put_titles(lake: Lake, articles: _Articles, out: _ArrayWriter, batch_rows: int) -> None:
+    """The title store (``layout.TITLE_ARRAYS``): each article's title in node order, so an
+    answer's evidence titles are slices of mapped arrays instead of a Parquet row group
+    decoded per question. Offsets and nulls come from one read of the column; the bytes are
+    streamed to the lake by a second read on the writer thread (the file is in PMID order
+    when the fold wrote it), so the build never holds every title at once. A file in
+    another order is read whole and reordered; one without titles gives every one null."""
+    key = layout.CORPUS_INPUTS["articles"]
+    where = lake.path(key)
+    n = articles.pmids.size
+    with _parquet(lake, key, []) as pf:
+        has_title = "title" in pf.schema_arrow.names
+    if not has_title:
+        out.put("title_offsets", np.zeros(n + 1, dtype=np.int64))
+        out.put("title_bytes", np.zeros(0, dtype=np.uint8))
+        out.put("title_null", np.ones(n, dtype=bool))
+        return
+    try:
+        if articles.order is not None:
+            with _parquet(lake, key, ["title"]) as pf:
+                lengths, null, data = _title_pieces(pf.read(columns=["title"]).column("title"))
+            starts = (np.cumsum(lengths) - lengths)[articles.order]
+            lengths, null = lengths[articles.order], null[articles.order]
+            begin = np.cumsum(lengths) - lengths
+            data = data[np.arange(int(lengths.sum())) + np.repeat(starts - begin, lengths)]
+        else:
+            parts = [
+                _title_pieces(batch.column("title"))[:2]
+                for batch in _batches(lake, key, ["title"], batch_rows)
+            ]
+            lengths = np.concatenate([p[0] for p in parts] or [np.zeros(0, np.int64)])
+            null = np.concatenate([p[1] for p in parts] or [np.zeros(0, bool)])
+    except ValueError as error:
+        raise GraphInputError(f"{where}: {error}") from None
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    out.put("title_offsets", offsets)
+    out.put("title_null", null)
+    if articles.order is not None:
+        out.put("title_bytes", data)
+        return
+
+    def streamed() -> Iterator[np.ndarray]:
+        for batch in _batches(lake, key, ["title"], batch_rows):
+            yield _title_pieces(batch.column("title"))[2]
+
+    out.put_stream("title_bytes", np.dtype(np.uint8), int(offsets[-1]), streamed)
 
 
 def _article_flags(lake: Lake, articles: _Articles, batch_rows: int) -> np.ndarray:
@@ -536,6 +613,13 @@ class _ArrayWriter:
     def put(self, name: str, array: np.ndarray) -> None:
         self._pending.append(self._pool.submit(self._write, name, np.ascontiguousarray(array)))
 
+    def put_stream(
+        self, name: str, dtype: np.dtype, length: int, chunks: Callable[[], Iterator[np.ndarray]]
+    ) -> None:
+        """Write a 1-D array of ``length`` items given as consecutive pieces, made on the
+        writer thread by ``chunks()`` (never all in memory); a different total is an error."""
+        self._pending.append(self._pool.submit(self._write_stream, name, dtype, length, chunks))
+
     def finish(self) -> dict[str, ArrayInfo]:
         """Wait for every write (raises the first write error); the arrays in layout order,
         whichever thread put them first."""
@@ -561,6 +645,30 @@ class _ArrayWriter:
             length=int(array.shape[0]),
             sha256=digest.hexdigest(),
             nbytes=int(array.nbytes),
+            size=int(size),
+        )
+
+    def _write_stream(
+        self, name: str, dtype: np.dtype, length: int, chunks: Callable[[], Iterator[np.ndarray]]
+    ) -> None:
+        digest = hashlib.sha256()
+        written = 0
+        with self.lake.writer(layout.array_key(self.build_id, name)) as f:
+            header = {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False}
+            np.lib.format.write_array_header_1_0(f, {**header, "shape": (length,)})
+            for chunk in chunks():
+                data = np.ascontiguousarray(chunk, dtype=dtype).view(np.uint8)
+                digest.update(data)
+                f.write(data)
+                written += chunk.size
+            size = f.tell()
+        if written != length:
+            raise ValueError(f"{name}: {written} items written, {length} expected")
+        self.arrays[name] = ArrayInfo(
+            dtype=dtype.str,
+            length=length,
+            sha256=digest.hexdigest(),
+            nbytes=length * dtype.itemsize,
             size=int(size),
         )
 
@@ -781,6 +889,7 @@ def build_graph(
         out.put("pmids", articles.pmids.astype(np.int32))
         out.put("year", articles.year)
         out.put("flags", flags)
+        _put_titles(lake, articles, out, batch_rows)
         clock.lap("articles")
         mesh_clock = _Clock()
         mesh_job = (

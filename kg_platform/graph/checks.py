@@ -6,6 +6,7 @@ build (or a corrupted file) shows up as a disagreement rather than agreeing with
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import hashlib
 from dataclasses import dataclass, field
@@ -89,6 +90,7 @@ def check_invariants(store: KGStore) -> CheckOutcome:
             problems.append(f"{name} has {store.array(name).size} entries, pmids {n}")
     if np.any(store.array("flags") & ~np.uint8(_KNOWN_FLAGS)):
         problems.append("flags holds unknown bits")
+    problems += _title_problems(store)
     for kind, rows_are_articles, cols_are_articles, flag in _CSR_KINDS:
         problems += _csr_problems(
             store,
@@ -117,6 +119,29 @@ def check_invariants(store: KGStore) -> CheckOutcome:
     if problems:
         return CheckOutcome("graph_invariants", False, "; ".join(problems[:10]), meta)
     return CheckOutcome("graph_invariants", True, "all invariants hold", meta)
+
+
+def _title_problems(store: KGStore) -> list[str]:
+    """The title store's shape: n + 1 offsets ascending from 0 to the bytes' end, a null
+    flag per article and no bytes for a null title, every title valid UTF-8."""
+    n = store.n_articles
+    offsets, data = store.array("title_offsets"), store.array("title_bytes")
+    null = store.array("title_null")
+    if offsets.size != n + 1 or null.size != n:
+        return [f"title_offsets has {offsets.size} entries, title_null {null.size}, pmids {n}"]
+    lengths = np.diff(offsets)
+    if offsets[0] != 0 or np.any(lengths < 0) or offsets[-1] != data.size:
+        return ["title_offsets is not monotone from 0 to the end of title_bytes"]
+    if np.any(lengths[null] != 0):
+        return ["title_bytes holds text for a null title"]
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    try:
+        for start in range(0, data.size, 1 << 26):  # bounded memory on a 10M-article graph
+            decoder.decode(memoryview(data[start : start + (1 << 26)]), final=False)
+        decoder.decode(b"", final=True)
+    except UnicodeDecodeError as error:
+        return [f"title_bytes is not UTF-8 ({error})"]
+    return []
 
 
 def _direction_problems(store: KGStore) -> list[str]:
@@ -202,6 +227,24 @@ def _store_totals(store: KGStore) -> dict[str, int]:
     }
 
 
+def _title_mismatches(
+    store: KGStore, con: duckdb.DuckDBPyConnection, pmids: list[int]
+) -> list[str]:
+    """The title store against ``articles.title`` through SQL for the sampled PMIDs (a
+    corpus without the column: every title null)."""
+    columns = {row[0] for row in con.execute("DESCRIBE articles").fetchall()}
+    sql = dict.fromkeys(pmids)
+    if "title" in columns:
+        query = "SELECT pmid, title FROM articles WHERE pmid IN (SELECT unnest(?))"
+        sql.update({int(p): t for p, t in con.execute(query, [pmids]).fetchall()})
+    got = store.titles(pmids)
+    return [
+        f"PMID {p} title: arrays {got.get(p)!r}, DuckDB {sql[p]!r}"
+        for p in pmids
+        if got.get(p) != sql[p]
+    ]
+
+
 def recount(
     store: KGStore,
     con: duckdb.DuckDBPyConnection,
@@ -272,6 +315,7 @@ def recount(
         [pmids],
     ).fetchall():
         sql_deg[int(pmid)] = (tuple(cited or ()), int(in_deg), tuple(uis_of or ()))
+    mismatches += _title_mismatches(store, con, pmids)
     pmid_of = store.array("pmids")
     for i, pmid in zip(idxs, pmids, strict=True):
         # exact neighbour lists for the outgoing side (short), the count for the incoming one

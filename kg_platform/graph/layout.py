@@ -8,7 +8,8 @@ import json
 from kg_platform.storage.lake import Lake
 
 # bump when the meaning of an array changes: the build id then changes with it
-GRAPH_FORMAT = 1
+# (2: the title store, TITLE_ARRAYS)
+GRAPH_FORMAT = 2
 
 GRAPH_PREFIX = "graph"
 CURRENT_POINTER = "graph/current.json"
@@ -49,7 +50,10 @@ DESCRIPTOR_ARRAYS = (
     "mesh_categories",
     "mesh_min_depth",
 )
-ALL_ARRAYS = ARTICLE_ARRAYS + CITATION_ARRAYS + MESH_ARRAYS + DESCRIPTOR_ARRAYS
+# each article's title in node order: UTF-8 bytes, n + 1 offsets into them, and where the
+# corpus has no title (null); an answer's evidence titles are slices of these (format 2)
+TITLE_ARRAYS = ("title_offsets", "title_bytes", "title_null")
+ALL_ARRAYS = ARTICLE_ARRAYS + CITATION_ARRAYS + MESH_ARRAYS + DESCRIPTOR_ARRAYS + TITLE_ARRAYS
 
 
 def build_prefix(build_id: str) -> str:

@@ -39,6 +39,7 @@ class KGStore:
         self.manifest = manifest
         self._arrays: dict[str, np.ndarray] = {}
         self._pairs: dict[str, tuple[memoryview, np.ndarray]] = {}
+        self._title_views: tuple[memoryview, memoryview, memoryview] | None = None
 
     @classmethod
     def open(cls, lake: Lake, build_id: str | None = None) -> KGStore:
@@ -135,6 +136,29 @@ class KGStore:
 
     def has_concern(self, i: int) -> bool:
         return self.has_flag(i, CONCERN)
+
+    # -- titles (format 2) ----------------------------------------------------------------
+    @property
+    def has_titles(self) -> bool:
+        """Whether the build holds the title store (builds of format 1 do not)."""
+        return all(name in self.manifest["arrays"] for name in layout.TITLE_ARRAYS)
+
+    def titles(self, pmids: list[int]) -> dict[int, str | None]:
+        """Title of each PMID in the graph (None: the corpus has none for it); PMIDs not in
+        the graph are not keys. Slices of the mapped bytes, read through memoryviews."""
+        views = self._title_views
+        if views is None:
+            views = self._title_views = (
+                memoryview(self.array("title_offsets")),
+                memoryview(self.array("title_bytes")),
+                memoryview(self.array("title_null")),
+            )
+        offsets, data, null = views
+        found = {}
+        for pmid, i in zip(pmids, self.idx_many(np.asarray(pmids)).tolist(), strict=True):
+            if i >= 0:
+                found[pmid] = None if null[i] else str(data[offsets[i] : offsets[i + 1]], "utf-8")
+        return found
 
     # -- neighbours (each ascending) ------------------------------------------------------
     def _pair(self, kind: str) -> tuple[memoryview, np.ndarray]:

@@ -18,7 +18,10 @@ served pair's, never used to build a path.
 
 from __future__ import annotations
 
+import fcntl
 import json
+import mmap
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -72,37 +75,95 @@ class ServedGraph:
 Chooser = Callable[[], tuple[Lake, dict[str, str | None]]]
 
 
-def open_served(choose: Chooser, reader: Reader | None) -> ServedGraph:
+def open_served(choose: Chooser, reader: Reader | None, kernels: bool = True) -> ServedGraph:
     """Open the build ``choose`` names and load the compiled passes (a warm service never
-    loads them inside a question)."""
+    loads them inside a question; ``kernels=False``: a process that only checks the build
+    opens, as `kg serve --workers N` does before starting its workers)."""
     started = time.perf_counter()
     scoped, partition = choose()
     kg = KnowledgeGraph.open(scoped, AskConfig(), reader=reader)
     opened = time.perf_counter()
-    kernels_ms = load_kernels(kg.store)
+    kernels_ms = load_kernels(kg.store) if kernels else 0.0
     return ServedGraph(
         kg, partition, time.time(), round((opened - started) * 1000.0, 1), kernels_ms
     )
 
 
-class GraphService:
-    """The served graph and how it is replaced: ``current`` is read once per request."""
+class Generation:
+    """A reload counter the worker processes of one `kg serve` share: 8 bytes of a small
+    file, memory-mapped by each worker and read on every request (no system call); a reload
+    increments it under an exclusive lock of the file."""
 
-    def __init__(self, choose: Chooser, reader: Reader | None = None) -> None:
+    def __init__(self, path: str) -> None:
+        self.path = path
+        with open(path, "r+b") as f:
+            self._map = mmap.mmap(f.fileno(), 8)
+
+    @classmethod
+    def create(cls, path: str) -> Generation:
+        with open(path, "wb") as f:
+            f.write(bytes(8))
+        return cls(path)
+
+    @property
+    def value(self) -> int:
+        return int.from_bytes(self._map[:8], "little")
+
+    def bump(self) -> int:
+        with open(self.path, "r+b") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            value = self.value + 1
+            self._map[:8] = value.to_bytes(8, "little")
+            return value
+
+
+class GraphService:
+    """The served graph and how it is replaced: ``current`` is read once per request. With
+    a shared ``generation`` (several worker processes) a reload in one worker makes every
+    other worker open the newest published build before it answers its next request."""
+
+    def __init__(
+        self,
+        choose: Chooser,
+        reader: Reader | None = None,
+        generation: Generation | None = None,
+        kernels: bool = True,
+    ) -> None:
         self.choose, self.reader = choose, reader
+        self.generation = generation
         self._reload_lock = threading.Lock()
-        self.current = open_served(choose, reader)
+        self._seen = generation.value if generation is not None else 0
+        self._current = open_served(choose, reader, kernels)
         self.started_at = time.time()
         self.reloads = 0
+        self.reload_error: str | None = None
         self.questions = 0
+
+    @property
+    def current(self) -> ServedGraph:
+        shared = self.generation
+        if shared is not None and shared.value != self._seen:
+            with self._reload_lock:
+                seen = shared.value
+                if seen != self._seen:  # another worker reloaded: follow it
+                    self._seen = seen
+                    try:
+                        self._current = open_served(self.choose, self.reader)
+                        self.reloads += 1
+                        self.reload_error = None
+                    except (FileNotFoundError, ValueError, OSError) as error:
+                        self.reload_error = str(error)  # the old build stays served
+        return self._current
 
     def reload(self) -> dict[str, Any]:
         """Open the newest published build for the same choice; swap it in when it opened
         whole (a failure leaves the served one in place and is raised)."""
+        before = self.current
         with self._reload_lock:
-            before = self.current
             fresh = open_served(self.choose, self.reader)
-            self.current = fresh  # one reference assignment: requests see old or new
+            self._current = fresh  # one reference assignment: requests see old or new
+            if self.generation is not None:
+                self._seen = self.generation.bump()
             self.reloads += 1
         return {
             "changed": fresh.build_id != before.build_id,
@@ -127,7 +188,9 @@ class GraphService:
             "open_ms": served.open_ms,
             "kernels_ms": served.kernels_ms,
             "started_at": self.started_at,
+            "worker_pid": os.getpid(),
             "reloads": self.reloads,
+            "reload_error": self.reload_error,
             "questions": self.questions,
         }
 

@@ -106,7 +106,9 @@ def test_build_summary_prints_the_examples(synthetic, tmp_path, capsys):
     assert capsys.readouterr().out == ""
 
 
-def test_build_summary_names_an_unreadable_corpus(synthetic, tmp_path, capsys):
+def test_build_summary_names_an_unreadable_graph_array(synthetic, tmp_path, capsys):
+    """Answers read titles from the graph build's title store, so a broken articles file
+    no longer stops the examples; a truncated title array is named."""
     import shutil
 
     from kg_platform.commands.build import print_examples
@@ -115,6 +117,10 @@ def test_build_summary_names_an_unreadable_corpus(synthetic, tmp_path, capsys):
     shutil.copytree(synthetic[0], copy)
     (copy / "corpus" / "articles.parquet").write_bytes(b"broken")
     print_examples(Lake(str(copy)))
+    assert capsys.readouterr().out.startswith("questions this graph answers, e.g.:\n")
+    build = layout.current_build_id(Lake(str(copy)))
+    array = copy / "graph" / build / "title_bytes.npy"
+    array.write_bytes(array.read_bytes()[:-10])
+    print_examples(Lake(str(copy)))
     out = capsys.readouterr().out
-    assert out.startswith("no example questions: ")
-    assert "articles.parquet: not a readable Parquet file" in out
+    assert out.startswith(f"no example questions: {array}: array title_bytes of graph build ")

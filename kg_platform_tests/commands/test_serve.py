@@ -1,7 +1,8 @@
-"""`kg serve` in a subprocess on a free port over the small real-MeSH question graph (with
-its load-ready grounding index): /ask is `kg ask --json` for an answer and for refusals,
-bad input is a 4xx with a message, /reload serves a newly published build, and the page
-works in headless Chromium (Debian's, driven by Playwright)."""
+"""`kg serve --workers 2` in a subprocess on a free port over the small real-MeSH question
+graph (with its load-ready grounding index and title store): /ask is `kg ask --json` for an
+answer and for refusals, bad input is a 4xx with a message, /reload in one worker makes both
+serve a newly published build, and the page works in headless Chromium (Debian's, driven by
+Playwright)."""
 
 from __future__ import annotations
 
@@ -63,6 +64,8 @@ def server(lake, tmp_path_factory):
             lake.root,
             "--port",
             str(port),
+            "--workers",
+            "2",  # two processes: /reload in one must reach the other
         ],
         env=_env(home),
         stdout=log,
@@ -257,8 +260,24 @@ def test_reload_serves_a_newly_published_build(server, lake) -> None:
         before,
         after,
     )
-    _, doc = _post(base + "/ask", {"question": ANSWERED})
-    assert (doc["graph_build"], doc["evidence"][0]["title"]) == (
-        after,
-        "Aspirin after infarction, revisited",
-    )
+    for _ in range(8):  # whichever worker answers
+        _, doc = _post(base + "/ask", {"question": ANSWERED})
+        assert (doc["graph_build"], doc["evidence"][0]["title"]) == (
+            after,
+            "Aspirin after infarction, revisited",
+        )
+    # both workers serve the new build (the reload reached the one that did not receive it)
+    workers = _workers(base)
+    assert (len(workers), set(workers.values())) == (2, {after})
+
+
+def _workers(base: str) -> dict[int, str]:
+    """Worker pid -> the build it serves, asking /status (each request a new connection,
+    which either worker may accept) until both answered."""
+    seen: dict[int, str] = {}
+    for _ in range(400):
+        _, doc = _get(base + "/status")
+        seen[doc["worker_pid"]] = doc["graph_build"]
+        if len(seen) == 2:
+            break
+    return seen
