@@ -211,6 +211,12 @@ class Lake:
         """name -> bytes of each object directly under ``prefix`` (one listing; {} when
         there is none)."""
         base = self.physical(self.scope.route(_check_key(prefix).rstrip("/")))
+        if self.is_local:  # through os: `kg ask` opens a graph build without fsspec
+            try:
+                with os.scandir(base) as entries:
+                    return {e.name: e.stat().st_size for e in entries if e.is_file()}
+            except (FileNotFoundError, NotADirectoryError):
+                return {}
         with self._named(base):
             if not self.fs.exists(base):
                 return {}
