@@ -24,7 +24,8 @@ import mmap
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -109,12 +110,20 @@ class Generation:
     def value(self) -> int:
         return int.from_bytes(self._map[:8], "little")
 
-    def bump(self) -> int:
+    @contextmanager
+    def advancing(self) -> Iterator[Callable[[], int]]:
+        """Hold the file's exclusive lock (one reload at a time across the workers, so two
+        at once cannot leave them on different builds) and give the increment to call once
+        the new build is open."""
         with open(self.path, "r+b") as f:
             fcntl.flock(f, fcntl.LOCK_EX)
-            value = self.value + 1
-            self._map[:8] = value.to_bytes(8, "little")
-            return value
+
+            def bump() -> int:
+                value = self.value + 1
+                self._map[:8] = value.to_bytes(8, "little")
+                return value
+
+            yield bump
 
 
 class GraphService:
@@ -129,7 +138,7 @@ class GraphService:
         generation: Generation | None = None,
         kernels: bool = True,
     ) -> None:
-        self.choose, self.reader = choose, reader
+        self.choose, self.reader, self.kernels = choose, reader, kernels
         self.generation = generation
         self._reload_lock = threading.Lock()
         self._seen = generation.value if generation is not None else 0
@@ -148,7 +157,7 @@ class GraphService:
                 if seen != self._seen:  # another worker reloaded: follow it
                     self._seen = seen
                     try:
-                        self._current = open_served(self.choose, self.reader)
+                        self._current = open_served(self.choose, self.reader, self.kernels)
                         self.reloads += 1
                         self.reload_error = None
                     except (FileNotFoundError, ValueError, OSError) as error:
@@ -159,11 +168,12 @@ class GraphService:
         """Open the newest published build for the same choice; swap it in when it opened
         whole (a failure leaves the served one in place and is raised)."""
         before = self.current
-        with self._reload_lock:
-            fresh = open_served(self.choose, self.reader)
+        shared = self.generation.advancing() if self.generation is not None else None
+        with self._reload_lock, shared or nullcontext() as bump:
+            fresh = open_served(self.choose, self.reader, self.kernels)
             self._current = fresh  # one reference assignment: requests see old or new
-            if self.generation is not None:
-                self._seen = self.generation.bump()
+            if bump is not None:
+                self._seen = bump()  # the other workers follow before their next request
             self.reloads += 1
         return {
             "changed": fresh.build_id != before.build_id,

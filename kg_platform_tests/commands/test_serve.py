@@ -244,6 +244,36 @@ def test_page_in_headless_chromium(server) -> None:
             browser.close()
 
 
+def test_workers_follow_a_reload_through_the_shared_generation(lake, tmp_path) -> None:
+    """Two services in this process sharing one Generation file, as two workers do: a reload
+    in one makes the other reopen before its next request; a reload whose build cannot be
+    opened raises, leaves the counter alone and the other worker untouched."""
+    from kg_platform.serving.service import Generation, GraphService
+
+    path = str(tmp_path / "generation")
+    Generation.create(path)
+
+    def choose():
+        return lake, {"release": None, "mesh_year": None}
+
+    first = GraphService(choose, None, Generation(path), kernels=False)
+    second = GraphService(choose, None, Generation(path), kernels=False)
+    opened = second.current
+    assert first.reload()["graph_build"] == opened.build_id
+    assert Generation(path).value == 1
+    assert second.current is not opened  # reopened before answering
+    assert (first.reloads, second.reloads, second.current is second.current) == (1, 1, True)
+
+    def missing():
+        raise FileNotFoundError("no graph here")
+
+    first.choose = missing
+    with pytest.raises(FileNotFoundError):
+        first.reload()
+    assert Generation(path).value == 1
+    assert (first.current.build_id, second.reloads) == (opened.build_id, 1)
+
+
 def test_reload_serves_a_newly_published_build(server, lake) -> None:
     """Last in the module: it publishes another build of the question graph (article 100
     gets a new title), which the server answers from only after /reload."""
