@@ -12,7 +12,10 @@ its peak RSS (the child's VmHWM) is its alone:
   statement timed with the RSS high-water mark after it;
 - ``fold_checks``: the corpus asset's four blocking checks, each timed;
 - ``read_corpus``: the corpus columns the graph reads, read once with pyarrow (its reference);
-- ``graph``: ``kg_platform.graph.build.build_graph`` over the folded corpus.
+- ``graph``: ``kg_platform.graph.build.build_graph`` over the folded corpus;
+- ``fold_update``: the last file as a daily update folded into the corpus of the others
+  (``fold_new_files``), timed against the ``fold`` phase and compared with its tables byte
+  for byte (``--no-update`` skips it).
 
 Each phase's seconds (wall and CPU) and peak RSS are extrapolated linearly in records to the
 40M-record baseline (RSS: the imports' part fixed, the rest scaled) and compared with one
@@ -258,6 +261,53 @@ def phase_graph(root: str, _args: argparse.Namespace) -> dict:
     }
 
 
+def phase_fold_update(root: str, _args: argparse.Namespace) -> dict:
+    """The last file as a daily update: the corpus of every file but the last (a full fold,
+    timed as ``prefix_s``), then the last folded into it (``fold_new_files``, timed as
+    ``seconds``) and its sampled check; the six tables compared byte for byte with the full
+    fold of every file the ``fold`` phase wrote."""
+    import filecmp
+
+    from kg_platform.pubmed import fold
+    from kg_platform.storage.lake import Lake
+
+    update = os.path.join(root, "update")
+    shutil.rmtree(update, ignore_errors=True)
+    os.makedirs(update)
+    os.symlink(os.path.join(root, "tables"), os.path.join(update, "tables"))
+    lake, files = Lake(update), _files(root)
+    t = time.perf_counter()
+    fold.fold_release(lake, files[:-1])
+    prefix_s, cpu = time.perf_counter() - t, _cpu_s()
+    t = time.perf_counter()
+    result = fold.fold_release(lake, files)
+    seconds, fold_cpu = time.perf_counter() - t, _cpu_s() - cpu
+    t = time.perf_counter()
+    passed, details = fold.check_incremental_sample(lake, files, result)
+    check_s = time.perf_counter() - t
+    identical = {
+        table: filecmp.cmp(
+            lake.path(fold.corpus_key(table)),
+            os.path.join(root, "corpus", f"{table}.parquet"),
+            shallow=False,
+        )
+        for table in fold.CORPUS_TABLES
+    }
+    shutil.rmtree(update, ignore_errors=True)
+    return {
+        "seconds": seconds,
+        "cpu_s_fold": fold_cpu,
+        "prefix_s": prefix_s,
+        "mode": result.mode,
+        "new_files": result.new_files,
+        "touched_pmids": result.touched_pmids,
+        "identical_to_full_fold": all(identical.values()),
+        "identical_tables": identical,
+        "sample_check_s": check_s,
+        "sample_check": details if passed else f"FAILED: {details}",
+    }
+
+
 def phase_imports(_root: str, _args: argparse.Namespace) -> dict:
     """What the phases' libraries cost before any data: the fixed part of every peak RSS."""
     t = time.perf_counter()
@@ -288,6 +338,7 @@ PHASES = {
     "fold_checks": phase_fold_checks,
     "read_corpus": phase_read_corpus,
     "graph": phase_graph,
+    "fold_update": phase_fold_update,
 }
 
 
@@ -418,6 +469,8 @@ def fold_records(args: argparse.Namespace) -> dict:
             phases = [p for p in phases if not p.startswith("read_")]
         if args.no_checks:
             phases.remove("fold_checks")
+        if args.no_update:
+            phases.remove("fold_update")
         result["phases"] = {}
         # generating in a child keeps this process small: a fork copies its pages
         first = [] if phases[:1] == ["reuse"] else ["generate"]
@@ -448,6 +501,15 @@ def fold_records(args: argparse.Namespace) -> dict:
         result["fits_24gib"] = all(result[f"{p}_fits_24gib"] for p in done)
         result["under_1h"] = all(result[f"{p}_under_1h"] for p in done)
     ph = result.get("phases", {})
+    if "fold_update" in ph and "fold" in ph and "aborted" not in ph["fold_update"]:
+        # the update folded into the corpus against the full fold of the same files
+        result["fold_update_over_fold_s"] = _ratio(
+            ph["fold_update"]["seconds"], ph["fold"]["seconds"]
+        )
+        # CPU seconds: the wall time of a loaded machine says little
+        result["fold_update_over_fold_cpu"] = _ratio(
+            ph["fold_update"]["cpu_s_fold"], ph["fold"]["cpu_s"]
+        )
     for phase, reference in (("fold", "read_tables"), ("graph", "read_corpus")):
         if phase in ph and reference in ph and "aborted" not in ph[phase]:
             if "aborted" in ph[reference]:
@@ -769,6 +831,9 @@ def main() -> int:
     )
     parser.add_argument("--no-reference", action="store_true", help="skip the pyarrow reads")
     parser.add_argument("--no-checks", action="store_true", help="skip the corpus checks")
+    parser.add_argument(
+        "--no-update", action="store_true", help="skip the incremental fold of the last file"
+    )
     parser.add_argument(
         "--duckdb-memory-limit",
         help="override the fold's DuckDB memory_limit, e.g. 1GB (default: the fold's own)",
