@@ -1,5 +1,7 @@
 """`kg status [--lake DIR]`: per release, MeSH year and graph build, what is materialised,
-failed, missing or stale, read from the persistent Dagster instance (as the UI reads it)."""
+failed, missing or stale, read from the persistent Dagster instance (as the UI reads it).
+What is built from a partition that is not fresh (a file that failed, say) is stale too,
+naming that partition."""
 
 from __future__ import annotations
 
@@ -49,7 +51,8 @@ def partition_states(
 ) -> dict[str, dict[str, str]]:
     """asset -> partition key -> one of STATES, for every partition of every partitioned
     asset (unpartitioned assets under the key ''). With ``lake``, a materialised partition
-    whose published object no longer matches is `corrupt`, its one line in ``problems``."""
+    whose published object no longer matches is `corrupt`, its one line in ``problems``.
+    A partition built from one that is not fresh is `stale`, naming it in ``problems``."""
     from dagster._core.definitions.data_version import StaleStatus
     from dagster._core.storage.partition_status_cache import AssetPartitionStatus
 
@@ -94,7 +97,50 @@ def partition_states(
                 if problems is not None:
                     problems[(key.to_user_string(), partition or "")] = problem
         states[key.to_user_string()] = per
+    # the resolver's queryer caches the dynamic partitions the mappings ask for
+    _upstream_not_fresh(asset_graph, resolver.instance_queryer, states, problems)
     return states
+
+
+def _name(asset: str, partition: str) -> str:
+    return f"{asset}[{partition}]" if partition else asset
+
+
+def _upstream_not_fresh(asset_graph, partitions_store, states: dict, problems) -> None:
+    """A partition Dagster's resolver rates fresh is still out of date when a partition it is
+    built from is not fresh: Dagster's resolver compares direct inputs' data versions only, so
+    a file whose tables failed (or went stale, missing, corrupt) leaves the corpus and the
+    graph built from it `fresh` there. Such a partition is `stale`, naming the first partition
+    upstream that is not fresh (the same partitions `kg build` redoes: the parents mapped by
+    Dagster's own partition mappings, walked in Dagster's topological order)."""
+    from dagster._core.definitions.partitions.context import partition_loading_context
+
+    cause: dict[tuple[str, str], str] = {}  # (asset, partition) -> its root upstream cause
+    with partition_loading_context(dynamic_partitions_store=partitions_store):
+        for key in asset_graph.toposorted_asset_keys:
+            asset = key.to_user_string()
+            per = states.get(asset)
+            if not per:
+                continue
+            for partition, state in per.items():
+                if state != "fresh":
+                    continue
+                parents = asset_graph.get_parents_partitions(key, partition or None)
+                behind: set[str] = set()
+                for parent in parents.parent_partitions:
+                    name = parent.asset_key.to_user_string()
+                    upstream = states.get(name, {}).get(parent.partition_key or "")
+                    if upstream not in (None, "fresh"):
+                        own = (name, parent.partition_key or "")
+                        behind.add(cause.get(own) or f"{_name(*own)} {upstream}")
+                if not behind:
+                    continue
+                first, *others = sorted(behind)
+                more = f" (and {len(others)} more)" if others else ""
+                cause[(asset, partition)] = first
+                per[partition] = "stale"
+                if problems is not None:
+                    problems[(asset, partition)] = f"upstream {first}{more}"
 
 
 def other_source_tables(lake, files: set[str]) -> list[str]:

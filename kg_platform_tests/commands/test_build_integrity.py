@@ -1,12 +1,13 @@
 """A published graph whose files no longer match its manifest (a truncated array, a garbage
 current.json) or a corpus table cut short: `kg status` says `corrupt` naming the object,
 `kg ask` names the file instead of failing deep inside numpy, and `kg build` repairs it
-without --force, leaving the same bytes as before the damage. An md5 mismatch keeps the last
+without --force, leaving the same bytes as before the damage. A file that fails leaves what
+is built from it `stale` in `kg status`, naming the failure. An md5 mismatch keeps the last
 verified download.
 
 The tests share one graph build of a copy of the reference mirror (built once for the
-module, in file order): the first repairs what it damages, the next breaks a source file
-and asserts only about that file."""
+module, in file order): the first repairs what it damages, the next two break a source file
+each, and each asserts only about its own file."""
 
 from __future__ import annotations
 
@@ -98,7 +99,7 @@ def test_a_damaged_graph_and_corpus_are_reported_and_rebuilt(built, capsys) -> N
     assert pointer.read_bytes() == pointer_bytes
     assert main(["status"]) == 0
     out = capsys.readouterr().out
-    assert "corrupt" not in out
+    assert "corrupt" not in out and "stale" not in out
 
     # a corpus table cut short: the corpus and what is built from it are redone
     table = lake / "corpus" / "pubmed26" / "citations.parquet"
@@ -107,11 +108,50 @@ def test_a_damaged_graph_and_corpus_are_reported_and_rebuilt(built, capsys) -> N
     assert main(["status"]) == 0
     out = capsys.readouterr().out
     assert f"  pubmed26: corrupt: {table}: not a readable Parquet file (" in out
+    assert "  2024|pubmed26: stale: upstream corpus[pubmed26] corrupt\n" in out
     assert build(mirror) == 0
     out = capsys.readouterr().out
     assert "2 of 7 asset partitions to materialise; the rest are fresh" in out
     assert table.read_bytes() == table_bytes
     assert array.read_bytes() == good
+
+
+def test_a_failed_file_leaves_what_is_built_from_it_stale(built, capsys) -> None:
+    """Dagster's resolver rates the file's tables stale (a new download, no tables from it)
+    and the corpus fresh (its inputs' data versions did not change); `kg status` says the
+    corpus and the graph are stale, naming the file that failed."""
+    import dagster as dg
+    from dagster._core.definitions.data_version import StaleStatus
+
+    from kg_platform.commands.status import stale_resolver
+    from kg_platform.definitions import build_definitions
+    from kg_platform.settings import Settings
+
+    home, mirror = built
+    bad = mirror / "updatefiles" / "pubmed26n1335.xml.gz"
+    cut = bad.read_bytes()[:30_000]
+    bad.write_bytes(cut)
+    Path(f"{bad}.md5").write_text(f"MD5({bad.name})= {hashlib.md5(cut).hexdigest()}\n")
+    assert build(mirror) == 1
+    out = capsys.readouterr().out
+    assert "pubmed26n1335.xml.gz: gzip stream is truncated or corrupt" in out
+
+    instance = dg.DagsterInstance.from_config(str(home / "dagster"))
+    resolver = stale_resolver(instance, build_definitions(Settings.load()).resolve_asset_graph())
+    tables, corpus = dg.AssetKey("pubmed_tables"), dg.AssetKey("corpus")
+    assert resolver.get_status(tables, "pubmed26n1335") == StaleStatus.STALE
+    assert resolver.get_status(tables, "pubmed26n1334") == StaleStatus.FRESH
+    assert resolver.get_status(corpus, "pubmed26") == StaleStatus.FRESH
+
+    assert main(["status"]) == 0
+    out = capsys.readouterr().out
+    cause = "upstream pubmed_tables[pubmed26n1335] failed"
+    assert "pubmed_tables: 1 fresh, 1 failed\n" in out
+    assert "  pubmed26n1335: failed\n" in out
+    assert f"corpus: 1 stale\n  pubmed26: stale: {cause}\n" in out
+    assert f"graph: 1 stale\n  2024|pubmed26: stale: {cause}\n" in out
+    assert "pubmed_xml: 2 fresh\n" in out, out
+    assert "mesh_tables: 1 fresh\n" in out, out
 
 
 def test_an_md5_mismatch_after_a_good_build_leaves_the_raw_file_as_it_was(built, capsys) -> None:
