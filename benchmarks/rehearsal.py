@@ -1,0 +1,561 @@
+"""Rehearsal: a synthetic release through the real `kg build`, then `kg ask`, `kg status`
+and the Dagster UI over what it built; optionally a daily update made queryable.
+
+Phases, each printed as one JSON line (the last line is one JSON object with all of them):
+
+- ``generate``: ``--files`` baseline files of ``--records-per-file`` records in NLM's layout
+  and naming (``benchmarks/build.py``'s generator, cached under ``--work``);
+- ``build``: ``kg build`` of the question path (``--select``, default the graph, the
+  grounding index and the corpus profile with everything upstream) into a fresh KG home,
+  Dagster instance and lake: wall; CPU of the whole process tree; peak RSS of every process
+  it started, grouped by role (the CLI, code servers, run workers, pool processes); the
+  runs' wall per asset from the instance; disk per lake folder; runs and events in the
+  instance;
+- ``ask``: ``kg ask --json`` cold (a fresh process per question, ``--runs`` times) and warm
+  (one opened ``KnowledgeGraph``), on questions the graph answers and one it refuses;
+- ``status``: ``kg status``;
+- ``ui``: ``dagster-webserver`` over the instance and headless Chromium (Playwright,
+  ``/usr/bin/chromium``): seconds until pubmed_tables' partitions page counts every file
+  materialised and the pubmed group's asset graph shows its node, and the webserver's and its code server's peak RSS;
+- ``update`` (``--update``): one update file of ``--update-records`` records (new PMIDs,
+  re-issued records, Version 2 of existing ones, a DeleteCitation of ``--update-deleted``
+  baseline PMIDs) beside the baseline, then ``kg build`` again and one cold ``kg ask``:
+  ``to_queryable_s`` is the build's wall plus the ask's, and the answer must come from a
+  new graph build;
+- ``full`` (``--update``): the same release refolded in full and its graph rebuilt
+  (``KG_FOLD_FULL=1 kg build --select 'key:corpus or key:graph or key:corpus_profile'
+  --force``) and one cold ``kg ask``: the reference for the update, in the same run.
+
+    benchmarks/rehearsal.py --files 4 --records-per-file 2000 --work /tmp/kg-rehearsal --update
+    benchmarks/rehearsal.py --files 84 --work /tmp/kg-rehearsal                # 2.5M records
+    benchmarks/rehearsal.py --files 334 --work /tmp/kg-rehearsal --update      # 10M records
+
+The machine's load is printed with each phase: wall time on a shared machine is inflated
+by the load, CPU seconds much less.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gzip
+import json
+import os
+import random
+import re
+import resource
+import shutil
+import sqlite3
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from cold_ask import REFUSED, run_cold_measured  # noqa: E402
+
+from kg_platform.pubmed.fold import FULL_FOLD_ENV  # noqa: E402
+
+BIN = os.path.dirname(sys.executable)
+SELECT = "+key:graph or +key:grounding_index or key:corpus_profile"
+REFOLD = "key:corpus or key:graph or key:corpus_profile"
+CHROMIUM = "/usr/bin/chromium"
+UI_WAIT_MS = 300_000
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run"]
+GIB, MIB = 1 << 30, 1 << 20
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _load() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+# -- every process a command starts: peak RSS and CPU by role ---------------------------------
+def _role(cmdline: str) -> str:
+    if "multiprocessing" in cmdline or "spawn_main" in cmdline or "forkserver" in cmdline:
+        return "pool_worker"
+    if "execute_run" in cmdline or "execute_step" in cmdline:
+        return "run_worker"
+    if "grpc" in cmdline or "code-server" in cmdline or "code_server" in cmdline:
+        return "code_server"
+    if "dagster-webserver" in cmdline or "dagster_webserver" in cmdline:
+        return "webserver"
+    if "chromium" in cmdline or "chrome" in cmdline:
+        return "browser"
+    if "kg_platform.cli" in cmdline or "/kg " in cmdline + " ":
+        return "cli"
+    return os.path.basename(cmdline.split(" ")[0]) or "other"
+
+
+def _proc(pid: int) -> tuple[int, int, float] | None:
+    """(parent pid, VmHWM bytes, CPU seconds) of a live process."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        with open(f"/proc/{pid}/status") as f:
+            hwm = next((int(x.split()[1]) * 1024 for x in f if x.startswith("VmHWM:")), 0)
+    except (OSError, StopIteration, IndexError, ValueError):
+        return None
+    return int(fields[1]), hwm, (int(fields[11]) + int(fields[12])) / TICK
+
+
+class ProcessTree:
+    """Polls every descendant of ``root`` (every 0.2 s): each process's peak RSS (VmHWM) and
+    CPU at its last poll, and its role from its command line. A process that lives less
+    than a poll is missed; one's figures are those of its last poll."""
+
+    def __init__(self, root: int) -> None:
+        self.root, self.seen, self._stop = root, {}, threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+        self._thread.start()
+
+    def _poll(self) -> None:
+        while not self._stop.is_set():
+            parents = {}
+            for name in os.listdir("/proc"):
+                if name.isdigit() and (got := _proc(int(name))) is not None:
+                    parents[int(name)] = got
+            inside = {self.root}
+            changed = True
+            while changed:  # descendants: processes whose parent is inside
+                changed = False
+                for pid, (ppid, _, _) in parents.items():
+                    if ppid in inside and pid not in inside:
+                        inside.add(pid)
+                        changed = True
+            for pid in inside & parents.keys():
+                _, hwm, cpu = parents[pid]
+                entry = self.seen.get(pid)
+                if entry is None:
+                    try:
+                        with open(f"/proc/{pid}/cmdline", "rb") as f:
+                            cmd = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+                    except OSError:
+                        continue
+                    entry = self.seen[pid] = {
+                        "role": _role(cmd),
+                        "peak": 0,
+                        "cpu": 0.0,
+                        "cmd": cmd[:160],
+                    }
+                entry["peak"] = max(entry["peak"], hwm)
+                entry["cpu"] = max(entry["cpu"], cpu)
+            self._stop.wait(0.2)
+
+    def stop(self) -> dict:
+        self._stop.set()
+        self._thread.join()
+        roles: dict[str, dict] = {}
+        for entry in self.seen.values():
+            r = roles.setdefault(
+                entry["role"],
+                {"processes": 0, "peak_rss_mib": 0, "cpu_s": 0.0, "example": entry["cmd"]},
+            )
+            r["processes"] += 1
+            r["peak_rss_mib"] = max(r["peak_rss_mib"], round(entry["peak"] / MIB))
+            r["cpu_s"] = round(r["cpu_s"] + entry["cpu"], 1)
+        return roles
+
+
+def measured(command: list[str], env: dict, log: Path) -> dict:
+    """``command`` run to its end with its output in ``log``: wall, CPU of the whole tree
+    (the children's rusage), its own peak RSS, and the process tree's figures by role."""
+    cpu = _children_cpu()
+    started = time.perf_counter()
+    with open(log, "ab") as out:
+        out.write(f"\n$ {' '.join(command)}\n".encode())
+        out.flush()
+        child = subprocess.Popen(command, env=env, cwd=REPO, stdout=out, stderr=subprocess.STDOUT)
+        tree = ProcessTree(child.pid)
+        _, status, usage = os.wait4(child.pid, 0)
+    wall = time.perf_counter() - started
+    roles = tree.stop()
+    code = os.waitstatus_to_exitcode(status)
+    if code != 0:
+        tail = log.read_text(errors="replace").strip().splitlines()[-6:]
+        raise RuntimeError(f"{' '.join(command[:3])}: exit {code}: {' | '.join(tail)}")
+    return {
+        "wall_s": round(wall, 1),
+        "cpu_s": round(_children_cpu() - cpu, 1),
+        "own_peak_rss_mib": round(usage.ru_maxrss / 1024),
+        "processes": roles,
+        "load_after": _load(),
+    }
+
+
+# -- the release ------------------------------------------------------------------------------
+def baseline(work: str, files: int, per_file: int) -> tuple[str, float | None]:
+    from build import _synthetic_files  # benchmarks/build.py: NLM naming, sizes, cache
+
+    return _synthetic_files(work, files, per_file)
+
+
+def _records(path: Path) -> list[str]:
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        return [line for line in f.read().split("\n") if line.startswith("<PubmedArticle>")]
+
+
+def _pmid(record: str) -> int:
+    return int(re.search(r'<PMID Version="\d+">(\d+)</PMID>', record).group(1))
+
+
+def write_update(source: str, out: str, records: int, deleted: int, seed: int = 1) -> Path:
+    """A source folder ``out`` holding ``source``'s baseline (linked) and one update file
+    after it: a fifth of ``records`` re-issued baseline records, a fifth given Version 2,
+    the rest new PMIDs citing baseline ones, and a DeleteCitation of ``deleted`` other
+    baseline PMIDs; the existing PMIDs are drawn from files spread over the release."""
+    from build import _mesh_source
+    from kg_platform.mesh.source import resolve_mesh_source
+    from kg_platform.pubmed.synthetic import _ReleaseWriter
+
+    base = sorted(Path(source, "baseline").glob("*.xml.gz"))
+    shutil.rmtree(out, ignore_errors=True)
+    os.makedirs(os.path.join(out, "baseline"))
+    for path in Path(source, "baseline").iterdir():
+        os.symlink(path, os.path.join(out, "baseline", path.name))
+    rng = random.Random(seed)
+    drawn_from = base[:: max(1, len(base) // 8)]
+    n_old = records // 5
+    per_file = -(-(2 * n_old + deleted) // len(drawn_from))
+    old: list[str] = []
+    for path in drawn_from:
+        old += rng.sample(_records(path), per_file)
+    rng.shuffle(old)
+    reissued, versioned = old[:n_old], old[n_old : 2 * n_old]
+    gone = sorted(_pmid(r) for r in old[2 * n_old : 2 * n_old + deleted])
+    versioned = [r.replace('<PMID Version="1">', '<PMID Version="2">', 1) for r in versioned]
+    last = _records(base[-1])
+    vocabulary = resolve_mesh_source(_mesh_source()).descriptor_vocabulary()
+    number = int(base[-1].name[len("pubmedYYn") : -len(".xml.gz")]) + 1
+    writer = _ReleaseWriter(Path(out), 26, vocabulary, seed, len(base) * len(last) + records)
+    writer.next_pmid = _pmid(last[-1]) + 1
+    # new records cite the baseline PMIDs drawn, by preferential attachment from there on
+    writer.pmids = [_pmid(r) for r in old]
+    writer.attachment = list(writer.pmids)
+    n_new = records - 2 * n_old
+    start = writer.n_records - n_new
+    new = [writer.render(writer.new_article(start + i)) for i in range(n_new)]
+    return writer._write("updatefiles", number, [*new, *reissued, *versioned], gone)
+
+
+# -- the instance and the lake ----------------------------------------------------------------
+def _dir_bytes(path: str) -> int:
+    total = 0
+    for folder, _, names in os.walk(path):
+        for name in names:
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(folder, name)).st_size
+    return total
+
+
+def disk(lake: str, dagster_home: str) -> dict:
+    """Bytes per lake folder (and per table under tables/), and the instance's."""
+    out = {}
+    for name in sorted(os.listdir(lake)) if os.path.isdir(lake) else []:
+        path = os.path.join(lake, name)
+        if name == "tables":
+            for table in sorted(os.listdir(path)):
+                out[f"tables/{table}"] = _dir_bytes(os.path.join(path, table))
+        out[name] = _dir_bytes(path) if os.path.isdir(path) else os.path.getsize(path)
+    out["dagster_home"] = _dir_bytes(dagster_home)
+    return {k: round(v / MIB, 1) for k, v in out.items()} | {"unit": "MiB"}
+
+
+def instance_counts(dagster_home: str) -> dict:
+    """Runs and event rows in the instance's SQLite storage (every .db holding event_logs:
+    the per-run logs and the index shard, apart)."""
+    counts = {"runs": 0, "run_events": 0, "index_events": 0, "asset_check_executions": 0}
+    for folder, _, names in os.walk(dagster_home):
+        for name in names:
+            if not name.endswith(".db"):
+                continue
+            with sqlite3.connect(f"file:{os.path.join(folder, name)}?mode=ro", uri=True) as con:
+                tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master")}
+                if "runs" in tables:
+                    counts["runs"] += con.execute("SELECT count(*) FROM runs").fetchone()[0]
+                if "event_logs" in tables:
+                    n = con.execute("SELECT count(*) FROM event_logs").fetchone()[0]
+                    counts["index_events" if name == "index.db" else "run_events"] += n
+                if "asset_check_executions" in tables:
+                    counts["asset_check_executions"] += con.execute(
+                        "SELECT count(*) FROM asset_check_executions"
+                    ).fetchone()[0]
+    return counts
+
+
+def runs_by_asset(dagster_home: str, since: float) -> dict:
+    """The instance's runs started after ``since``: per asset selection, how many, their
+    summed and longest wall seconds."""
+    import dagster as dg
+    from dagster._core.instance.ref import InstanceRef
+
+    out: dict[str, dict] = {}
+    with dg.DagsterInstance.from_ref(InstanceRef.from_dir(dagster_home)) as instance:
+        for record in instance.get_run_records():
+            if not record.start_time or record.start_time < since or not record.end_time:
+                continue
+            run = record.dagster_run
+            keys = sorted(k.to_user_string() for k in run.asset_selection or [])
+            label = "+".join(keys) or run.job_name
+            entry = out.setdefault(label, {"runs": 0, "wall_s": 0.0, "longest_s": 0.0})
+            wall = record.end_time - record.start_time
+            entry["runs"] += 1
+            entry["wall_s"] = round(entry["wall_s"] + wall, 1)
+            entry["longest_s"] = round(max(entry["longest_s"], wall), 1)
+            if run.status != dg.DagsterRunStatus.SUCCESS:
+                entry.setdefault("not_succeeded", []).append(str(run.status.value))
+    return out
+
+
+# -- the commands -----------------------------------------------------------------------------
+def kg(*args: str) -> list[str]:
+    return [os.path.join(BIN, "kg"), *args]
+
+
+def build(env: dict, log: Path, source: str, lake: str, select: str, jobs: int, *extra) -> dict:
+    from build import _mesh_source
+
+    since = time.time()
+    command = kg(
+        "build",
+        "--pubmed-source",
+        source,
+        "--mesh-source",
+        _mesh_source(),
+        "--lake",
+        lake,
+        "--select",
+        select,
+        "--jobs",
+        str(jobs),
+        *extra,
+    )
+    got = measured(command, env, log)
+    home = env["DAGSTER_HOME"]
+    return {
+        **got,
+        "runs_by_asset": runs_by_asset(home, since),
+        "disk": disk(lake, home),
+        "instance": instance_counts(home),
+    }
+
+
+def ask(env: dict, lake: str, runs: int, n_questions: int) -> dict:
+    from kg_platform.answer.api import KnowledgeGraph
+    from kg_platform.answer.examples import graph_questions
+    from kg_platform.commands.partition_args import scoped_lake
+
+    os.environ.update({k: env[k] for k in ("KG_HOME", "DAGSTER_HOME")})
+    scoped, partition = scoped_lake(
+        argparse.Namespace(lake=lake, release=None, mesh_year=None), quiet=True
+    )
+    t = time.perf_counter()
+    graph = KnowledgeGraph.open(scoped)
+    open_s = time.perf_counter() - t
+    questions = [q.text for q in graph_questions(graph, n_questions).questions] + [REFUSED]
+    cold = [run_cold_measured(lake, q) for _ in range(runs) for q in questions]
+    for q in questions:  # one untimed round
+        graph.ask(q)
+    warm = []
+    for q in questions:
+        t = time.perf_counter()
+        graph.ask(q)
+        warm.append((time.perf_counter() - t) * 1000)
+    return {
+        "partition": partition,
+        "graph_build": graph.store.build_id,
+        "articles": graph.store.n_articles,
+        "questions": len(questions),
+        "answered": sum(bool(r["doc"]["verdict"]["answerable"]) for r in cold[: len(questions)]),
+        "cold_wall_s_median": round(statistics.median(r["wall_s"] for r in cold), 3),
+        "cold_cpu_s_median": round(statistics.median(r["cpu_s"] for r in cold), 3),
+        "cold_peak_rss_mib_median": round(statistics.median(r["peak_rss_mb"] for r in cold), 1),
+        "cold_peak_rss_mib_max": round(max(r["peak_rss_mb"] for r in cold), 1),
+        "warm_open_s": round(open_s, 3),
+        "warm_ask_ms_median": round(statistics.median(warm), 2),
+        "question": questions[0],
+        "load_after": _load(),
+    }
+
+
+def status(env: dict, lake: str, log: Path) -> dict:
+    return measured(kg("status", "--lake", lake), env, log)
+
+
+# -- the UI -----------------------------------------------------------------------------------
+def ui(env: dict, work: Path, files: list[str]) -> dict:
+    """The webserver over the instance, then Chromium on two pages: seconds from the
+    navigation's start until each is rendered (the partitions page shows the release's last
+    file, the asset graph shows pubmed_tables' node)."""
+    from playwright.sync_api import Error as PlaywrightError
+    from playwright.sync_api import sync_playwright
+
+    from kg_platform_tests.e2e.platform import Platform, free_port, wait_for_code_location
+
+    if not os.path.exists(CHROMIUM):
+        return {"skipped": f"{CHROMIUM} is missing"}
+    port = free_port()
+    logs = work / "ui-logs"
+    logs.mkdir(exist_ok=True)
+    log = open(logs / "webserver.log", "wb")  # noqa: SIM115 - closed with the process
+    server = subprocess.Popen(
+        [os.path.join(BIN, "dagster-webserver"), "-h", "127.0.0.1", "-p", str(port)]
+        + ["-w", "workspace.yaml"],
+        cwd=REPO,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    tree = ProcessTree(server.pid)
+    platform = Platform(f"http://127.0.0.1:{port}", env, work, work, logs)
+    result: dict = {}
+    try:
+        t = time.perf_counter()
+        wait_for_code_location(platform, [server])
+        result["code_location_loaded_s"] = round(time.perf_counter() - t, 1)
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            page = browser.new_page(viewport={"width": 1600, "height": 1000})
+            pages = {
+                "partitions_page_s": (
+                    f"{platform.url}/assets/pubmed_tables?view=partitions",
+                    page.get_by_text(f"Materialized ({len(files)})", exact=True).first,
+                ),
+                "asset_graph_s": (
+                    f"{platform.url}/locations/kg_platform/asset-groups/pubmed",
+                    page.get_by_text("pubmed_tables", exact=True).first,
+                ),
+            }
+            for name, (url, rendered) in pages.items():
+                t = time.perf_counter()
+                try:
+                    page.goto(url)
+                    rendered.wait_for(timeout=UI_WAIT_MS)
+                    result[name] = round(time.perf_counter() - t, 2)
+                except PlaywrightError as exc:
+                    result[name] = None
+                    result[f"{name.removesuffix('_s')}_failed"] = str(exc).splitlines()[0]
+                page.screenshot(path=str(work / f"{name.removesuffix('_s')}.png"))
+            browser.close()
+    finally:
+        os.killpg(server.pid, 15)
+        server.wait(timeout=30)
+        log.close()
+        result["processes"] = tree.stop()
+    return {**result, "load_after": _load()}
+
+
+# -- the run ----------------------------------------------------------------------------------
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--files", type=int, required=True, help="baseline files")
+    parser.add_argument("--records-per-file", type=int, default=30_000)
+    parser.add_argument("--work", required=True, help="cache of the files, and the homes")
+    parser.add_argument("--jobs", type=int, default=2, help="kg build --jobs")
+    parser.add_argument("--select", default=SELECT, help="kg build --select")
+    parser.add_argument("--runs", type=int, default=3, help="cold kg ask runs per question")
+    parser.add_argument("--questions", type=int, default=2, help="answered questions asked")
+    parser.add_argument("--no-ui", action="store_true", help="skip the browser phase")
+    parser.add_argument("--update", action="store_true", help="the update and full phases")
+    parser.add_argument("--update-records", type=int, default=30_000)
+    parser.add_argument("--update-deleted", type=int, default=500)
+    args = parser.parse_args()
+
+    work = Path(args.work).resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    result: dict = {
+        "benchmark": "rehearsal",
+        "files": args.files,
+        "records_per_file": args.records_per_file,
+        "records": args.files * args.records_per_file,
+        "select": args.select,
+        "jobs": args.jobs,
+        "cores": os.cpu_count(),
+        "load_before": _load(),
+    }
+
+    def phase(name: str, got: dict) -> None:
+        result[name] = got
+        print(json.dumps({"phase": name, **got}), flush=True)
+
+    t = time.perf_counter()
+    source, generated_s = baseline(str(work), args.files, args.records_per_file)
+    phase("generate", {"source": source, "seconds": generated_s, "reused": generated_s is None})
+    names = sorted(p.name.removesuffix(".xml.gz") for p in Path(source, "baseline").glob("*.gz"))
+
+    run = work / f"run-{args.files}x{args.records_per_file}"
+    shutil.rmtree(run, ignore_errors=True)
+    run.mkdir()
+    lake = str(run / "lake")
+    env = {
+        **os.environ,
+        "KG_HOME": str(run / "kg"),
+        "DAGSTER_HOME": str(run / "kg" / "dagster"),
+        "PYTHONPATH": REPO,
+        "PYTHONUNBUFFERED": "1",
+    }
+    env.pop("KG_EXECUTOR", None)
+    env.pop(FULL_FOLD_ENV, None)
+    log = run / "commands.log"
+    phase("build", build(env, log, source, lake, args.select, args.jobs))
+    phase("ask", ask(env, lake, args.runs, args.questions))
+    phase("status", status(env, lake, log))
+    if not args.no_ui:
+        try:
+            phase("ui", ui(env, run, names))
+        except Exception as exc:  # noqa: BLE001 - a phase that cannot run is reported
+            phase("ui", {"failed": f"{type(exc).__name__}: {str(exc)[:400]}"})
+    if args.update:
+        updated = str(work / f"source-update-{args.files}x{args.records_per_file}")
+        path = write_update(source, updated, args.update_records, args.update_deleted)
+        before = result["ask"]["graph_build"]
+        question = result["ask"]["question"]
+        got = build(env, log, updated, lake, args.select, args.jobs)
+        asked = run_cold_measured(lake, question)
+        got.update(_queryable(got, asked, before, lake, path.name))
+        phase("update", got)
+        full_env = {**env, FULL_FOLD_ENV: "1"}
+        got = build(full_env, log, updated, lake, REFOLD, args.jobs, "--force")
+        asked = run_cold_measured(lake, question)
+        got.update(_queryable(got, asked, result["update"]["graph_build"], lake, path.name))
+        phase("full", got)
+        result["update_over_full"] = round(
+            result["update"]["to_queryable_s"] / result["full"]["to_queryable_s"], 3
+        )
+    result["seconds"] = round(time.perf_counter() - t, 1)
+    result["load_after"] = _load()
+    print(json.dumps(result))
+    return 0
+
+
+def _queryable(build_got: dict, asked: dict, before: str, lake: str, update_file: str) -> dict:
+    """The update's figures: seconds from build start to an answer, and that the answer came
+    from a new graph build, and how the corpus was folded (corpus/fold/manifest.json)."""
+    manifests = list(Path(lake, "corpus").glob("*/fold/manifest.json"))
+    manifest = json.loads(manifests[0].read_text()) if manifests else {}
+    build_id = asked["doc"]["graph_build"]
+    return {
+        "update_file": update_file,
+        "ask_wall_s": round(asked["wall_s"], 2),
+        "ask_peak_rss_mib": round(asked["peak_rss_mb"], 1),
+        "to_queryable_s": round(build_got["wall_s"] + asked["wall_s"], 1),
+        "graph_build": build_id,
+        "new_graph_build": build_id != before,
+        "fold": {k: manifest.get(k) for k in ("mode", "reason", "new_files", "touched_pmids")},
+        "corpus_rows": manifest.get("rows"),
+    }
+
+
+if __name__ == "__main__":
+    sys.exit(main())
