@@ -13,6 +13,7 @@ hold a download half sent; its files are big enough that a parse and the fold ta
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import signal
 import subprocess
@@ -67,12 +68,18 @@ def finished(process: subprocess.Popen) -> tuple[int, str]:
 
 
 def lake_files(lake: Path) -> dict[str, str]:
-    """relative path -> sha256 of every file in the lake (staging and temporaries included)."""
-    return {
-        str(p.relative_to(lake)): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted(lake.rglob("*"))
-        if p.is_file()
-    }
+    """relative path -> sha256 of every file in the lake (staging and temporaries included).
+    The fold's manifest names each per-file table by its size and modification time, which
+    differ between two builds of the same bytes: its stamps are compared by file name only."""
+
+    def digest(path: Path) -> str:
+        if path.name == "manifest.json" and path.parent.name == "fold":
+            manifest = json.loads(path.read_text())
+            manifest["stamps"] = sorted(manifest["stamps"])
+            return hashlib.sha256(json.dumps(manifest, sort_keys=True).encode()).hexdigest()
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+
+    return {str(p.relative_to(lake)): digest(p) for p in sorted(lake.rglob("*")) if p.is_file()}
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +92,7 @@ def clean_lake(served, tmp_path_factory) -> dict[str, str]:
     assert {f for f in files if f.startswith("corpus/")} == {
         f"corpus/pubmed26/{t}.parquet"
         for t in ("articles", "mesh_edges", "citations", "corrections", "chemicals", "pubtypes")
-    }
+    } | {"corpus/pubmed26/fold/manifest.json", "corpus/pubmed26/fold/deletions.parquet"}
     return files
 
 
