@@ -17,6 +17,7 @@ from kg_platform.embeddings.index import (
     build_index,
     check_norms,
     check_sample_against_shards,
+    index_hash_problems,
 )
 from kg_platform.embeddings.shards import embed_shards
 from kg_platform.orchestration.queues import embedding_queue_tags
@@ -87,13 +88,15 @@ INDEX_CHECKS = {
     "vector_count_equals_quotable": "vectors == quotable records, any gap explained by files without a verified shard",
     "sample_rows_match_shards": "a random sample of index rows equals its shard rows bit for bit",
     "norms_about_one": "sampled vectors have norm 1 up to fp16 rounding",
+    "files_match_manifest": "each array file has the size and data sha256 its manifest records",
 }
 
 
 @dg.asset(
     partitions_def=pubmed_releases,
     deps=[dg.AssetDep("embedding_shards", partition_mapping=FILES_TO_RELEASE), "corpus"],
-    code_version="2",
+    # 3: the manifest records each array's size and sha256
+    code_version="3",
     pool="gpu",
     group_name="embeddings",
     op_tags=embedding_queue_tags(),
@@ -114,6 +117,7 @@ def embedding_index(
     build = build_index(the_lake, fingerprint)
     sample = check_sample_against_shards(the_lake)
     norms = check_norms(the_lake)
+    unmatched = index_hash_problems(the_lake)
     return dg.MaterializeResult(
         metadata={
             "path": the_lake.path(INDEX_VECTORS),
@@ -149,6 +153,11 @@ def embedding_index(
                 check_name="norms_about_one",
                 passed=norms.passed(),
                 metadata={"checked": norms.checked, "min": norms.min_norm, "max": norms.max_norm},
+            ),
+            dg.AssetCheckResult(
+                check_name="files_match_manifest",
+                passed=not unmatched,
+                metadata={"problems": unmatched},
             ),
         ],
     )

@@ -5,7 +5,9 @@ such a partition as `corrupt`, naming the object, and `kg build` redoes it witho
 Checked (cheap: listings and Parquet footers, no full read): the graph build (its pointer,
 manifest and every array's size against the manifest; the graph's blocking check hashes
 them), the corpus tables and the embedding index (its two arrays' sizes against its
-manifest's rows and dimension). The grounding index is not checked here yet."""
+manifest). With ``verify`` (`kg status --verify`) the embedding index's arrays are also
+hashed against the sha256 its manifest records (reads them all), as its check does at
+materialisation. The grounding index is not checked here yet."""
 
 from __future__ import annotations
 
@@ -52,17 +54,31 @@ def embedding_index_problem(lake: Lake, release: str) -> str | None:
     return index_problem(lake.scoped(release=release))
 
 
+def embedding_index_hash_problem(lake: Lake, release: str) -> str | None:
+    from kg_platform.embeddings.index import index_hash_problems
+
+    problems = index_hash_problems(lake.scoped(release=release))
+    return problems[0] if problems else None
+
+
 CHECKED: dict[str, Callable[[Lake, str], str | None]] = {
     "graph": graph_problem,
     "corpus": corpus_problem,
     "embedding_index": embedding_index_problem,
 }
+# the deeper checks of --verify (every byte read), in place of the cheap one
+VERIFIED: dict[str, Callable[[Lake, str], str | None]] = {
+    "embedding_index": embedding_index_hash_problem,
+}
 
 
-def published_problem(lake: Lake, asset: str, partition: str | None) -> str | None:
+def published_problem(
+    lake: Lake, asset: str, partition: str | None, verify: bool = False
+) -> str | None:
     """One line naming what of ``asset``'s published ``partition`` no longer matches what was
-    published; None when it matches or the asset is not checked."""
-    check = CHECKED.get(asset)
+    published; None when it matches or the asset is not checked. ``verify`` also hashes what
+    records hashes."""
+    check = (verify and VERIFIED.get(asset)) or CHECKED.get(asset)
     if check is None or partition is None:
         return None
     try:

@@ -15,6 +15,11 @@ STATES = ("fresh", "stale", "failed", GONE, "corrupt", "missing", "in progress")
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("status", help="what is materialised, failed, missing or stale")
     p.add_argument("--lake", default=None)
+    p.add_argument(
+        "--verify",
+        action="store_true",
+        help="also hash the published arrays that record hashes (reads them all)",
+    )
     p.set_defaults(func=run_status)
 
 
@@ -47,12 +52,13 @@ def process_gone(instance, key, partition: str | None) -> bool:
 
 
 def partition_states(
-    instance, asset_graph, problems: dict | None = None, lake=None
+    instance, asset_graph, problems: dict | None = None, lake=None, verify: bool = False
 ) -> dict[str, dict[str, str]]:
     """asset -> partition key -> one of STATES, for every partition of every partitioned
     asset (unpartitioned assets under the key ''). With ``lake``, a materialised partition
-    whose published object no longer matches is `corrupt`, its one line in ``problems``.
-    A partition built from one that is not fresh is `stale`, naming it in ``problems``."""
+    whose published object no longer matches is `corrupt`, its one line in ``problems``
+    (``verify``: hashes compared too, where recorded). A partition built from one that is
+    not fresh is `stale`, naming it in ``problems``."""
     from dagster._core.definitions.data_version import StaleStatus
     from dagster._core.storage.partition_status_cache import AssetPartitionStatus
 
@@ -91,7 +97,7 @@ def partition_states(
             }[stale]
             problem = None
             if lake is not None and stale != StaleStatus.MISSING:
-                problem = published_problem(lake, key.to_user_string(), partition)
+                problem = published_problem(lake, key.to_user_string(), partition, verify)
             if problem is not None:
                 per[partition or ""] = "corrupt"
                 if problems is not None:
@@ -166,7 +172,7 @@ def run_status(args: argparse.Namespace) -> int:
         return 0
     asset_graph = build_definitions(settings).resolve_asset_graph()
     problems: dict[tuple[str, str], str] = {}
-    states = partition_states(instance, asset_graph, problems, lake)
+    states = partition_states(instance, asset_graph, problems, lake, args.verify)
     print(f"instance {settings.dagster_home}; lake {args.lake}")
     for asset, per in states.items():
         counts = Counter(per.values())

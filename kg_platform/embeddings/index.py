@@ -8,7 +8,9 @@ sorts it, asserts its PMIDs are unique, and writes it at its offset. Blocks are 
 PMID ranges, so uniqueness within blocks is uniqueness overall.
 
 Output: ``embeddings/index/vectors.f16.npy`` (float16, n x dim), ``pmids.npy`` (int64,
-ascending) and ``manifest.json`` written last.
+ascending) and ``manifest.json`` written last. The manifest records each array's file size
+and the sha256 of its data, as a graph build's does: every open compares the sizes (one
+listing), the index's check and ``kg status --verify`` the hashes.
 """
 
 from __future__ import annotations
@@ -28,12 +30,15 @@ from kg_platform.embeddings.shards import (
     vectors_key,
     verify_shard,
 )
+from kg_platform.storage.digest import array_sha256
 from kg_platform.storage.lake import Lake
 
 INDEX = "embeddings/index"
 INDEX_VECTORS = f"{INDEX}/vectors.f16.npy"
 INDEX_PMIDS = f"{INDEX}/pmids.npy"
 INDEX_MANIFEST = f"{INDEX}/manifest.json"
+# manifest name -> key of each array the index publishes
+INDEX_ARRAYS = {"pmids": INDEX_PMIDS, "vectors": INDEX_VECTORS}
 
 
 class IndexBuildError(ValueError):
@@ -148,12 +153,31 @@ def build_index(
             raise IndexBuildError(f"{INDEX}: wrote {row} rows, expected {total}")
         out_vectors.flush()
         out_pmids.flush()
+        arrays = {
+            name: {
+                "dtype": array.dtype.str,
+                "length": int(array.shape[0]),
+                "sha256": array_sha256(array),
+                "nbytes": int(array.nbytes),
+                "size": os.path.getsize(os.path.join(staging, key.rsplit("/", 1)[1])),
+            }
+            for name, key, array in (
+                ("pmids", INDEX_PMIDS, out_pmids),
+                ("vectors", INDEX_VECTORS, out_vectors),
+            )
+        }
         del out_vectors, out_pmids
         _move_in(lake, staging, "pmids.npy", INDEX_PMIDS)
         _move_in(lake, staging, "vectors.f16.npy", INDEX_VECTORS)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    manifest = {"vectors": total, "dim": dim, "fingerprint": fingerprint, "shards": len(accepted)}
+    manifest = {
+        "vectors": total,
+        "dim": dim,
+        "fingerprint": fingerprint,
+        "shards": len(accepted),
+        "arrays": arrays,
+    }
     lake.write_bytes(INDEX_MANIFEST, json.dumps(manifest, indent=1).encode())
     return IndexBuild(
         vectors=total,
@@ -167,29 +191,71 @@ def build_index(
     )
 
 
+def _manifest(lake: Lake) -> dict:
+    """The index manifest, its rows and dimension checked; ValueError naming the file."""
+    try:
+        manifest = json.loads(lake.read_bytes(INDEX_MANIFEST))
+        int(manifest["vectors"]), int(manifest["dim"])
+        for info in manifest.get("arrays", {}).values():
+            int(info["size"]), str(info["sha256"])
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise ValueError(f"{lake.path(INDEX_MANIFEST)}: not an index manifest ({exc})") from exc
+    return manifest
+
+
 def index_problem(lake: Lake) -> str | None:
     """Why the published index does not match its manifest, naming the file (a manifest that
-    is not one, an array file missing or not of the size its rows and dimension give); None
-    when it matches or none is published. Cheap: one listing, no array read."""
+    is not one, an array file missing or not of the size the manifest records); None when it
+    matches or none is published. Cheap: one listing, no array read."""
     if not lake.exists(INDEX_MANIFEST):
         return None
     try:
-        manifest = json.loads(lake.read_bytes(INDEX_MANIFEST))
-        rows, dim = int(manifest["vectors"]), int(manifest["dim"])
-    except (ValueError, KeyError, TypeError) as exc:
-        return f"{lake.path(INDEX_MANIFEST)}: not an index manifest ({exc})"
+        manifest = _manifest(lake)
+    except ValueError as exc:
+        return str(exc)
+    rows, dim = int(manifest["vectors"]), int(manifest["dim"])
+    recorded = manifest.get("arrays", {})
     found = lake.sizes(INDEX)
-    # each .npy file: its data and a header of at most 4 KiB
-    for key, data in ((INDEX_PMIDS, 8 * rows), (INDEX_VECTORS, 2 * rows * dim)):
+    for name, key, data in (
+        ("pmids", INDEX_PMIDS, 8 * rows),
+        ("vectors", INDEX_VECTORS, 2 * rows * dim),
+    ):
         size = found.get(key.rsplit("/", 1)[1])
         if size is None:
             return f"{lake.path(key)}: missing (the index manifest lists it)"
-        if not 0 < size - data <= 4096:
+        if name in recorded:
+            if size != int(recorded[name]["size"]):
+                return (
+                    f"{lake.path(key)}: {size} bytes, the index manifest says "
+                    f"{recorded[name]['size']} bytes; rebuild embedding_index"
+                )
+        # manifests before sizes were recorded: the data and a header of at most 4 KiB
+        elif not 0 < size - data <= 4096:
             return (
                 f"{lake.path(key)}: {size} bytes, but the index manifest's {rows} rows "
                 f"x {dim} give {data} bytes of data; rebuild embedding_index"
             )
     return None
+
+
+def index_hash_problems(lake: Lake) -> list[str]:
+    """Each published index array whose data no longer hashes to the sha256 its manifest
+    records, one line naming the file (reads every array; the sizes first, as on open). An
+    index whose manifest records no hashes (built before they were) has none to compare."""
+    problem = index_problem(lake)
+    if problem is not None:
+        return [problem]
+    if not lake.exists(INDEX_MANIFEST):
+        return []
+    problems = []
+    for name, info in _manifest(lake).get("arrays", {}).items():
+        key = INDEX_ARRAYS[name]
+        if array_sha256(lake.read_npy(key)) != info["sha256"]:
+            problems.append(
+                f"{lake.path(key)}: sha256 differs from the index manifest's "
+                f"({info['sha256'][:12]}…); rebuild embedding_index"
+            )
+    return problems
 
 
 def _move_in(lake: Lake, staging: str, name: str, key: str) -> None:

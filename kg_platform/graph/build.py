@@ -45,6 +45,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from kg_platform.graph import layout
+from kg_platform.storage.digest import array_sha256  # noqa: F401 (the graph checks use it)
 from kg_platform.storage.lake import Lake
 
 BATCH_ROWS = 1_000_000  # rows decoded at a time: bounds the temporaries per batch
@@ -671,16 +672,6 @@ class _ArrayWriter:
             nbytes=length * dtype.itemsize,
             size=int(size),
         )
-
-
-def array_sha256(array: np.ndarray) -> str:
-    """sha256 of the array's data bytes in C order (not of the .npy header)."""
-    digest = hashlib.sha256()
-    flat = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
-    step = 1 << 26
-    for start in range(0, flat.size, step):  # chunks bound the memory an mmap pulls in at once
-        digest.update(flat[start : start + step])
-    return digest.hexdigest()
 
 
 # -- citations ----------------------------------------------------------------------------

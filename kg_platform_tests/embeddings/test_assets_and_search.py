@@ -1,11 +1,14 @@
+import hashlib
 import json
 
 import dagster as dg
+import numpy as np
 import polars as pl
 
 from kg_platform.assets.embeddings import embedding_index, embedding_shards
 from kg_platform.cli import main
-from kg_platform.embeddings.index import INDEX_PMIDS
+from kg_platform.embeddings.index import INDEX_PMIDS, index_hash_problems
+from kg_platform.orchestration.instance import write_instance_yaml
 from kg_platform.resources.encoder import EncoderResource
 from kg_platform.resources.lake import LakeResource
 from kg_platform.storage.lake import Lake
@@ -16,7 +19,7 @@ RELEASE = "pubmed26"  # the release of every file in FILES
 
 
 def test_shards_then_index_materialise_with_passing_checks_and_search_finds_a_title(
-    tmp_path, capsys
+    tmp_path, kg_home, capsys
 ):
     root = Lake(str(tmp_path / "lake"))
     lake = root.scoped(release=RELEASE)  # corpus/pubmed26/, embeddings/*/pubmed26/
@@ -26,7 +29,9 @@ def test_shards_then_index_materialise_with_passing_checks_and_search_finds_a_ti
         "lake": LakeResource(root=root.root),
         "encoder": EncoderResource(model_path=model, device="cpu", batch_size=8),
     }
-    instance = dg.DagsterInstance.ephemeral()
+    # the persistent instance of KG_HOME, which `kg status` reads below
+    write_instance_yaml(kg_home / "dagster", None)
+    instance = dg.DagsterInstance.from_config(str(kg_home / "dagster"))
     instance.add_dynamic_partitions("pubmed_files", list(FILES))
     instance.add_dynamic_partitions("pubmed_releases", [RELEASE])
     for file in FILES[:2]:
@@ -58,7 +63,20 @@ def test_shards_then_index_materialise_with_passing_checks_and_search_finds_a_ti
         "vector_count_equals_quotable": True,  # the third file's gap is explained
         "sample_rows_match_shards": True,
         "norms_about_one": True,
+        "files_match_manifest": True,
     }
+    # the manifest records each array's file size and data sha256, as a graph build's does
+    index = tmp_path / "lake/embeddings/index" / RELEASE
+    arrays = json.loads((index / "manifest.json").read_text())["arrays"]
+    for name, file in (("pmids", "pmids.npy"), ("vectors", "vectors.f16.npy")):
+        data = np.load(index / file)
+        assert arrays[name] == {
+            "dtype": data.dtype.str,
+            "length": len(data),
+            "sha256": hashlib.sha256(data.tobytes()).hexdigest(),
+            "nbytes": data.nbytes,
+            "size": (index / file).stat().st_size,
+        }
     gap = evaluations["vector_count_equals_quotable"].metadata
     third = corpus.filter(pl.col("file") == FILES[2], pl.col("has_abstract")).height
     assert gap["gap"].value == third == gap["explained_by_missing_shards"].value == 3
@@ -99,6 +117,32 @@ def test_shards_then_index_materialise_with_passing_checks_and_search_finds_a_ti
     scores = [h["score"] for h in out["hits"]]
     assert scores == sorted(scores, reverse=True)
     assert any(h["pmid"] == pmid and h["title"] == title for h in out["hits"])
+
+    # a tampered vector file of the same size: the sizes (every open, `kg status`) cannot
+    # see it; the hashes (the index's check, `kg status --verify`) name it
+    vectors = index / "vectors.f16.npy"
+    good = vectors.read_bytes()
+    vectors.write_bytes(good[:-1] + bytes([good[-1] ^ 0xFF]))
+    tampered = (
+        f"{vectors}: sha256 differs from the index manifest's ({arrays['vectors']['sha256'][:12]}"
+        "…); rebuild embedding_index"
+    )
+    assert index_hash_problems(lake) == [tampered]
+    assert main(["status", "--lake", root.root]) == 0
+    assert "corrupt" not in capsys.readouterr().out
+    assert main(["status", "--lake", root.root, "--verify"]) == 0
+    out = capsys.readouterr().out
+    assert "embedding_index: 1 corrupt\n" in out
+    assert f"  {RELEASE}: corrupt: {tampered}\n" in out
+    # cut short: every open and plain `kg status` name it by its size
+    vectors.write_bytes(good[:-2])
+    cut = (
+        f"{vectors}: {len(good) - 2} bytes, the index manifest says {len(good)} bytes; "
+        "rebuild embedding_index"
+    )
+    assert index_hash_problems(lake) == [cut]
+    assert main(["status", "--lake", root.root]) == 0
+    assert f"  {RELEASE}: corrupt: {cut}\n" in capsys.readouterr().out
 
 
 def test_search_names_bad_input(tmp_path, capsys):

@@ -1,0 +1,21 @@
+"""The sha256 a published array's manifest records: of its data bytes in C order, not of
+the .npy header, so an array hashes the same however it was written. Shared by the graph
+build and the embedding index."""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+
+# chunks bound the memory a memory-mapped array pulls in at once
+_STEP = 1 << 26
+
+
+def array_sha256(array: np.ndarray) -> str:
+    """sha256 of the array's data bytes in C order (not of the .npy header)."""
+    digest = hashlib.sha256()
+    flat = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
+    for start in range(0, flat.size, _STEP):
+        digest.update(flat[start : start + _STEP])
+    return digest.hexdigest()
