@@ -5,9 +5,9 @@ such a partition as `corrupt`, naming the object, and `kg build` redoes it witho
 Checked (cheap: listings and Parquet footers, no full read): the graph build (its pointer,
 manifest and every array's size against the manifest; the graph's blocking check hashes
 them), the corpus tables and the embedding index (its two arrays' sizes against its
-manifest). With ``verify`` (`kg status --verify`) the embedding index's arrays are also
-hashed against the sha256 its manifest records (reads them all), as its check does at
-materialisation. The grounding index is not checked here yet."""
+manifest). With ``verify`` (`kg status --verify`) the graph's and the embedding index's
+arrays are also hashed against the sha256 their manifests record (reads them all), as their
+checks do at materialisation. The grounding index is not checked here yet."""
 
 from __future__ import annotations
 
@@ -27,6 +27,12 @@ def graph_problem(lake: Lake, partition: str) -> str | None:
     from kg_platform.graph.layout import published_problem
 
     return published_problem(lake.scoped(**_dimensions(partition)))
+
+
+def graph_hash_problem(lake: Lake, partition: str) -> str | None:
+    from kg_platform.graph.layout import published_problem
+
+    return published_problem(lake.scoped(**_dimensions(partition)), verify=True)
 
 
 def corpus_problem(lake: Lake, release: str) -> str | None:
@@ -68,6 +74,7 @@ CHECKED: dict[str, Callable[[Lake, str], str | None]] = {
 }
 # the deeper checks of --verify (every byte read), in place of the cheap one
 VERIFIED: dict[str, Callable[[Lake, str], str | None]] = {
+    "graph": graph_hash_problem,
     "embedding_index": embedding_index_hash_problem,
 }
 

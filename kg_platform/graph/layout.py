@@ -125,14 +125,37 @@ def size_problems(lake: Lake, build_id: str, manifest: dict) -> list[str]:
     return problems
 
 
-def published_problem(lake: Lake) -> str | None:
+def hash_problems(lake: Lake, build_id: str, manifest: dict) -> list[str]:
+    """Each array of the build whose data no longer hashes to the sha256 its manifest
+    records, one line naming the file, the array and the build (reads every array)."""
+    import numpy as np
+
+    from kg_platform.storage.digest import array_sha256
+
+    problems = []
+    for name, info in manifest["arrays"].items():
+        key = array_key(build_id, name)
+        expected = info.get("sha256")
+        if expected and array_sha256(np.asarray(lake.read_npy(key))) != expected:
+            problems.append(
+                f"{lake.path(key)}: array {name} of graph build {build_id}: sha256 differs "
+                "from its manifest"
+            )
+    return problems
+
+
+def published_problem(lake: Lake, verify: bool = False) -> str | None:
     """Why the published build of this (scoped) lake does not match its manifest: the
-    pointer, the manifest or an array file named; None when it matches or none is published."""
+    pointer, the manifest or an array file named; None when it matches or none is published.
+    ``verify``: the arrays' hashes too, once their sizes match."""
     if not lake.exists(CURRENT_POINTER):
         return None
     try:
         build_id = current_build_id(lake)
-        problems = size_problems(lake, build_id, read_manifest(lake, build_id))
+        manifest = read_manifest(lake, build_id)
+        problems = size_problems(lake, build_id, manifest)
+        if verify and not problems:
+            problems = hash_problems(lake, build_id, manifest)
     except (ValueError, FileNotFoundError) as exc:
         return str(exc)
     return problems[0] if problems else None

@@ -67,6 +67,17 @@ def test_a_damaged_graph_and_corpus_are_reported_and_rebuilt(built, capsys) -> N
     good = array.read_bytes()
     assert manifest["arrays"]["art2mesh_indices"]["size"] == len(good)
 
+    # an array changed in place at its size: only the hashes (`kg status --verify`) see it
+    array.write_bytes(good[:-1] + bytes([good[-1] ^ 0xFF]))
+    assert main(["status"]) == 0
+    assert "corrupt" not in capsys.readouterr().out
+    assert main(["status", "--verify"]) == 0
+    out = capsys.readouterr().out
+    assert (
+        f"  2024|pubmed26: corrupt: {array}: array art2mesh_indices of graph build "
+        f"{build_id}: sha256 differs from its manifest\n"
+    ) in out
+
     # half an array: named by status and by ask
     array.write_bytes(good[: len(good) // 2])
     damage = (
