@@ -82,17 +82,24 @@ def _children_cpu() -> float:
 
 # -- every process a command starts: peak RSS and CPU by role ---------------------------------
 def _role(cmdline: str) -> str:
-    if "multiprocessing" in cmdline or "spawn_main" in cmdline or "forkserver" in cmdline:
-        return "pool_worker"
-    if "execute_run" in cmdline or "execute_step" in cmdline:
-        return "run_worker"
-    if "grpc" in cmdline or "code-server" in cmdline or "code_server" in cmdline:
+    """A process's part in a build, from its command line. Dagster starts run workers and
+    step processes alike through multiprocessing (spawn, forkserver), as the parse pool does:
+    one role for all three."""
+    if "resource_tracker" in cmdline:
+        return "resource_tracker"
+    if "watch_orphans" in cmdline:
+        return "orphan_watcher"
+    if cmdline.startswith("tail "):
+        return "log_tail"
+    if "spawn_main" in cmdline or "forkserver" in cmdline or "execute_run" in cmdline:
+        return "run_step_or_pool_process"
+    if "api grpc" in cmdline or "code-server" in cmdline:
         return "code_server"
-    if "dagster-webserver" in cmdline or "dagster_webserver" in cmdline:
+    if "dagster-webserver" in cmdline:
         return "webserver"
     if "chromium" in cmdline or "chrome" in cmdline:
         return "browser"
-    if "kg_platform.cli" in cmdline or "/kg " in cmdline + " ":
+    if "/kg " in cmdline or "kg_platform.cli" in cmdline:
         return "cli"
     return os.path.basename(cmdline.split(" ")[0]) or "other"
 
@@ -141,6 +148,8 @@ class ProcessTree:
                         with open(f"/proc/{pid}/cmdline", "rb") as f:
                             cmd = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
                     except OSError:
+                        continue
+                    if not cmd:  # a zombie: nothing left to measure
                         continue
                     entry = self.seen[pid] = {
                         "role": _role(cmd),
@@ -424,6 +433,8 @@ def ui(env: dict, work: Path, files: list[str]) -> dict:
         t = time.perf_counter()
         wait_for_code_location(platform, [server])
         result["code_location_loaded_s"] = round(time.perf_counter() - t, 1)
+        # the browser and Playwright's driver are this process's children, not the server's
+        own = ProcessTree(os.getpid())
         with sync_playwright() as playwright:
             browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
             page = browser.new_page(viewport={"width": 1600, "height": 1000})
@@ -448,6 +459,9 @@ def ui(env: dict, work: Path, files: list[str]) -> dict:
                     result[f"{name.removesuffix('_s')}_failed"] = str(exc).splitlines()[0]
                 page.screenshot(path=str(work / f"{name.removesuffix('_s')}.png"))
             browser.close()
+        result["browser_processes"] = {
+            role: got for role, got in own.stop().items() if role in ("browser", "node")
+        }
     finally:
         os.killpg(server.pid, 15)
         server.wait(timeout=30)
