@@ -49,6 +49,7 @@ import sqlite3
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -57,7 +58,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from cold_ask import REFUSED, run_cold_measured  # noqa: E402
+from cold_ask import REFUSED  # noqa: E402
 
 from kg_platform.pubmed.fold import FULL_FOLD_ENV  # noqa: E402
 
@@ -178,7 +179,9 @@ class ProcessTree:
 
 def measured(command: list[str], env: dict, log: Path) -> dict:
     """``command`` run to its end with its output in ``log``: wall, CPU of the whole tree
-    (the children's rusage), its own peak RSS, and the process tree's figures by role."""
+    (the children's rusage) and the process tree's figures by role. (``wait4``'s ru_maxrss
+    is not used: a forked child starts with its parent's high-water mark, which survives
+    its exec, so it reports at least this script's own RSS.)"""
     cpu = _children_cpu()
     started = time.perf_counter()
     with open(log, "ab") as out:
@@ -186,7 +189,7 @@ def measured(command: list[str], env: dict, log: Path) -> dict:
         out.flush()
         child = subprocess.Popen(command, env=env, cwd=REPO, stdout=out, stderr=subprocess.STDOUT)
         tree = ProcessTree(child.pid)
-        _, status, usage = os.wait4(child.pid, 0)
+        _, status, _ = os.wait4(child.pid, 0)
     wall = time.perf_counter() - started
     roles = tree.stop()
     code = os.waitstatus_to_exitcode(status)
@@ -196,7 +199,6 @@ def measured(command: list[str], env: dict, log: Path) -> dict:
     return {
         "wall_s": round(wall, 1),
         "cpu_s": round(_children_cpu() - cpu, 1),
-        "own_peak_rss_mib": round(usage.ru_maxrss / 1024),
         "processes": roles,
         "load_after": _load(),
     }
@@ -359,6 +361,43 @@ def build(env: dict, log: Path, source: str, lake: str, select: str, jobs: int, 
     }
 
 
+# `kg ask` in a fresh interpreter that reports its own VmHWM (its address space's peak,
+# reset by exec) on exit
+ASK_WITH_PEAK = """
+import atexit, runpy, sys
+def peak():
+    with open('/proc/self/status') as f:
+        kb = next(int(line.split()[1]) for line in f if line.startswith('VmHWM:'))
+    sys.stderr.write(f'\\nKG_PEAK_RSS_KB={kb}\\n')
+atexit.register(peak)
+sys.argv = ['kg', *sys.argv[1:]]
+runpy.run_module('kg_platform.cli', run_name='__main__')
+"""
+
+
+def ask_cold(lake: str, question: str) -> dict:
+    """One `kg ask --json` in a fresh process: wall (spawn to exit), CPU (``wait4``), its
+    own peak RSS, and its JSON."""
+    command = [sys.executable, "-c", ASK_WITH_PEAK, "ask", question, "--json", "--lake", lake]
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        started = time.perf_counter()
+        child = subprocess.Popen(command, stdout=out, stderr=err, cwd=REPO, env=os.environ)
+        _, status, usage = os.wait4(child.pid, 0)
+        wall = time.perf_counter() - started
+        out.seek(0)
+        err.seek(0)
+        text, log = out.read(), err.read()
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise RuntimeError(f"kg ask {question!r}: exit {status}: {log.decode()[-400:]}")
+    peak = re.search(rb"KG_PEAK_RSS_KB=([0-9]+)", log)
+    return {
+        "wall_s": wall,
+        "cpu_s": usage.ru_utime + usage.ru_stime,
+        "peak_rss_mb": int(peak.group(1)) / 1024,
+        "doc": json.loads(text),
+    }
+
+
 def ask(env: dict, lake: str, runs: int, n_questions: int) -> dict:
     from kg_platform.answer.api import KnowledgeGraph
     from kg_platform.answer.examples import graph_questions
@@ -372,7 +411,7 @@ def ask(env: dict, lake: str, runs: int, n_questions: int) -> dict:
     graph = KnowledgeGraph.open(scoped)
     open_s = time.perf_counter() - t
     questions = [q.text for q in graph_questions(graph, n_questions).questions] + [REFUSED]
-    cold = [run_cold_measured(lake, q) for _ in range(runs) for q in questions]
+    cold = [ask_cold(lake, q) for _ in range(runs) for q in questions]
     for q in questions:  # one untimed round
         graph.ask(q)
     warm = []
@@ -536,12 +575,12 @@ def main() -> int:
         before = result["ask"]["graph_build"]
         question = result["ask"]["question"]
         got = build(env, log, updated, lake, args.select, args.jobs)
-        asked = run_cold_measured(lake, question)
+        asked = ask_cold(lake, question)
         got.update(_queryable(got, asked, before, lake, path.name))
         phase("update", got)
         full_env = {**env, FULL_FOLD_ENV: "1"}
         got = build(full_env, log, updated, lake, REFOLD, args.jobs, "--force")
-        asked = run_cold_measured(lake, question)
+        asked = ask_cold(lake, question)
         got.update(_queryable(got, asked, result["update"]["graph_build"], lake, path.name))
         phase("full", got)
         result["update_over_full"] = round(
