@@ -198,7 +198,11 @@ def measured(command: list[str], env: dict, log: Path) -> dict:
         raise RuntimeError(f"{' '.join(command[:3])}: exit {code}: {' | '.join(tail)}")
     return {
         "wall_s": round(wall, 1),
-        "cpu_s": round(_children_cpu() - cpu, 1),
+        # the CPU of the descendants reaped through this child, and the sum over every
+        # process seen (a lower bound: each one's CPU at its last poll); Dagster's run
+        # workers are not all reaped by the CLI, so the second is the larger
+        "cpu_s_reaped": round(_children_cpu() - cpu, 1),
+        "cpu_s_tree": round(sum(r["cpu_s"] for r in roles.values()), 1),
         "processes": roles,
         "load_after": _load(),
     }
