@@ -24,6 +24,7 @@ import os
 import posixpath
 import shutil
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import duckdb
@@ -563,29 +564,46 @@ def fold_new_files(
     update = _read_update(lake, files, first)
     staging = lake.staging_dir()
     try:
-        rows: dict[str, int] = {}
-        present: list[np.ndarray] = []  # previous corpus PMIDs the new files touch
-        article_pmids: list[np.ndarray] = []
-        dangling = 0
-        for table in CORPUS_TABLES:
+
+        def rewrite(table: str, survivors: PmidSet | None = None) -> _Rewritten:
             new = _new_rows(lake, files, first, table, update)
             with lake.open(corpus_key(table)) as f:
                 schema = pq.ParquetFile(f).schema_arrow
             local = os.path.join(staging, f"{table}.parquet")
             writer = _GroupWriter(local, _group_rows(table), schema)
-            survivors = PmidSet(np.concatenate(article_pmids)) if table == "citations" else None
+            done = _Rewritten()
             try:
-                dropped: list[np.ndarray] = []
-                for part in _merged(lake, table, new, update.touched, dropped):
+                for part in _merged(lake, table, new, update.touched, done.dropped):
                     writer.add(part)
                     if table == "articles":
-                        article_pmids.append(part.column("pmid").to_numpy())
+                        done.pmids.append(part.column("pmid").to_numpy())
                     elif survivors is not None:
-                        dangling += survivors.missing(part.column("cited_pmid").to_numpy())
-                if table == "articles":
-                    present = dropped
+                        done.dangling += survivors.missing(part.column("cited_pmid").to_numpy())
             finally:
-                rows[table] = writer.close()
+                done.rows = writer.close()
+            return done
+
+        def articles_then_citations() -> tuple[_Rewritten, _Rewritten]:
+            articles = rewrite("articles")
+            survivors = PmidSet(np.concatenate([np.zeros(0, "<i8"), *articles.pmids]))
+            return articles, rewrite("citations", survivors)
+
+        # two threads (pyarrow decodes, encodes and compresses without the GIL): the articles
+        # and then the citations, which count dangling rows against the new articles, beside
+        # the four smaller tables
+        others = [t for t in CORPUS_TABLES if t not in ("articles", "citations")]
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            first_two = pool.submit(articles_then_citations)
+            rest = pool.submit(lambda: [rewrite(t) for t in others])
+            articles, citations = first_two.result()
+            done = {
+                "articles": articles,
+                "citations": citations,
+                **dict(zip(others, rest.result(), strict=True)),
+            }
+        rows = {t: done[t].rows for t in CORPUS_TABLES}
+        dangling = citations.dangling
+        present = articles.dropped  # previous corpus PMIDs the new files touch
         state = _next_state(lake, update, np.concatenate([np.zeros(0, "<i8"), *present]))
         result = FoldResult(
             rows=rows,
@@ -603,6 +621,16 @@ def fold_new_files(
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return result
+
+
+@dataclass
+class _Rewritten:
+    """One corpus table rewritten by fold_new_files."""
+
+    rows: int = 0
+    dropped: list[np.ndarray] = field(default_factory=list)  # previous PMIDs replaced
+    pmids: list[np.ndarray] = field(default_factory=list)  # the articles written
+    dangling: int = 0  # citation rows whose cited PMID is no corpus article
 
 
 def _sample_at(n: int) -> list[int]:
