@@ -230,6 +230,7 @@ def write_update(source: str, out: str, records: int, deleted: int, seed: int = 
     the rest new PMIDs citing baseline ones, and a DeleteCitation of ``deleted`` other
     baseline PMIDs; the existing PMIDs are drawn from files spread over the release."""
     from build import _mesh_source
+
     from kg_platform.mesh.source import resolve_mesh_source
     from kg_platform.pubmed.synthetic import _ReleaseWriter
 
