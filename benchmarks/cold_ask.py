@@ -3,10 +3,11 @@
 On a built lake (default: the one `kg build` recorded, e.g. `make demo`'s), for a few
 questions the graph answers (``answer.examples.graph_questions``) and one it refuses:
 
-- ``cold``: `python -m kg_platform.cli ask QUESTION --json --lake LAKE` run as a subprocess
-  ``--runs`` times per question: wall seconds (spawn to exit), CPU seconds and peak RSS of
-  that child alone (``os.wait4``), the median of the runs per question and over all runs,
-  and the median of the JSON's own ``start_up_ms`` (imports, open) and ``timings_ms``;
+- ``cold``: `kg ask QUESTION --json --lake LAKE` run as a subprocess ``--runs`` times per
+  question: wall seconds (spawn to exit), CPU seconds of that child (``os.wait4``) and its
+  own peak RSS (its VmHWM, read by the child at exit: ``ask_cold``, which
+  ``benchmarks/rehearsal.py`` uses too), the median of the runs per question and over all
+  runs, and the median of the JSON's own ``start_up_ms`` (imports, open) and ``timings_ms``;
 - ``warm``: the same questions asked in this process on one opened ``KnowledgeGraph``
   after one untimed round (the figure ``benchmarks/ask.py`` reports), and the answers'
   agreement with the cold ones (``same_answers``, timings left out);
@@ -27,9 +28,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -46,30 +49,46 @@ VOLATILE = ("timings_ms", "start_up_ms", "partition")
 TARGET_WALL_S, TARGET_RSS_MB = 1.0, 400.0
 
 
-def run_cold_measured(lake: str, question: str, code: str | None = None) -> dict:
-    """One `kg ask --json` in a fresh interpreter: wall, CPU and peak RSS of that child
-    alone (``os.wait4``), and its JSON."""
-    command = [sys.executable, "-m", "kg_platform.cli", "ask", question, "--json", "--lake", lake]
-    out_path = f"/tmp/cold_ask_{os.getpid()}.json"
-    # `python -m` imports from its working directory first: run in the checkout measured
-    code = code or REPO
+# `kg ask` in a fresh interpreter that reports its own peak RSS on exit: VmHWM, the high-water
+# mark of its own address space (exec starts a new one). wait4's ru_maxrss is no use here: a
+# child's starts from the parent's RSS at fork and survives exec, so a parent holding an open
+# graph reports its own size for every child.
+ASK_WITH_PEAK = """
+import atexit, runpy, sys
+def peak():
+    with open('/proc/self/status') as f:
+        kb = next(int(line.split()[1]) for line in f if line.startswith('VmHWM:'))
+    sys.stderr.write(f'\\nKG_PEAK_RSS_KB={kb}\\n')
+atexit.register(peak)
+sys.argv = ['kg', *sys.argv[1:]]
+runpy.run_module('kg_platform.cli', run_name='__main__')
+"""
+
+
+def ask_cold(lake: str, question: str, code: str = REPO) -> dict:
+    """One `kg ask --json` in a fresh process running the checkout ``code``: wall (spawn to
+    exit), CPU (``wait4``: the child's own), its own peak RSS (VmHWM), and its JSON."""
+    command = [sys.executable, "-c", ASK_WITH_PEAK, "ask", question, "--json", "--lake", lake]
+    # `python -c` imports from its working directory first: run in the checkout measured
     env = {**os.environ, "PYTHONPATH": code}
-    with open(out_path, "wb") as out:
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         started = time.perf_counter()
-        child = subprocess.Popen(command, stdout=out, stderr=subprocess.DEVNULL, env=env, cwd=code)
+        child = subprocess.Popen(command, stdout=out, stderr=err, cwd=code, env=env)
         _, status, usage = os.wait4(child.pid, 0)
         wall = time.perf_counter() - started
-    child.returncode = os.waitstatus_to_exitcode(status)
-    if child.returncode != 0:
-        raise RuntimeError(f"kg ask {question!r}: exit {child.returncode}")
-    with open(out_path, "rb") as f:
-        doc = json.loads(f.read())
-    os.unlink(out_path)
+        out.seek(0)
+        err.seek(0)
+        text, log = out.read(), err.read()
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise RuntimeError(f"kg ask {question!r}: exit {status}: {log.decode()[-400:]}")
+    peak = re.search(rb"KG_PEAK_RSS_KB=([0-9]+)", log)
+    if peak is None:
+        raise RuntimeError(f"kg ask {question!r}: no peak RSS reported: {log.decode()[-400:]}")
     return {
         "wall_s": wall,
         "cpu_s": usage.ru_utime + usage.ru_stime,
-        "peak_rss_mb": usage.ru_maxrss / 1024.0,
-        "doc": doc,
+        "peak_rss_mb": int(peak.group(1)) / 1024,
+        "doc": json.loads(text),
     }
 
 
@@ -126,19 +145,25 @@ def main() -> int:
     )
     args = parser.parse_args()
     lake_root = args.lake or Settings.load().lake
+    print(json.dumps(measure(lake_root, args.runs, args.questions, args.reference)))
+    return 0
+
+
+def measure(lake_root: str, runs: int, n_questions: int, reference_code: str | None = None) -> dict:
+    """The figures above for the published graph build `kg ask --lake lake_root` chooses."""
     lake, build = scoped_lake(
         argparse.Namespace(lake=lake_root, release=None, mesh_year=None), quiet=True
     )
     kg = KnowledgeGraph.open(lake)
-    questions = [q.text for q in graph_questions(kg, args.questions).questions] + [REFUSED]
+    questions = [q.text for q in graph_questions(kg, n_questions).questions] + [REFUSED]
 
     cold: dict[str, list[dict]] = {q: [] for q in questions}
     reference: list[dict] = []
-    for _ in range(args.runs):  # interleaved: load drifts over the run, not per question
+    for _ in range(runs):  # interleaved: load drifts over the run, not per question
         for q in questions:
-            cold[q].append(run_cold_measured(lake_root, q))
-            if args.reference:
-                reference.append(run_cold_measured(lake_root, q, args.reference))
+            cold[q].append(ask_cold(lake_root, q))
+            if reference_code:
+                reference.append(ask_cold(lake_root, q, reference_code))
 
     for q in questions:  # one untimed round, then the timed one
         kg.ask(q)
@@ -181,7 +206,7 @@ def main() -> int:
         "articles": kg.store.n_articles,
         "loadavg": [round(x, 2) for x in os.getloadavg()],
         "cpus": os.cpu_count(),
-        "runs_per_question": args.runs,
+        "runs_per_question": runs,
         "cold": {
             "wall_s_median": round(wall, 3),
             "cpu_s_median": round(statistics.median(r["cpu_s"] for r in every), 3),
@@ -192,7 +217,7 @@ def main() -> int:
         "warm": {"ask_ms_median": round(warm, 3), "ask_ms": [round(x, 3) for x in warm_ms]},
         "cold_over_warm": round(wall * 1000.0 / warm, 1),
         "reference": {
-            "checkout": args.reference,
+            "checkout": reference_code,
             "wall_s_median": round(statistics.median(r["wall_s"] for r in reference), 3),
             "cpu_s_median": round(statistics.median(r["cpu_s"] for r in reference), 3),
             "peak_rss_mb_median": round(statistics.median(r["peak_rss_mb"] for r in reference), 1),
@@ -205,12 +230,11 @@ def main() -> int:
         "same_answers": bool(same),
         "wall_within_target": wall <= TARGET_WALL_S,
         "rss_within_target": rss <= TARGET_RSS_MB,
-        "index_open": index_open(lake.local_path(INDEX_KEY), questions[0], args.runs)
+        "index_open": index_open(lake.local_path(INDEX_KEY), questions[0], runs)
         if lake.exists(INDEX_KEY)
         else None,
     }
-    print(json.dumps(result))
-    return 0
+    return result
 
 
 if __name__ == "__main__":

@@ -49,7 +49,6 @@ import sqlite3
 import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -58,7 +57,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from cold_ask import REFUSED  # noqa: E402
+from cold_ask import REFUSED, ask_cold  # noqa: E402
 
 from kg_platform.pubmed.fold import FULL_FOLD_ENV  # noqa: E402
 
@@ -363,43 +362,6 @@ def build(env: dict, log: Path, source: str, lake: str, select: str, jobs: int, 
         "runs_by_asset": runs_by_asset(home, since),
         "disk": disk(lake, home),
         "instance": instance_counts(home),
-    }
-
-
-# `kg ask` in a fresh interpreter that reports its own VmHWM (its address space's peak,
-# reset by exec) on exit
-ASK_WITH_PEAK = """
-import atexit, runpy, sys
-def peak():
-    with open('/proc/self/status') as f:
-        kb = next(int(line.split()[1]) for line in f if line.startswith('VmHWM:'))
-    sys.stderr.write(f'\\nKG_PEAK_RSS_KB={kb}\\n')
-atexit.register(peak)
-sys.argv = ['kg', *sys.argv[1:]]
-runpy.run_module('kg_platform.cli', run_name='__main__')
-"""
-
-
-def ask_cold(lake: str, question: str) -> dict:
-    """One `kg ask --json` in a fresh process: wall (spawn to exit), CPU (``wait4``), its
-    own peak RSS, and its JSON."""
-    command = [sys.executable, "-c", ASK_WITH_PEAK, "ask", question, "--json", "--lake", lake]
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        started = time.perf_counter()
-        child = subprocess.Popen(command, stdout=out, stderr=err, cwd=REPO, env=os.environ)
-        _, status, usage = os.wait4(child.pid, 0)
-        wall = time.perf_counter() - started
-        out.seek(0)
-        err.seek(0)
-        text, log = out.read(), err.read()
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise RuntimeError(f"kg ask {question!r}: exit {status}: {log.decode()[-400:]}")
-    peak = re.search(rb"KG_PEAK_RSS_KB=([0-9]+)", log)
-    return {
-        "wall_s": wall,
-        "cpu_s": usage.ru_utime + usage.ru_stime,
-        "peak_rss_mb": int(peak.group(1)) / 1024,
-        "doc": json.loads(text),
     }
 
 

@@ -8,7 +8,8 @@ giant pairs (a question naming two of the four BRIDGE descriptors on the most ar
 when it grounds to them). Reports p50/p95/p99 latency and requests/s, overall and for the giant and
 non-giant questions apart, against the same questions asked one after another in this
 process on an opened ``KnowledgeGraph`` (after one untimed round). Every reply is checked
-to be a 200 with the in-process answer's verdict.
+to be a 200 with the in-process answer's verdict. ``peak_rss``: the server's and each
+worker's own peak RSS (VmHWM) at the end of the load run.
 
     KG_HOME=.kg .venv/bin/python benchmarks/serve.py --requests 800 --workers 1 2
 
@@ -146,6 +147,29 @@ def load_run(port: int, work: list[tuple[str, bool]], clients: int, verdicts: di
     }
 
 
+def process_tree_peak_mb(root: int) -> dict:
+    """Peak RSS (VmHWM) of a live process and of each of its descendants (the ``--workers``
+    children), in MiB, read from /proc while they run."""
+    peaks, todo = {}, [root]
+    while todo:
+        pid = todo.pop()
+        try:
+            with open(f"/proc/{pid}/status") as f:
+                kb = next(int(x.split()[1]) for x in f if x.startswith("VmHWM:"))
+            children = []
+            for task in os.listdir(f"/proc/{pid}/task"):
+                with open(f"/proc/{pid}/task/{task}/children") as f:
+                    children += [int(c) for c in f.read().split()]
+        except (FileNotFoundError, ProcessLookupError, StopIteration):
+            continue
+        peaks[pid] = round(kb / 1024, 1)
+        todo += children
+    return {
+        "server_mb": peaks.get(root),
+        "workers_mb": [mb for pid, mb in sorted(peaks.items()) if pid != root],
+    }
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lake", default=None, help="default: the lake `kg build` recorded")
@@ -161,11 +185,20 @@ def main() -> int:
     )
     args = parser.parse_args()
     lake_root = args.lake or Settings.load().lake
+    result = measure(lake_root, args.clients, args.requests, args.questions, args.workers)
+    print(json.dumps(result))
+    return 0
+
+
+def measure(
+    lake_root: str, clients: int, requests: int, n_questions: int, workers_list: list[int]
+) -> dict:
+    """The figures above for the published graph build `kg serve --lake lake_root` serves."""
     lake, _ = scoped_lake(
         argparse.Namespace(lake=lake_root, release=None, mesh_year=None), quiet=True
     )
     kg = KnowledgeGraph.open(lake)
-    plain = [q.text for q in graph_questions(kg, args.questions).questions] + [REFUSED]
+    plain = [q.text for q in graph_questions(kg, n_questions).questions] + [REFUSED]
     giant = giant_questions(kg)
     questions = [(q, False) for q in plain] + [(q, True) for q in giant]
 
@@ -177,21 +210,22 @@ def main() -> int:
         answer = kg.ask(q)
         in_process.append((is_giant, (time.perf_counter() - started) * 1000.0))
         verdicts[q] = answer.verdict.to_json()
-    work = [questions[i % len(questions)] for i in range(args.requests)]
+    work = [questions[i % len(questions)] for i in range(requests)]
 
     by_workers = {}
-    for workers in args.workers:
+    for workers in workers_list:
         port = free_port()
         server = start_server(lake_root, port, workers)
         try:
             for _ in range(workers):  # warm each worker's first question (as far as it goes)
                 load_run(port, questions, workers, verdicts)
-            by_workers[workers] = load_run(port, work, args.clients, verdicts)
+            by_workers[workers] = load_run(port, work, clients, verdicts)
+            by_workers[workers]["peak_rss"] = process_tree_peak_mb(server.pid)
         finally:
             server.terminate()
             server.wait(timeout=60)
-    served = by_workers[args.workers[0]]
-    result = {
+    served = by_workers[workers_list[0]]
+    return {
         "lake": lake_root,
         "graph_build": kg.store.build_id,
         "articles": kg.store.n_articles,
@@ -211,8 +245,6 @@ def main() -> int:
             for w, r in by_workers.items()
         },
     }
-    print(json.dumps(result))
-    return 0
 
 
 if __name__ == "__main__":

@@ -223,7 +223,7 @@ def write_synthetic_release(
     return paths
 
 
-def _by_popularity(vocabulary: list[tuple[str, str]], rng: random.Random) -> list[tuple[str, str]]:
+def by_popularity(vocabulary: list[tuple[str, str]], rng: random.Random) -> list[tuple[str, str]]:
     """Order a vocabulary for Zipf sampling: the check tags and common topics of the default
     vocabulary first (Humans, Female, ...), then the rest in a seeded random order, so a full
     MeSH table does not make Calcimycin (D000001) the most used heading."""
@@ -269,7 +269,7 @@ class _ReleaseWriter:
         self.out_dir = out_dir
         self.release = release
         self.rng = random.Random(seed)
-        vocabulary = _by_popularity(vocabulary, self.rng)
+        vocabulary = by_popularity(vocabulary, self.rng)
         self.ui = [ui for ui, _ in vocabulary]
         self.name = [_escape(name) for _, name in vocabulary]
         self.plain_name = [name for _, name in vocabulary]

@@ -33,6 +33,13 @@ def test_accessors(lake: Lake, tiny) -> None:
     with pytest.raises(KeyError, match="PMID 35 is not in graph build"):
         s.idx(35)
     assert s.idx_many(np.array([50, 1, 10, 99])).tolist() == [4, -1, 0, -1]
+    # searched as the table's int32: keys beyond it are absent, never wrapped onto a PMID
+    # (2**32 + 30 and -2**32 + 10 share their low 32 bits with PMIDs 30 and 10)
+    wide = np.array([2**32 + 30, 30, -(2**32) + 10, 2**31 - 1, 2**31, 0, -1], dtype=np.int64)
+    assert s.idx_many(wide).tolist() == [-1, 2, -1, -1, -1, -1, -1]
+    assert s.idx_many([20, 40]).tolist() == [1, 3]
+    assert s.idx_many(np.array([40, 20], dtype=np.int32)).tolist() == [3, 1]
+    assert s.idx_many(np.array([], dtype=np.int64)).tolist() == []
     assert s.cites(s.idx(50)).tolist() == [2, 3]
     assert s.cited_by(s.idx(10)).tolist() == [1, 2, 3]
     assert s.cites(0).tolist() == [] and s.cited_by(4).tolist() == []
