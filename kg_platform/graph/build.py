@@ -10,9 +10,9 @@ them, cuts the forward indptr, indices and flag, and re-packs each key reversed 
 high, row low) over the part of the same buffer it has already read; a second sort and one
 more pass cut the reverse direction, each list ascending. numpy's 64-bit sort is
 vectorised: it beat a counting scatter (numba, 3x slower per key: a cache miss per edge), a
-stable argsort and scipy's csr->csc counting sort. ``_sorting_csr`` is the numpy-only way
-the arrays were made before, kept as the reference the tests and the benchmark compare
-against: the same bytes.
+stable argsort and scipy's csr->csc counting sort. The numpy-only way the arrays were
+made before is kept as the tests' and the benchmark's reference, the same bytes
+(``kg_platform_tests/graph/sorting_csr.py``).
 
 What keeps it fast and small:
 - Parquet is read in record batches; the next batch is decoded on a worker thread while this
@@ -31,7 +31,6 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import sys
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -51,8 +50,6 @@ from kg_platform.storage.lake import Lake
 BATCH_ROWS = 1_000_000  # rows decoded at a time: bounds the temporaries per batch
 _MAX_PMID = 2**31 - 2  # pmids are stored as int32
 _DESCRIPTOR_UI = re.compile(r"^D\d{6,9}$")
-# which uint32 of an int64 key holds its low / high half
-_LOW, _HIGH = (0, 1) if sys.byteorder == "little" else (1, 0)
 
 
 class GraphInputError(ValueError):
@@ -384,33 +381,36 @@ def _article_flags(lake: Lake, articles: _Articles, batch_rows: int) -> np.ndarr
 
 
 @dataclass(frozen=True)
-class _Names:
-    """The array names of one edge kind: forward (rows as read) and reverse."""
-
-    indptr: str
-    indices: str
-    flag: str | None
-    rev_indptr: str
-    rev_indices: str
-    rev_flag: str | None
-
-
-@dataclass(frozen=True)
 class _Built:
     edges: int  # distinct (row, column) pairs
     rev_indptr: np.ndarray
-    rev_flag_counts: np.ndarray | None  # flagged entries per reverse row (flagged kinds)
+    rev_flag_counts: np.ndarray  # flagged entries per reverse row (empty: no flag)
+
+
+def _key_range(keys: np.ndarray, n_rows: int, kind: layout.EdgeKind) -> None:
+    """Sorted keys' rows (high halves) within 0..n_rows - 1: the compiled cut writes
+    ``indptr[row + 1]`` unchecked."""
+    if keys.size and (keys[0] < 0 or keys[-1] >> 32 >= n_rows):
+        raise ValueError(
+            f"{kind.name}: keys span rows {int(keys[0] >> 32)} to {int(keys[-1] >> 32)}, "
+            f"expected 0 to {n_rows - 1}"
+        )
+
+
+def _put_csr(out: _ArrayWriter, csr: layout.Csr) -> None:
+    """Put the arrays of one direction once their shape checks out (O(1))."""
+    for name, array in csr.check().named().items():
+        out.put(name, array)
 
 
 def _fused_csr(
     keys: np.ndarray,
     n_rows: int,
     n_cols: int,
-    flagged: bool,
+    kind: layout.EdgeKind,
     out: _ArrayWriter,
-    names: _Names,
     clock: _Clock,
-    kind: str,
+    label: str,
 ) -> _Built:
     """Both directions of an edge kind from its packed keys (row high, column low; the
     buffer is reused): sort, then one compiled pass de-duplicates, cuts the forward arrays
@@ -418,177 +418,38 @@ def _fused_csr(
     Every array is put as soon as it is final."""
     from kg_platform.graph import csr  # numba loads only when a graph is built
 
-    flag_bits = 1 if flagged else 0
+    flag_bits = 1 if kind.flagged else 0
     csr.sort_keys(keys)
-    assert keys.size == 0 or (keys[0] >= 0 and keys[-1] >> 32 < n_rows), "row out of range"
+    _key_range(keys, n_rows, kind)
     indptr = np.zeros(n_rows + 1, dtype=np.int64)
     indices = np.empty(keys.size, dtype=np.int32)  # pages past the kept ones stay untouched
-    flag = np.empty(keys.size if flagged else 0, dtype=bool)
+    flag = np.empty(keys.size if kind.flagged else 0, dtype=bool)
     kept = csr.cut_and_reverse(keys, flag_bits, indptr, indices, flag)
-    out.put(names.indptr, indptr)
-    out.put(names.indices, indices[:kept])
-    if flagged:
-        assert names.flag is not None
-        out.put(names.flag, flag[:kept])
-    del indices, flag
+    fwd_flag = flag[:kept] if kind.flagged else None
+    _put_csr(out, layout.Csr(kind, indptr, indices[:kept], n_rows, n_cols, fwd_flag))
+    del indices, flag, fwd_flag
     keys = keys[:kept]
-    clock.lap(f"{kind}: sort, dedup")  # and the forward cut, the reverse re-pack
+    clock.lap(f"{label}: sort, dedup")  # and the forward cut, the reverse re-pack
     keys.sort()
-    assert kept == 0 or keys[-1] >> 32 < n_cols, "column out of range"
-    clock.lap(f"{kind}: reverse sort")
+    reverse = layout.EDGE_KINDS[kind.reverse]
+    _key_range(keys, n_cols, reverse)
+    clock.lap(f"{label}: reverse sort")
     rev_indptr = np.zeros(n_cols + 1, dtype=np.int64)
     rev = np.empty(kept, dtype=np.int32)
-    rev_flag = np.empty(kept if flagged else 0, dtype=bool)
-    flag_counts = np.zeros(n_cols if flagged else 0, dtype=np.int64)
+    rev_flag = np.empty(kept if kind.flagged else 0, dtype=bool)
+    flag_counts = np.zeros(n_cols if kind.flagged else 0, dtype=np.int64)
     csr.cut(keys, flag_bits, rev_indptr, rev, rev_flag, flag_counts)
-    out.put(names.rev_indptr, rev_indptr)
-    out.put(names.rev_indices, rev)
-    if flagged:
-        assert names.rev_flag is not None
-        out.put(names.rev_flag, rev_flag)
-    assert indptr[-1] == kept and rev_indptr[-1] == kept
-    clock.lap(f"{kind}: cut")
-    return _Built(kept, rev_indptr, flag_counts if flagged else None)
+    rev_csr = layout.Csr(
+        reverse, rev_indptr, rev, n_cols, n_rows, rev_flag if kind.flagged else None
+    )
+    _put_csr(out, rev_csr)
+    clock.lap(f"{label}: cut")
+    return _Built(kept, rev_indptr, flag_counts)
 
 
-def _sorting_csr(
-    keys: np.ndarray,
-    n_rows: int,
-    n_cols: int,
-    flagged: bool,
-    out: _ArrayWriter,
-    names: _Names,
-    clock: _Clock,
-    kind: str,
-) -> _Built:
-    """The same arrays as ``_fused_csr`` the way the build made them before it, in numpy
-    passes: sort, de-duplicate, cut, re-pack reversed, sort, cut. Kept as the reference
-    the fused build is tested and benchmarked against."""
-    keys = _sort_and_dedup(keys, flag_bits=1 if flagged else 0)
-    clock.lap(f"{kind}: sort, dedup")
-    fwd = _cut(keys, n_rows, flagged=flagged)
-    out.put(names.indptr, fwd.indptr)
-    out.put(names.indices, fwd.indices)
-    if fwd.flag is not None:
-        assert names.flag is not None
-        out.put(names.flag, fwd.flag)
-    clock.lap(f"{kind}: cut")
-    _reverse_in_place(keys, fwd)
-    del fwd
-    clock.lap(f"{kind}: reverse sort")
-    rev = _cut(keys, n_cols, flagged=flagged, count_flags=flagged)
-    out.put(names.rev_indptr, rev.indptr)
-    out.put(names.rev_indices, rev.indices)
-    if rev.flag is not None:
-        assert names.rev_flag is not None
-        out.put(names.rev_flag, rev.flag)
-    clock.lap(f"{kind}: cut")
-    return _Built(int(keys.size), rev.indptr, rev.flag_counts)
-
-
-# how both directions of an edge kind are made (tests swap in ``_sorting_csr``)
+# how both directions of an edge kind are made (the tests and benchmarks/graph.py swap in
+# the numpy passes the compiled ones replaced, kg_platform_tests/graph/sorting_csr.py)
 _make_csr = _fused_csr
-
-# -- the sort-based construction (``_sorting_csr``) -------------------------------------------
-
-# elements per slice of the passes below: 4 MiB of keys, so each slice is still in cache
-# for the next operation on it; also bounds the temporaries
-_CHUNK = 1 << 19
-
-
-def _chunked(n: int) -> Iterator[slice]:
-    for start in range(0, n, _CHUNK):
-        yield slice(start, min(start + _CHUNK, n))
-
-
-def _halves(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Views of contiguous int64 keys as their low half (uint32: column << flag bit | flag)
-    and their high half (int32: row)."""
-    pairs = keys.view(np.uint32).reshape(-1, 2)
-    return pairs[:, _LOW], pairs[:, _HIGH].view(np.int32)
-
-
-def _sort_and_dedup(keys: np.ndarray, flag_bits: int) -> np.ndarray:
-    """Sort the keys in place and keep the last of each run of keys equal above the flag
-    bits (the one with the flag set, if any), compacted in place; returns that prefix."""
-    keys.sort()
-    below = (1 << flag_bits) - 1
-    kept = 0
-    for part in _chunked(keys.size):
-        chunk = keys[part]
-        nxt = keys[part.start + 1 : part.stop + 1]  # one short for the last slice
-        last = np.ones(chunk.size, dtype=bool)
-        # with a <= b, b differs from a above the flag bits iff b > (a | below)
-        np.greater(
-            nxt, chunk[: nxt.size] | below if below else chunk[: nxt.size], out=last[: nxt.size]
-        )
-        # np.sort leaves the keys ascending; graph_invariants re-checks every list
-        survivors = int(np.count_nonzero(last))
-        if survivors == chunk.size and kept == part.start:
-            kept += survivors  # nothing dropped yet: the slice is already in place
-            continue
-        # chunk[last] is a copy, taken before the write can reach this slice
-        keys[kept : kept + survivors] = chunk[last]
-        kept += survivors
-    return keys[:kept]
-
-
-@dataclass(frozen=True)
-class _Csr:
-    indptr: np.ndarray
-    indices: np.ndarray
-    flag: np.ndarray | None
-    flag_counts: np.ndarray | None  # per row, entries with the flag set
-
-
-def _cut(keys: np.ndarray, n_rows: int, flagged: bool, count_flags: bool = False) -> _Csr:
-    """indptr, indices and flag (and with ``count_flags`` the flagged entries per row) out of
-    strictly ascending keys, in one pass."""
-    low, high = _halves(keys)
-    n = keys.size
-    indices = np.empty(n, dtype=np.int32)
-    flag = np.empty(n, dtype=bool) if flagged else None
-    indptr = np.zeros(n_rows + 1, dtype=np.int64)
-    counts = indptr[1:]  # counted in place, then summed in place: no second n_rows array
-    flag_counts = np.zeros(n_rows, dtype=np.int64) if count_flags else None
-    offsets = np.empty(min(n, _CHUNK), dtype=np.intp)  # bincount's own index type: no copy
-    assert n == 0 or (high[0] >= 0 and high[-1] < n_rows), "a row index is out of range"
-    for part in _chunked(n):
-        column = low[part]
-        if flag is None:
-            indices[part] = column
-        else:
-            np.right_shift(column, 1, out=indices[part], casting="unsafe")
-        # rows ascend, so a slice covers one contiguous range of rows: count just that range
-        rows = high[part]
-        first = int(rows[0])
-        span = int(rows[-1]) - first + 1
-        here = np.subtract(rows, first, out=offsets[: rows.size])
-        counts[first : first + span] += np.bincount(here, minlength=span)
-        if flag is not None:
-            set_here = np.bitwise_and(column, 1, out=flag[part], casting="unsafe")
-            if flag_counts is not None:
-                flagged_rows = here[set_here]
-                flag_counts[first : first + span] += np.bincount(flagged_rows, minlength=span)
-    np.cumsum(counts, out=counts)
-    assert indptr[-1] == indices.size and (flag is None or flag.size == indices.size)
-    return _Csr(indptr, indices, flag, flag_counts)
-
-
-def _reverse_in_place(keys: np.ndarray, fwd: _Csr) -> np.ndarray:
-    """Re-pack the forward keys as the reverse direction (column high; row, flag low) in the
-    same buffer and sort them: each reverse list comes out ascending."""
-    low, high = _halves(keys)
-    for part in _chunked(keys.size):
-        rows = high[part]  # read before the high half is overwritten below
-        if fwd.flag is None:
-            low[part] = rows
-        else:
-            low[part] = (rows << 1) | fwd.flag[part]
-        high[part] = fwd.indices[part]
-    keys.sort()
-    return keys
-
 
 # -- writing ------------------------------------------------------------------------------
 
@@ -699,8 +560,8 @@ def _build_citations(
             _require_in_corpus(_to_index(articles.lut, citing), citing, where, "citing_pmid")
         dangling += dropped
     clock.lap("citations: read, map, pack")
-    names = _Names("cite_indptr", "cite_indices", None, "cited_by_indptr", "cited_by_indices", None)
-    built = _make_csr(keys[:filled], n, n, False, out, names, clock, "citations")
+    cite = layout.EDGE_KINDS["cite"]
+    built = _make_csr(keys[:filled], n, n, cite, out, clock, "citations")
     del keys
     return {
         "citation_rows": rows,
@@ -794,17 +655,9 @@ def _build_mesh(
     clock.lap("mesh: read, map, pack")
 
     # (article, descriptor) runs end with their major row if there is one: keep the last
-    names = _Names(
-        "art2mesh_indptr",
-        "art2mesh_indices",
-        "art2mesh_major",
-        "mesh2art_indptr",
-        "mesh2art_indices",
-        "mesh2art_major",
-    )
-    built = _make_csr(keys[:filled], n, n_desc, True, out, names, clock, "mesh")
+    art2mesh = layout.EDGE_KINDS["art2mesh"]
+    built = _make_csr(keys[:filled], n, n_desc, art2mesh, out, clock, "mesh")
     del keys
-    assert built.rev_flag_counts is not None
     article_count = np.diff(built.rev_indptr).astype(np.int32)
     major_count = built.rev_flag_counts.astype(np.int32)
 
@@ -821,7 +674,7 @@ def _build_mesh(
         "n_unknown_descriptors": int(n_unknown),
         "mesh_rows": rows,
         "mesh_pairs": built.edges,
-        "major_pairs": int(built.rev_flag_counts.sum()),
+        "major_pairs": int(major_count.sum()),
     }
 
 

@@ -19,13 +19,6 @@ from kg_platform.graph.build import array_sha256
 from kg_platform.graph.store import KGStore
 
 _KNOWN_FLAGS = layout.QUOTABLE | layout.RETRACTED | layout.CONCERN
-# (kind, rows are articles?, columns are articles?, flag array or None)
-_CSR_KINDS = (
-    ("cite", True, True, None),
-    ("cited_by", True, True, None),
-    ("mesh2art", False, True, "mesh2art_major"),
-    ("art2mesh", True, False, "art2mesh_major"),
-)
 
 
 @dataclass(frozen=True)
@@ -34,30 +27,6 @@ class CheckOutcome:
     passed: bool
     description: str
     metadata: dict[str, int | float | str] = field(default_factory=dict)
-
-
-def _csr_problems(store: KGStore, kind: str, n_rows: int, n_cols: int, flag: str | None) -> list:
-    problems: list[str] = []
-    indptr, indices = store.array(f"{kind}_indptr"), store.array(f"{kind}_indices")
-    if indptr.size != n_rows + 1:
-        return [f"{kind}_indptr has {indptr.size} entries, expected {n_rows + 1}"]
-    if indptr[0] != 0 or np.any(np.diff(indptr) < 0):
-        problems.append(f"{kind}_indptr is not monotone from 0")
-    if indptr[-1] != indices.size:
-        problems.append(f"{kind}_indptr ends at {int(indptr[-1])}, indices has {indices.size}")
-        return problems
-    if indices.size and (indices.min() < 0 or indices.max() >= n_cols):
-        problems.append(f"{kind}_indices out of range 0..{n_cols - 1}")
-    # a non-increase is only allowed where a new row starts
-    drops = np.flatnonzero(indices[1:] <= indices[:-1]) + 1
-    if drops.size:
-        starts = indptr[np.searchsorted(indptr, drops)] if indptr.size else drops
-        inside = int(np.count_nonzero(starts != drops))
-        if inside:
-            problems.append(f"{kind}: {inside} list(s) not strictly ascending")
-    if flag is not None and store.array(flag).size != indices.size:
-        problems.append(f"{flag} has {store.array(flag).size} entries, indices {indices.size}")
-    return problems
 
 
 def check_invariants(store: KGStore) -> CheckOutcome:
@@ -91,14 +60,11 @@ def check_invariants(store: KGStore) -> CheckOutcome:
     if np.any(store.array("flags") & ~np.uint8(_KNOWN_FLAGS)):
         problems.append("flags holds unknown bits")
     problems += _title_problems(store)
-    for kind, rows_are_articles, cols_are_articles, flag in _CSR_KINDS:
-        problems += _csr_problems(
-            store,
-            kind,
-            n if rows_are_articles else n_desc,
-            n if cols_are_articles else n_desc,
-            flag,
-        )
+    for kind in layout.EDGE_KINDS:
+        try:
+            store.csr(kind).check(full=True)
+        except ValueError as exc:
+            problems.append(str(exc))
     if problems:  # the cross-checks below assume well-formed CSR arrays
         return CheckOutcome("graph_invariants", False, "; ".join(problems[:10]))
     problems += _direction_problems(store)

@@ -4,6 +4,9 @@ the store and the checks so a name is spelled once."""
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
+
+import numpy as np
 
 from kg_platform.storage.lake import Lake
 
@@ -32,17 +35,41 @@ RETRACTION_REF_TYPE = "RetractionIn"
 CONCERN_REF_TYPE = "ExpressionOfConcernIn"
 RETRACTED_PUBTYPE = "Retracted Publication"
 
+
+@dataclass(frozen=True)
+class EdgeKind:
+    """One direction of an edge kind: its rows and columns are articles or descriptors, and
+    a flagged kind holds a major-topic flag per entry. Arrays ``<name>_indptr``,
+    ``<name>_indices`` (and ``<name>_major``); ``reverse`` holds the same edges turned."""
+
+    name: str
+    reverse: str
+    rows_are_articles: bool
+    columns_are_articles: bool
+    flagged: bool = False
+
+    @property
+    def arrays(self) -> tuple[str, ...]:
+        flag = (f"{self.name}_major",) if self.flagged else ()
+        return (f"{self.name}_indptr", f"{self.name}_indices", *flag)
+
+
+# every edge kind of a build, in array order; MeSH rows are read per article (the fold
+# orders them by PMID), so art2mesh is the direction the build cuts first
+EDGE_KINDS: dict[str, EdgeKind] = {
+    kind.name: kind
+    for kind in (
+        EdgeKind("cite", "cited_by", True, True),
+        EdgeKind("cited_by", "cite", True, True),
+        EdgeKind("mesh2art", "art2mesh", False, True, flagged=True),
+        EdgeKind("art2mesh", "mesh2art", True, False, flagged=True),
+    )
+}
+
 # every array a complete build holds
 ARTICLE_ARRAYS = ("pmids", "year", "flags")
-CITATION_ARRAYS = ("cite_indptr", "cite_indices", "cited_by_indptr", "cited_by_indices")
-MESH_ARRAYS = (
-    "mesh2art_indptr",
-    "mesh2art_indices",
-    "mesh2art_major",
-    "art2mesh_indptr",
-    "art2mesh_indices",
-    "art2mesh_major",
-)
+CITATION_ARRAYS = EDGE_KINDS["cite"].arrays + EDGE_KINDS["cited_by"].arrays
+MESH_ARRAYS = EDGE_KINDS["mesh2art"].arrays + EDGE_KINDS["art2mesh"].arrays
 DESCRIPTOR_ARRAYS = (
     "mesh_uis",
     "mesh_article_count",
@@ -54,6 +81,68 @@ DESCRIPTOR_ARRAYS = (
 # corpus has no title (null); an answer's evidence titles are slices of these (format 2)
 TITLE_ARRAYS = ("title_offsets", "title_bytes", "title_null")
 ALL_ARRAYS = ARTICLE_ARRAYS + CITATION_ARRAYS + MESH_ARRAYS + DESCRIPTOR_ARRAYS + TITLE_ARRAYS
+
+
+@dataclass(frozen=True)
+class Csr:
+    """The arrays of one edge kind's direction: row r's neighbours are
+    ``indices[indptr[r]:indptr[r + 1]]``, strictly ascending, each below ``n_cols``;
+    ``flag`` (a flagged kind) has one entry per neighbour.
+
+    ``check`` in the manner of scipy's ``check_format``: the O(1) checks always (sizes and
+    the ends of indptr: two reads of a mapped array), the O(nnz) scans with ``full``; each
+    failure a ValueError naming the array and the numbers (not ``assert``, which ``python
+    -O`` drops)."""
+
+    kind: EdgeKind
+    indptr: np.ndarray
+    indices: np.ndarray
+    n_rows: int
+    n_cols: int
+    flag: np.ndarray | None = None
+
+    def named(self) -> dict[str, np.ndarray]:
+        """The arrays by their names in the build."""
+        arrays = (self.indptr, self.indices) + ((self.flag,) if self.kind.flagged else ())
+        return dict(zip(self.kind.arrays, arrays, strict=True))
+
+    def check(self, full: bool = False) -> Csr:
+        ptr, idx, *flag_name = self.kind.arrays
+        indptr, indices, size = self.indptr, self.indices, self.indices.size
+        if indptr.ndim != 1 or indptr.size != self.n_rows + 1:
+            raise ValueError(
+                f"{ptr} has {indptr.size} entries, expected {self.n_rows + 1} (rows + 1)"
+            )
+        if (self.flag is not None) != self.kind.flagged:
+            has = "has" if self.kind.flagged else "has no"
+            raise ValueError(f"{self.kind.name} {has} a flag array; given {self.flag is not None}")
+        if self.flag is not None and self.flag.size != size:
+            raise ValueError(f"{flag_name[0]} has {self.flag.size} entries, {idx} {size}")
+        first, last = int(indptr[0]), int(indptr[-1])
+        if first != 0 or last != size:
+            raise ValueError(f"{ptr} runs from {first} to {last}, expected 0 to {size} ({idx})")
+        if not full:
+            return self
+        falls = np.flatnonzero(indptr[1:] < indptr[:-1])
+        if falls.size:
+            r = int(falls[0])
+            raise ValueError(
+                f"{ptr} is not monotone: {falls.size} fall(s), the first from "
+                f"{int(indptr[r])} to {int(indptr[r + 1])} at row {r}"
+            )
+        low, high = (int(indices.min()), int(indices.max())) if size else (0, 0)
+        if low < 0 or high >= self.n_cols:
+            raise ValueError(f"{idx} out of range 0..{self.n_cols - 1}: from {low} to {high}")
+        # a non-increase is allowed only where a row starts
+        drops = np.flatnonzero(indices[1:] <= indices[:-1]) + 1
+        inside = drops[indptr[np.searchsorted(indptr, drops)] != drops]
+        if inside.size:
+            rows = np.unique(np.searchsorted(indptr, inside, side="right") - 1)
+            raise ValueError(
+                f"{idx}: {rows.size} row(s) not strictly ascending, the first row "
+                f"{int(rows[0])} at entry {int(inside[0])}"
+            )
+        return self
 
 
 def build_prefix(build_id: str) -> str:

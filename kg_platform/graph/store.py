@@ -45,11 +45,22 @@ class KGStore:
     def open(cls, lake: Lake, build_id: str | None = None) -> KGStore:
         build_id = build_id or layout.current_build_id(lake)
         manifest = layout.read_manifest(lake, build_id)
-        # every open checks the files' sizes (one listing); the graph's check hashes them
+        # every open checks the files' sizes (one listing) and each edge kind's shape (the
+        # O(1) checks: a header and two entries read per array); the graph's check hashes
+        # and scans them
         problems = layout.size_problems(lake, build_id, manifest)
         if problems:
             raise ValueError(f"{problems[0]}; `kg build` rebuilds it")
-        return cls(lake, build_id, manifest)
+        store = cls(lake, build_id, manifest)
+        for kind in layout.EDGE_KINDS:
+            csr = store.csr(kind)  # an array that cannot be mapped names its file
+            try:
+                csr.check()
+            except ValueError as exc:
+                raise ValueError(
+                    f"{lake.path(layout.build_prefix(build_id))}: {exc}; `kg build` rebuilds it"
+                ) from exc
+        return store
 
     def array(self, name: str) -> np.ndarray:
         """The named array, memory-mapped (read-only) on a local lake."""
@@ -166,6 +177,17 @@ class KGStore:
         return found
 
     # -- neighbours (each ascending) ------------------------------------------------------
+    def csr(self, kind: str) -> layout.Csr:
+        """The arrays of one edge kind (cite, cited_by, mesh2art, art2mesh), unchecked."""
+        edge = layout.EDGE_KINDS[kind]
+        n_rows, n_cols = (
+            self.n_articles if articles else self.n_descriptors
+            for articles in (edge.rows_are_articles, edge.columns_are_articles)
+        )
+        arrays = [self.array(name) for name in edge.arrays]
+        flag = arrays[2] if edge.flagged else None
+        return layout.Csr(edge, arrays[0], arrays[1], n_rows, n_cols, flag)
+
     def _pair(self, kind: str) -> tuple[memoryview, np.ndarray]:
         pair = self._pairs.get(kind)
         if pair is None:

@@ -6,7 +6,6 @@ import numpy as np
 import polars as pl
 import pytest
 
-from kg_platform.graph import build as build_module
 from kg_platform.graph import layout
 from kg_platform.graph.build import GraphInputError, array_sha256, build_graph
 from kg_platform.storage.lake import Lake
@@ -89,10 +88,7 @@ def test_build_id_names_the_inputs(lake: Lake, tiny) -> None:
     assert lake.exists(layout.manifest_key(tiny.build_id))
 
 
-def test_batches_and_chunks_smaller_than_tables_give_the_same_arrays(
-    lake: Lake, tiny, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(build_module, "_CHUNK", 2)
+def test_batches_smaller_than_tables_give_the_same_arrays(lake: Lake, tiny) -> None:
     small = build_graph(lake, build_id="small-batches", batch_rows=3)
     for name in layout.ALL_ARRAYS:
         assert small.arrays[name].sha256 == tiny.arrays[name].sha256, name

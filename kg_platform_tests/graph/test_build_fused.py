@@ -1,5 +1,5 @@
 """The fused CSR passes (``build._fused_csr``, the default) give the very bytes of the
-sort-based passes they replaced (``build._sorting_csr``: numpy sort, de-duplicate, cut,
+sort-based passes they replaced (``sorting_csr``: numpy sort, de-duplicate, cut,
 re-pack reversed, sort, cut), on a real graph folded by the real fold (rows ordered by
 PMID, as in production) and on generated corpora in fold order and in random order."""
 
@@ -17,12 +17,13 @@ from kg_platform.graph.build import GraphBuild, build_graph
 from kg_platform.mesh.tsv import read_descriptor_tsv
 from kg_platform.storage.lake import Lake
 from kg_platform_tests.conftest import require_reference
+from kg_platform_tests.graph.sorting_csr import sorting_csr
 
 
 def _both(lake: Lake, monkeypatch: pytest.MonkeyPatch) -> tuple[GraphBuild, GraphBuild]:
     fused = build_graph(lake, build_id="fused")
     with monkeypatch.context() as patch:
-        patch.setattr(build_module, "_make_csr", build_module._sorting_csr)
+        patch.setattr(build_module, "_make_csr", sorting_csr)
         sorting = build_graph(lake, build_id="sorting")
     assert "citations: cut" in sorting.phase_seconds  # the sort-based passes did run
     return fused, sorting

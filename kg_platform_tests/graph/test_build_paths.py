@@ -1,5 +1,5 @@
-"""The fast paths of the graph build: bitmaps read without Arrow's converters, in-place
-de-duplication and cutting across slice boundaries, the parallel and sequential builds, the
+"""The fast paths of the graph build: bitmaps read without Arrow's converters, the
+reference passes' in-place de-duplication and cutting across slice boundaries, the parallel and sequential builds, the
 hashing writer, and a generated corpus checked against a plain numpy construction."""
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from kg_platform.graph import build as build_module
 from kg_platform.graph import layout
 from kg_platform.graph.build import GraphInputError, build_graph
 from kg_platform.storage.lake import Lake
+from kg_platform_tests.graph import sorting_csr as sorting
 from kg_platform_tests.graph.corpus import write_corpus, write_mesh
 
 
@@ -58,27 +59,29 @@ def test_ints_are_zero_copy_views_that_respect_offsets_and_refuse_nulls() -> Non
 def test_dedup_keeps_the_flagged_key_of_runs_that_cross_slices(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(build_module, "_CHUNK", 3)
+    monkeypatch.setattr(sorting, "_CHUNK", 3)
     # (column << 1 | flag): columns 5, 2, 7, 9 with flags mixed and repeated
     keys = np.array([10, 11, 10, 4, 15, 5, 18, 18], dtype=np.int64)
-    assert build_module._sort_and_dedup(keys, flag_bits=1).tolist() == [5, 11, 15, 18]
+    assert sorting._sort_and_dedup(keys, flag_bits=1).tolist() == [5, 11, 15, 18]
     plain = np.array([3, 1, 3, 3, 2, 1, 3], dtype=np.int64)
-    assert build_module._sort_and_dedup(plain, flag_bits=0).tolist() == [1, 2, 3]
-    assert build_module._sort_and_dedup(np.empty(0, np.int64), flag_bits=0).size == 0
+    assert sorting._sort_and_dedup(plain, flag_bits=0).tolist() == [1, 2, 3]
+    assert sorting._sort_and_dedup(np.empty(0, np.int64), flag_bits=0).size == 0
 
 
 def test_cut_counts_rows_and_flags_across_slices(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(build_module, "_CHUNK", 2)
+    monkeypatch.setattr(sorting, "_CHUNK", 2)
     # rows 0, 0, 2, 2, 2, 4 of 5; columns 1, 3, 0, 2, 9, 7; flags 1, 0, 0, 1, 1, 0
     entries = [(0, 1, 1), (0, 3, 0), (2, 0, 0), (2, 2, 1), (2, 9, 1), (4, 7, 0)]
     keys = np.array([r << 32 | c << 1 | f for r, c, f in entries], dtype=np.int64)
-    csr = build_module._cut(keys, 5, flagged=True, count_flags=True)
+    art2mesh, mesh2art = layout.EDGE_KINDS["art2mesh"], layout.EDGE_KINDS["mesh2art"]
+    csr, flag_counts = sorting._cut(keys, art2mesh, 5, 10, count_flags=True)
     assert csr.indptr.tolist() == [0, 2, 2, 5, 5, 6]
     assert csr.indices.tolist() == [1, 3, 0, 2, 9, 7]
     assert csr.flag is not None and csr.flag.tolist() == [True, False, False, True, True, False]
-    assert csr.flag_counts is not None and csr.flag_counts.tolist() == [1, 0, 2, 0, 0]
+    assert flag_counts.tolist() == [1, 0, 2, 0, 0]
     # the reverse: columns become rows, each list ascending, flags travelling along
-    reverse = build_module._cut(build_module._reverse_in_place(keys, csr), 10, flagged=True)
+    keys = sorting._reverse_in_place(keys, csr)
+    reverse, _ = sorting._cut(keys, mesh2art, 10, 5, count_flags=False)
     assert reverse.indptr.tolist() == [0, 1, 2, 3, 4, 4, 4, 4, 5, 5, 6]
     assert reverse.indices.tolist() == [2, 0, 2, 0, 4, 2]
     assert reverse.flag is not None
@@ -158,11 +161,8 @@ def _reference_csr(rows: np.ndarray, cols: np.ndarray, n_rows: int) -> tuple[lis
     return np.concatenate([[0], np.cumsum(counts)]).tolist(), cols[order].tolist()
 
 
-def test_generated_corpus_matches_a_plain_numpy_construction(
-    lake: Lake, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_generated_corpus_matches_a_plain_numpy_construction(lake: Lake) -> None:
     corpus = _generated_corpus(lake)
-    monkeypatch.setattr(build_module, "_CHUNK", 97)  # many slices, runs across their edges
     build = build_graph(lake, build_id="generated", batch_rows=700)
 
     def array(name: str) -> list:

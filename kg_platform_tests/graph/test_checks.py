@@ -62,13 +62,62 @@ def test_unordered_list_fails_the_invariants(lake: Lake, tiny) -> None:
     )
     out = check_invariants(KGStore.open(lake, tiny.build_id))
     assert not out.passed
-    assert out.description == "cited_by: 1 list(s) not strictly ascending"
+    assert out.description == (
+        "cited_by_indices: 1 row(s) not strictly ascending, the first row 0 at entry 1"
+    )
 
 
 def test_out_of_range_index_fails_the_invariants(lake: Lake, tiny) -> None:
     _tamper(lake, tiny.build_id, "art2mesh_indices", lambda a: a.__setitem__(-1, 9), True)
     out = check_invariants(KGStore.open(lake, tiny.build_id))
-    assert out.description.startswith("art2mesh_indices out of range 0..4")
+    assert out.description == "art2mesh_indices out of range 0..4: from 0 to 9"
+
+
+def test_an_indptr_that_falls_fails_the_invariants_not_the_open(lake: Lake, tiny) -> None:
+    # cite_indptr [0, 0, 1, 3, 5, 7] -> [0, 0, 4, 3, 5, 7]: its ends, all open checks, hold
+    _tamper(lake, tiny.build_id, "cite_indptr", lambda a: a.__setitem__(2, 4), True)
+    out = check_invariants(KGStore.open(lake, tiny.build_id))
+    assert (
+        out.description == "cite_indptr is not monotone: 1 fall(s), the first from 4 to 3 at row 2"
+    )
+
+
+def test_an_indptr_short_of_its_indices_fails_the_open(lake: Lake, tiny) -> None:
+    _tamper(lake, tiny.build_id, "cite_indptr", lambda a: a.__setitem__(-1, 6), True)
+    with pytest.raises(ValueError) as short:
+        KGStore.open(lake, tiny.build_id)
+    assert str(short.value) == (
+        f"{lake.path('graph/' + tiny.build_id)}: cite_indptr runs from 0 to 6, expected 0 to 7 "
+        "(cite_indices); `kg build` rebuilds it"
+    )
+
+
+def test_csr_check_cheap_and_full() -> None:
+    cite, mesh2art = layout.EDGE_KINDS["cite"], layout.EDGE_KINDS["mesh2art"]
+    indptr, indices = np.array([0, 2, 1, 3]), np.array([0, 2, 1])
+
+    def fails(csr: layout.Csr, full: bool) -> str:
+        with pytest.raises(ValueError) as error:
+            csr.check(full)
+        return str(error.value)
+
+    falling = layout.Csr(cite, indptr, indices, 3, 3)
+    assert falling.check() is falling  # the O(1) checks read the ends alone
+    assert fails(falling, True) == (
+        "cite_indptr is not monotone: 1 fall(s), the first from 2 to 1 at row 1"
+    )
+    assert fails(layout.Csr(cite, indptr, indices, 4, 3), False) == (
+        "cite_indptr has 4 entries, expected 5 (rows + 1)"
+    )
+    flag = np.array([True, False])
+    assert fails(layout.Csr(mesh2art, indptr, indices, 3, 3, flag), False) == (
+        "mesh2art_major has 2 entries, mesh2art_indices 3"
+    )
+    assert fails(layout.Csr(mesh2art, indptr, indices, 3, 3), False) == (
+        "mesh2art has a flag array; given False"
+    )
+    ascending = layout.Csr(cite, np.array([0, 2, 2, 3]), indices, 3, 2)
+    assert fails(ascending, True) == "cite_indices out of range 0..1: from 0 to 2"
 
 
 def test_a_flipped_major_flag_is_caught_by_both(lake: Lake, tiny, con) -> None:

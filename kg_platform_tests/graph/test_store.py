@@ -10,14 +10,16 @@ from kg_platform.graph.store import CONCERN, QUOTABLE, RETRACTED, KGStore, inter
 from kg_platform.storage.lake import Lake
 
 
-def test_open_reads_nothing_until_touched_and_maps_arrays(lake: Lake, tiny) -> None:
+def test_open_maps_the_edge_arrays_and_nothing_else(lake: Lake, tiny) -> None:
     store = KGStore.open(lake, tiny.build_id)
-    assert store._arrays == {}
+    edges = set(layout.CITATION_ARRAYS + layout.MESH_ARRAYS)
+    assert set(store._arrays) == edges  # mapped for their shape checks
     assert store.n_articles == 5 and store.n_descriptors == 5
-    assert store._arrays == {}
     mapped = store.cite_indices
     assert not mapped.flags.owndata and not mapped.flags.writeable  # a read-only file map
-    assert set(store._arrays) == {"cite_indices"}
+    assert set(store._arrays) == edges
+    store.year(0)
+    assert set(store._arrays) == edges | {"year"}
 
 
 def test_open_without_id_follows_the_published_pointer(lake: Lake, tiny) -> None:
@@ -104,12 +106,11 @@ def test_a_damaged_array_is_named_with_its_file_array_and_build(lake: Lake, tiny
         f"{path}: array cite_indices of graph build {tiny.build_id} is {len(good) - 4} bytes, "
         f"its manifest says {len(good)} bytes; `kg build` rebuilds it"
     )
-    # the right size, but no .npy header: opening the array names it
+    # the right size, but no .npy header: opening the store names the array
     with open(path, "wb") as f:
         f.write(b"x" * len(good))
-    store = KGStore.open(lake, tiny.build_id)
     with pytest.raises(ValueError) as garbage:
-        store.array("cite_indices")
+        KGStore.open(lake, tiny.build_id)
     assert str(garbage.value).startswith(
         f"{path}: array cite_indices of graph build {tiny.build_id} cannot be opened ("
     )
