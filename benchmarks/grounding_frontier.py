@@ -1,5 +1,5 @@
 """Coverage against precision on the PubMedQA development questions, over the settings
-tried: vocabulary rules (``grounding.vocabulary``), the common-word guard on or off, and the
+tried: vocabulary rules (``text.vocabulary``), the common-word guard on or off, and the
 tree categories whose descriptors may BRIDGE (``RoleConfig.bridge_categories``).
 
 Uses the MeSH tables cached by ``benchmarks/grounding_versions.py`` (run it first). Writes
@@ -27,8 +27,8 @@ from kg_platform.evaluation.grounding_eval import (  # noqa: E402
 )
 from kg_platform.grounding.grounder import Grounder, build_surface_table  # noqa: E402
 from kg_platform.grounding.roles import RoleConfig, assign_roles  # noqa: E402
-from kg_platform.grounding.vocabulary import DEFAULT_RULES, NO_RULES  # noqa: E402
 from kg_platform.settings import reference_data_dir  # noqa: E402
+from kg_platform.text.vocabulary import DEFAULT_RULES, NO_RULES  # noqa: E402
 
 CATEGORIES = ("CDEFG", "CDEFGA", "CDEFGAZ")
 

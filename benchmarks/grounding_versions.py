@@ -39,12 +39,12 @@ from kg_platform.evaluation.grounding_eval import (  # noqa: E402
 )
 from kg_platform.grounding.grounder import Grounder, build_surface_table  # noqa: E402
 from kg_platform.grounding.roles import assign_roles  # noqa: E402
-from kg_platform.grounding.vocabulary import (  # noqa: E402
+from kg_platform.settings import reference_data_dir  # noqa: E402
+from kg_platform.text.vocabulary import (  # noqa: E402
     NO_RULES,
     VOCABULARY_RULES,
     VocabularyRules,
 )
-from kg_platform.settings import reference_data_dir  # noqa: E402
 
 TABLES = ("descriptors", "tree", "terms")
 

@@ -240,7 +240,7 @@ class MeshTerms(pa.DataFrameModel):
     term: pl.Utf8 = pa.Field(str_length={"min_value": 1}, description="Term as written")
     normalised: pl.Utf8 = pa.Field(
         str_length={"min_value": 1},
-        description="kg_platform.grounding.normalise.normalise(term), the matched form",
+        description="kg_platform.text.normalise.normalise(term), the matched form",
     )
     kind: pl.Utf8 = pa.Field(
         isin=MESH_TERM_KINDS,

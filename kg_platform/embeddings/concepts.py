@@ -41,8 +41,8 @@ import pyarrow as pa
 
 from kg_platform.embeddings.encoder import Encoder
 from kg_platform.embeddings.feeder import FeederSettings, embed_stream
-from kg_platform.grounding.vocabulary import with_concept_features
 from kg_platform.storage.lake import Lake
+from kg_platform.text.vocabulary import with_concept_features
 
 MESH_TERMS = "mesh/terms.parquet"
 CONCEPTS = "embeddings/concepts"

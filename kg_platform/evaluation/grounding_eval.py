@@ -41,9 +41,9 @@ from typing import TYPE_CHECKING
 import polars as pl
 
 from kg_platform.grounding.grounder import Grounder, build_surface_table
-from kg_platform.grounding.normalise import normalise
 from kg_platform.grounding.roles import Role, RoleConfig, assign_roles
 from kg_platform.storage.lake import Lake
+from kg_platform.text.normalise import normalise
 
 if TYPE_CHECKING:
     from kg_platform.graph.store import KGStore

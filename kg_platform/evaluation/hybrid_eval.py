@@ -41,10 +41,10 @@ from kg_platform.evaluation.grounding_eval import (
 from kg_platform.graph.store import KGStore
 from kg_platform.grounding.grounder import Grounding, question_words
 from kg_platform.grounding.hybrid import DENSE_KIND, HybridGrounder, SpanLink
-from kg_platform.grounding.normalise import normalise
 from kg_platform.grounding.roles import Role
 from kg_platform.retrieval.linking import concepts_in_graph, score_pairs
 from kg_platform.storage.lake import Lake
+from kg_platform.text.normalise import normalise
 
 DEFAULT_THRESHOLDS = (0.80, 0.85, 0.90, 0.95)
 # the threshold rule: the most coverage among thresholds that keep BRIDGE precision at the

@@ -22,9 +22,9 @@ import numpy as np
 
 from kg_platform.grounding.common_words import COMMON_WORD_GUARD
 from kg_platform.grounding.morphology import derived_forms
-from kg_platform.grounding.normalise import normalise
 from kg_platform.grounding.orthography import ORTHOGRAPHY_TRIGGERS, americanise, spell_greek
-from kg_platform.grounding.vocabulary import (
+from kg_platform.text.normalise import normalise
+from kg_platform.text.vocabulary import (
     ABBREVIATION_TAGS,
     DEFAULT_RULES,
     VocabularyRules,

@@ -30,7 +30,7 @@ from kg_platform.grounding.grounder import (
     question_words,
     written_in,
 )
-from kg_platform.grounding.vocabulary import ABBREVIATION_TAGS
+from kg_platform.text.vocabulary import ABBREVIATION_TAGS
 
 DENSE_KIND = "dense"
 DEFAULT_THRESHOLD = 0.90

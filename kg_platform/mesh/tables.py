@@ -9,7 +9,7 @@ Loader rules (each counted in `LoaderRuleStats`, reported in the asset's metadat
   alias mapped "pediatric" onto a sulfonamide);
 - supplementary mappings to descriptors this MeSH version does not have are dropped and
   counted as dangling.
-`terms.normalised` is `kg_platform.grounding.normalise.normalise` of the term, so the
+`terms.normalised` is `kg_platform.text.normalise.normalise` of the term, so the
 grounder matches on exactly the same form.
 """
 
@@ -21,11 +21,11 @@ from dataclasses import asdict, dataclass
 import polars as pl
 import pyarrow as pa
 
-from kg_platform.grounding.normalise import normalise
 from kg_platform.mesh.records import TERM_DETAIL_COLUMNS, MeshRecords
 from kg_platform.mesh.source import MeshSourceSpec, load_mesh_records, resolve_mesh_source
 from kg_platform.schemas import MeshTerms
 from kg_platform.storage.lake import Lake
+from kg_platform.text.normalise import normalise
 
 MESH_TABLE_NAMES = (
     "descriptors",

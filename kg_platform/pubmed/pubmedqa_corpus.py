@@ -13,7 +13,7 @@ the graph is built from both unchanged:
   conclusion that states the answer, is never read), ``year`` = YEAR (null when absent).
 - ``mesh_edges``: one row per distinct resolved descriptor, no qualifier. A name is resolved
   to a descriptor UI through the MeSH term table: the heading name first, then an entry
-  term, each tried as written and then normalised (``grounding.normalise``). NLM's display
+  term, each tried as written and then normalised (``text.normalise``). NLM's display
   conventions are honoured when present: a trailing ``*`` marks a major topic
   (``descriptor_major``) and ``Name/qualifier`` is stripped to the descriptor. Names that
   resolve to no descriptor, or to more than one, are counted, never guessed.
@@ -32,8 +32,8 @@ from pathlib import Path
 import polars as pl
 import pyarrow as pa
 
-from kg_platform.grounding.normalise import normalise
 from kg_platform.schemas import ARROW_SCHEMAS
+from kg_platform.text.normalise import normalise
 
 # the kinds of mesh/terms.parquet a MESHES name may be: the heading and its entry terms
 NAME_KINDS = ("name", "entry")

@@ -22,9 +22,9 @@ import polars as pl
 
 from kg_platform.graph import layout
 from kg_platform.graph.build import build_graph
-from kg_platform.grounding.normalise import normalise
 from kg_platform.mesh.tables import descriptor_table
 from kg_platform.storage.lake import Lake
+from kg_platform.text.normalise import normalise
 from kg_platform_tests.conftest import require_reference
 from kg_platform_tests.graph.corpus import write_corpus
 

@@ -31,9 +31,9 @@ from kg_platform.grounding.hybrid import (
     HybridGrounder,
     allowed_surfaces,
 )
-from kg_platform.grounding.normalise import normalise
 from kg_platform.mesh.tsv import read_thesaurus_tsv
 from kg_platform.storage.lake import Lake
+from kg_platform.text.normalise import normalise
 from kg_platform_tests.conftest import require_reference
 from kg_platform_tests.embeddings.models import packaged_encoder
 

@@ -13,8 +13,8 @@ from kg_platform.grounding.hybrid import (
     HybridGrounder,
     candidate_spans,
 )
-from kg_platform.grounding.normalise import normalise
 from kg_platform.storage.lake import Lake
+from kg_platform.text.normalise import normalise
 from kg_platform_tests.embeddings.models import packaged_encoder
 
 # a few real MeSH 2024 descriptors with some of their entry terms

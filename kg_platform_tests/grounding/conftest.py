@@ -69,7 +69,7 @@ def headings(mesh_frames) -> dict[str, str]:
 @pytest.fixture(scope="session")
 def gold_of(dev_questions, headings) -> dict[str, set[str]]:
     """Question PMID -> descriptor UIs of the article's own MeSH headings."""
-    from kg_platform.grounding.normalise import normalise
+    from kg_platform.text.normalise import normalise
 
     return {
         pmid: {headings[normalise(h)] for h in q.headings if normalise(h) in headings}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kg_platform.grounding.common_words import COMMON_WORD_EVIDENCE
-from kg_platform.grounding.normalise import normalise
+from kg_platform.text.normalise import normalise
 
 
 @pytest.mark.parametrize("word", sorted(COMMON_WORD_EVIDENCE))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import polars as pl
 
 from kg_platform.grounding.grounder import Grounder, build_surface_table
-from kg_platform.grounding.vocabulary import NO_RULES, usable_terms, with_concept_features
+from kg_platform.text.vocabulary import NO_RULES, usable_terms, with_concept_features
 
 
 def _found(grounder: Grounder, question: str) -> list[tuple[str, str]]:

@@ -5,10 +5,10 @@ from __future__ import annotations
 import polars as pl
 import pyarrow as pa
 
-from kg_platform.grounding.normalise import normalise
 from kg_platform.mesh.checks import check_mesh_build, recount_source
 from kg_platform.mesh.tables import MESH_TABLE_NAMES, MIN_SCR_ALIAS_CHARS, deinvert
 from kg_platform.schemas import MESH_TABLES
+from kg_platform.text.normalise import normalise
 
 
 def test_reference_counts(reference_build, reference_frames):
