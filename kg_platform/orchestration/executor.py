@@ -9,6 +9,7 @@ import time
 
 import dagster as dg
 
+from kg_platform.orchestration.queues import submit_queue
 from kg_platform.settings import Settings
 
 EXECUTORS = ("multiprocess", "celery")
@@ -98,6 +99,7 @@ def watched_celery_executor() -> dg.ExecutorDefinition:
     from dagster_celery.executor import CELERY_CONFIG, CeleryExecutor, _submit_task
 
     def submit_watched(app, plan_context, step, queue, priority, known_state):
+        queue = submit_queue(queue)  # the step's queue tag, routed as it is submitted
         result = _submit_task(app, plan_context, step, queue, priority, known_state)
         return WatchedResult(result, app, step.key, plan_context.instance, plan_context.run_id)
 

@@ -1,6 +1,8 @@
 """Which Celery queue a step goes to (the `dagster-celery/queue` op tag; the multiprocess
-executor ignores it): per-file parses to `parse`, embeddings to `gpu` while a worker serves
-it, everything else to dagster-celery's default `dagster`."""
+executor ignores it): per-file parses to `parse`, embeddings to `gpu`, everything else to
+dagster-celery's default `dagster`. Whether `gpu` is served is asked as each step is
+submitted (``submit_queue``), not when the definitions are imported: a code server loaded
+before `kg workers start` added a GPU worker would otherwise keep its old answer."""
 
 from __future__ import annotations
 
@@ -32,6 +34,10 @@ def gpu_served() -> bool:
 
 
 def embedding_queue_tags() -> dict[str, str]:
-    # a step sent to a queue nobody serves would wait forever: without a GPU worker,
-    # embeddings run with everything else
-    return queue_tags(GPU_QUEUE if gpu_served() else DEFAULT_QUEUE)
+    return queue_tags(GPU_QUEUE)
+
+
+def submit_queue(queue: str) -> str:
+    """The queue a step tagged ``queue`` is sent to now. A step sent to a queue nobody
+    serves would wait forever: without a GPU worker, `gpu` steps run with everything else."""
+    return DEFAULT_QUEUE if queue == GPU_QUEUE and not gpu_served() else queue

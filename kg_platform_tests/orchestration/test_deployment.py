@@ -22,7 +22,7 @@ from kg_platform.orchestration.instance import (
     template_config,
     write_instance_yaml,
 )
-from kg_platform.orchestration.queues import QUEUE_TAG, embedding_queue_tags
+from kg_platform.orchestration.queues import QUEUE_TAG, submit_queue
 from kg_platform.orchestration.services import stop_process
 from kg_platform.orchestration.state import (
     Deployment,
@@ -114,7 +114,12 @@ def test_executor_follows_a_running_deployment(tmp_path, monkeypatch) -> None:
     )
     celery = executor_for(settings)
     assert celery.name == "celery"
-    assert embedding_queue_tags() == {QUEUE_TAG: "gpu"}
+    assert [submit_queue(q) for q in ("gpu", "parse", "dagster")] == ["gpu", "parse", "dagster"]
+    save_deployment(home, deployment_with(os.getpid(), ("dagster", "parse")))
+    assert [submit_queue(q) for q in ("gpu", "parse")] == ["dagster", "parse"]  # nobody on gpu
+    monkeypatch.setenv("KG_GPU_QUEUE", "1")  # a cluster says a GPU worker serves it
+    assert submit_queue("gpu") == "gpu"
+    monkeypatch.delenv("KG_GPU_QUEUE")
     monkeypatch.setenv("KG_EXECUTOR", "multiprocess")
     assert Settings.load().executor == "multiprocess"
 
@@ -124,7 +129,7 @@ def test_executor_follows_a_running_deployment(tmp_path, monkeypatch) -> None:
     monkeypatch.delenv("KG_EXECUTOR")
     save_deployment(home, deployment_with(dead.pid, ("dagster", "gpu")))
     assert Settings.load().executor == "multiprocess"
-    assert embedding_queue_tags() == {QUEUE_TAG: "dagster"}
+    assert submit_queue("gpu") == "dagster"
 
 
 def test_celery_without_broker_and_unknown_executor_are_refused(tmp_path, monkeypatch) -> None:
@@ -150,8 +155,9 @@ def test_asset_steps_carry_their_queue() -> None:
     assert pubmed.pubmed_xml.op.tags[QUEUE_TAG] == "parse"
     assert pubmed.pubmed_tables.op.tags[QUEUE_TAG] == "parse"
     assert QUEUE_TAG not in pubmed.corpus.op.tags
+    # whatever serves `gpu` now: the executor routes a step as it submits it
     for asset in (embeddings.embedding_shards, embeddings.embedding_index):
-        assert asset.op.tags[QUEUE_TAG] in ("gpu", "dagster")
+        assert asset.op.tags[QUEUE_TAG] == "gpu"
 
 
 def test_stop_process_kills_what_ignores_sigterm(tmp_path) -> None:
