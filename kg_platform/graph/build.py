@@ -594,6 +594,25 @@ def _descriptor_ids(values: pl.Series, lookup_uis: list[str]) -> np.ndarray:
     ).to_numpy()
 
 
+def _mapped_with_new_uis(
+    values: pl.Series, codes: np.ndarray, lookup_uis: list[str], where: str
+) -> np.ndarray:
+    """Provisional ids of a batch's dictionary ``values``; the UIs its rows use that the
+    lookup lacks are appended to it first (sorted, each checked to be a MeSH UI)."""
+    mapped = _descriptor_ids(values, lookup_uis)
+    if mapped.min(initial=0) < 0:
+        used = np.bincount(codes, minlength=values.len()) > 0
+        new = (mapped < 0) & used
+        if new.any():
+            fresh = sorted(set(values.filter(pl.Series(new)).to_list()))
+            bad = [ui for ui in fresh if not _DESCRIPTOR_UI.match(ui)]
+            if bad:
+                raise GraphInputError(f"{where}: descriptor_ui not a MeSH UI: {bad[:5]}")
+            lookup_uis.extend(fresh)
+            mapped = _descriptor_ids(values, lookup_uis)
+    return mapped
+
+
 def _build_mesh(
     lake: Lake, articles: _Articles, out: _ArrayWriter, batch_rows: int, clock: _Clock
 ) -> dict[str, int]:
@@ -621,17 +640,7 @@ def _build_mesh(
             uis = pc.dictionary_encode(uis)
         codes = _values(uis.indices)
         values = pl.Series("ui", uis.dictionary.cast(pa.string()))
-        mapped = _descriptor_ids(values, lookup_uis)
-        if mapped.min(initial=0) < 0:
-            used = np.bincount(codes, minlength=values.len()) > 0
-            new = (mapped < 0) & used
-            if new.any():
-                fresh = sorted(set(values.filter(pl.Series(new)).to_list()))
-                bad = [ui for ui in fresh if not _DESCRIPTOR_UI.match(ui)]
-                if bad:
-                    raise GraphInputError(f"{where}: descriptor_ui not a MeSH UI: {bad[:5]}")
-                lookup_uis.extend(fresh)
-                mapped = _descriptor_ids(values, lookup_uis)
+        mapped = _mapped_with_new_uis(values, codes, lookup_uis, where)
         descriptor_major = _true(batch, "descriptor_major", where).view(np.uint8)
         qualifier_major = _true(batch, "qualifier_major", where).view(np.uint8)
         # map the PMIDs and pack the keys in one pass
