@@ -7,7 +7,10 @@ questions the graph answers (``answer.examples.graph_questions``) and one it ref
   question: wall seconds (spawn to exit), CPU seconds of that child (``os.wait4``) and its
   own peak RSS (its VmHWM, read by the child at exit: ``ask_cold``, which
   ``benchmarks/rehearsal.py`` uses too), the median of the runs per question and over all
-  runs, and the median of the JSON's own ``start_up_ms`` (imports, open) and ``timings_ms``;
+  runs, and the median of the JSON's own ``start_up_ms`` (imports, open, kernels when
+  loaded) and ``timings_ms``. The peak counts the pages of the mapped graph arrays and
+  grounding index a question touched: ``rss_sampled`` is one more run per question whose
+  anonymous (own) and file-backed RSS this process samples;
 - ``warm``: the same questions asked in this process on one opened ``KnowledgeGraph``
   after one untimed round (the figure ``benchmarks/ask.py`` reports), and the answers'
   agreement with the cold ones (``same_answers``, timings left out);
@@ -65,16 +68,37 @@ runpy.run_module('kg_platform.cli', run_name='__main__')
 """
 
 
-def ask_cold(lake: str, question: str, code: str = REPO) -> dict:
+def _rss_parts_kb(pid: int) -> tuple[int, int]:
+    """(RssAnon, RssFile) of a live process, in KiB; (0, 0) once it is gone."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            fields = dict(line.split(":", 1) for line in f)
+        return int(fields["RssAnon"].split()[0]), int(fields["RssFile"].split()[0])
+    except (FileNotFoundError, ProcessLookupError, KeyError, ValueError):
+        return 0, 0
+
+
+def ask_cold(lake: str, question: str, code: str = REPO, sample_rss: bool = False) -> dict:
     """One `kg ask --json` in a fresh process running the checkout ``code``: wall (spawn to
-    exit), CPU (``wait4``: the child's own), its own peak RSS (VmHWM), and its JSON."""
+    exit), CPU (``wait4``: the child's own), its own peak RSS (VmHWM), and its JSON. With
+    ``sample_rss`` this process also polls the child's RSS every 2 ms and reports the
+    largest anonymous part (its own memory) and file-backed part (pages of mapped files:
+    the graph's arrays, the grounding index, libraries) it saw; the polling costs CPU, so
+    the timed runs go without it."""
     command = [sys.executable, "-c", ASK_WITH_PEAK, "ask", question, "--json", "--lake", lake]
     # `python -c` imports from its working directory first: run in the checkout measured
     env = {**os.environ, "PYTHONPATH": code}
+    anon = mapped = 0
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         started = time.perf_counter()
         child = subprocess.Popen(command, stdout=out, stderr=err, cwd=code, env=env)
-        _, status, usage = os.wait4(child.pid, 0)
+        while True:
+            pid, status, usage = os.wait4(child.pid, os.WNOHANG if sample_rss else 0)
+            if pid:
+                break
+            now_anon, now_mapped = _rss_parts_kb(child.pid)
+            anon, mapped = max(anon, now_anon), max(mapped, now_mapped)
+            time.sleep(0.002)
         wall = time.perf_counter() - started
         out.seek(0)
         err.seek(0)
@@ -84,10 +108,12 @@ def ask_cold(lake: str, question: str, code: str = REPO) -> dict:
     peak = re.search(rb"KG_PEAK_RSS_KB=([0-9]+)", log)
     if peak is None:
         raise RuntimeError(f"kg ask {question!r}: no peak RSS reported: {log.decode()[-400:]}")
+    sampled = {"sampled_anon_mb_max": anon / 1024, "sampled_file_mb_max": mapped / 1024}
     return {
         "wall_s": wall,
         "cpu_s": usage.ru_utime + usage.ru_stime,
         "peak_rss_mb": int(peak.group(1)) / 1024,
+        **(sampled if sample_rss else {}),
         "doc": json.loads(text),
     }
 
@@ -212,6 +238,16 @@ def measure(lake_root: str, runs: int, n_questions: int, reference_code: str | N
             "cpu_s_median": round(statistics.median(r["cpu_s"] for r in every), 3),
             "peak_rss_mb_median": round(rss, 1),
             "peak_rss_mb_max": round(max(r["peak_rss_mb"] for r in every), 1),
+            # one more run per question, its RSS sampled: own memory against mapped pages
+            "rss_sampled": [
+                {
+                    "question": q[:60],
+                    "peak_rss_mb": round(r["peak_rss_mb"], 1),
+                    "anon_mb_max": round(r["sampled_anon_mb_max"], 1),
+                    "file_mb_max": round(r["sampled_file_mb_max"], 1),
+                }
+                for q, r in ((q, ask_cold(lake_root, q, sample_rss=True)) for q in questions)
+            ],
             "per_question": per_question,
         },
         "warm": {"ask_ms_median": round(warm, 3), "ask_ms": [round(x, 3) for x in warm_ms]},

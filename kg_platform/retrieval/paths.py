@@ -307,8 +307,11 @@ def pair_evidence(
 # A pair whose candidates (DIRECT articles plus the citations of its cheaper side) number
 # at most this many is found by the numpy passes in a process that has not loaded the
 # compiled ones: loading them costs ~0.5-2 s once (numba's import and cached overloads),
-# more than the numpy passes take below this size (benchmarks/cold_ask.py measures both).
-NUMPY_MAX_CANDIDATES = 200_000
+# more than the numpy passes take below this size. On a 10M-article graph the numpy passes
+# took 67-218 ms for bounds of 0.35-1.2M candidates (the largest BRIDGE pairs; compiled:
+# 64-112 ms, plus 1.5-1.8 s to load them): ~100-180 ns a candidate, even at ~8M
+# (benchmarks/ask_at_scale.py, benchmarks/cold_ask.py measure the cold path).
+NUMPY_MAX_CANDIDATES = 5_000_000
 _PATH_PASSES = "kg_platform.graph.path_passes"
 
 
