@@ -9,7 +9,8 @@ when it grounds to them). Reports p50/p95/p99 latency and requests/s, overall an
 non-giant questions apart, against the same questions asked one after another in this
 process on an opened ``KnowledgeGraph`` (after one untimed round). Every reply is checked
 to be a 200 with the in-process answer's verdict. ``peak_rss``: the server's and each
-worker's own peak RSS (VmHWM) at the end of the load run.
+worker's own peak RSS (VmHWM) at the end of the load run. ``--heavy-candidates N ...``
+measures the same with `kg serve --heavy-candidates N` too (``service_by_config``).
 
     KG_HOME=.kg .venv/bin/python benchmarks/serve.py --requests 800 --workers 1 2
 
@@ -80,10 +81,13 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_server(lake: str, port: int, workers: int = 1) -> subprocess.Popen:
+def start_server(
+    lake: str, port: int, workers: int = 1, heavy_candidates: int | None = None
+) -> subprocess.Popen:
     command = [sys.executable, "-m", "kg_platform.cli", "serve", "--lake", lake]
     server = subprocess.Popen(
-        [*command, "--port", str(port), "--workers", str(workers)],
+        [*command, "--port", str(port), "--workers", str(workers)]
+        + ([] if heavy_candidates is None else ["--heavy-candidates", str(heavy_candidates)]),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
@@ -183,15 +187,30 @@ def main() -> int:
         default=[1],
         help="`kg serve --workers` values, each measured in turn (default 1)",
     )
+    parser.add_argument(
+        "--heavy-candidates",
+        type=int,
+        nargs="+",
+        default=None,
+        help="also measure `kg serve --heavy-candidates N` for each N (the largest pairs "
+        "searched one at a time per worker), with every --workers value (service_by_config)",
+    )
     args = parser.parse_args()
     lake_root = args.lake or Settings.load().lake
-    result = measure(lake_root, args.clients, args.requests, args.questions, args.workers)
+    result = measure(
+        lake_root, args.clients, args.requests, args.questions, args.workers, args.heavy_candidates
+    )
     print(json.dumps(result))
     return 0
 
 
 def measure(
-    lake_root: str, clients: int, requests: int, n_questions: int, workers_list: list[int]
+    lake_root: str,
+    clients: int,
+    requests: int,
+    n_questions: int,
+    workers_list: list[int],
+    heavy_list: list[int] | None = None,
 ) -> dict:
     """The figures above for the published graph build `kg serve --lake lake_root` serves."""
     lake, _ = scoped_lake(
@@ -212,18 +231,22 @@ def measure(
         verdicts[q] = answer.verdict.to_json()
     work = [questions[i % len(questions)] for i in range(requests)]
 
-    by_workers = {}
-    for workers in workers_list:
-        port = free_port()
-        server = start_server(lake_root, port, workers)
-        try:
-            for _ in range(workers):  # warm each worker's first question (as far as it goes)
-                load_run(port, questions, workers, verdicts)
-            by_workers[workers] = load_run(port, work, clients, verdicts)
-            by_workers[workers]["peak_rss"] = process_tree_peak_mb(server.pid)
-        finally:
-            server.terminate()
-            server.wait(timeout=60)
+    by_config = {}
+    # kg serve as started by default first (no heavy lane), then each --heavy-candidates
+    for heavy in [None, *(heavy_list or [])]:
+        for workers in workers_list:
+            port = free_port()
+            server = start_server(lake_root, port, workers, heavy)
+            try:
+                for _ in range(workers):  # warm each worker's first question (if it can)
+                    load_run(port, questions, workers, verdicts)
+                got = load_run(port, work, clients, verdicts)
+                got["peak_rss"] = process_tree_peak_mb(server.pid)
+                by_config[(workers, heavy)] = got
+            finally:
+                server.terminate()
+                server.wait(timeout=60)
+    by_workers = {w: r for (w, heavy), r in by_config.items() if heavy is None}
     served = by_workers[workers_list[0]]
     return {
         "lake": lake_root,
@@ -235,6 +258,12 @@ def measure(
         "giant_questions": giant,
         "service": served,  # the first --workers value
         "service_by_workers": {str(w): r for w, r in by_workers.items()},
+        "service_by_config": {
+            f"workers={w} heavy_candidates={'none' if h is None else h}": r
+            for (w, h), r in by_config.items()
+        }
+        if heavy_list
+        else None,
         "in_process": {
             "all": percentiles([ms for _, ms in in_process]),
             "non_giant": percentiles([ms for g, ms in in_process if not g]),

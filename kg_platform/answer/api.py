@@ -91,6 +91,8 @@ MAX_QUESTION_CHARS = 1000
 
 MESH_KEYS = {t: f"mesh/{t}.parquet" for t in ("descriptors", "tree", "terms")}
 _NONE = np.zeros(0, dtype=np.int64)  # no article excluded
+# entered around one concept pair's path search (``KnowledgeGraph.ask(admit=...)``)
+Admission = Callable[[ConceptPair], contextlib.AbstractContextManager]
 
 
 class QuestionError(ValueError):
@@ -404,11 +406,13 @@ class KnowledgeGraph:
         top_k: int = 10,
         excluded: np.ndarray | None = None,
         grounded: list[RoledGrounding] | None = None,
+        admit: Admission | None = None,
     ) -> Answer:
         """Answer or refuse ``question``. ``excluded`` (ascending node indices): the graph
         without those articles (``retrieval/exclusion.py``; the evidence-deletion tiers);
         ``grounded``: these roled groundings instead of grounding the text (the agent's
-        refined concepts, ``answer/agent.py``)."""
+        refined concepts, ``answer/agent.py``); ``admit``: entered around each pair's path
+        search (`kg serve` queues the largest pairs with it; the answer is the same)."""
         text = validate_question(question)
         if top_k < 1:
             raise ValueError(f"top_k: must be at least 1, got {top_k}")
@@ -430,7 +434,7 @@ class KnowledgeGraph:
                     filters.append(self.store.desc_idx(r.grounding.ui))
         path = self._structural if self.semantic is None else self._dense
         verdict, evidence, chosen = path(
-            text, len(roled), len(concepts), pairs, filters, as_of, top_k, clock, excluded
+            text, len(roled), len(concepts), pairs, filters, as_of, top_k, clock, excluded, admit
         )
         clock.lap("rank")
         if verdict.answerable:
@@ -456,14 +460,20 @@ class KnowledgeGraph:
         )
 
     def _first_pair_with_paths(
-        self, pairs: list[ConceptPair], collect: Callable, count: Callable
+        self,
+        pairs: list[ConceptPair],
+        collect: Callable,
+        count: Callable,
+        admit: Admission | None = None,
     ) -> tuple[ConceptPair | None, Any]:
         """The first of the best pairs (at most ``max_pairs_tried``) whose ``collect`` finds
         a path by ``count``, with what it found; else the first pair tried and its (empty)
-        result; ``(None, None)`` without pairs."""
+        result; ``(None, None)`` without pairs. ``admit(pair)`` is entered around each
+        ``collect``."""
         chosen, found = None, None
         for pair in pairs[: self.config.max_pairs_tried]:
-            tried = collect(pair)
+            with admit(pair) if admit is not None else contextlib.nullcontext():
+                tried = collect(pair)
             if chosen is None or count(tried):
                 chosen, found = pair, tried
             if count(tried):
@@ -481,6 +491,7 @@ class KnowledgeGraph:
         top_k: int,
         clock: _Clock,
         excluded: np.ndarray | None = None,
+        admit: Admission | None = None,
     ) -> tuple[Verdict, tuple[Evidence, ...], ConceptPair | None]:
         """The structural ranker's path: per pair tried, one compiled pass counts the
         candidates at gates 3-6 and keeps the ``top_k`` best (``pair_evidence``); the same
@@ -503,7 +514,7 @@ class KnowledgeGraph:
             return pair_evidence(self.store, pair, filters, top_k, **gates)
 
         chosen, found = self._first_pair_with_paths(
-            pairs, evidence_of, lambda tried: tried.counts["candidates"]
+            pairs, evidence_of, lambda tried: tried.counts["candidates"], admit
         )
         clock.lap("paths")
         counts = PathCounts(**found.counts) if found is not None else PathCounts(0, 0, 0, 0, 0)
@@ -529,6 +540,7 @@ class KnowledgeGraph:
         top_k: int,
         clock: _Clock,
         excluded: np.ndarray | None = None,
+        admit: Admission | None = None,
     ) -> tuple[Verdict, tuple[Evidence, ...], ConceptPair | None]:
         """The dense ranker's path: every candidate of the first pair that has any is
         collected, flagged and put through the ladder; every survivor is scored against the
@@ -539,6 +551,7 @@ class KnowledgeGraph:
                 collect_candidates(self.store, pair), excluded if excluded is not None else _NONE
             ),
             len,
+            admit,
         )
         clock.lap("paths")
         if candidates is not None and len(candidates):

@@ -34,7 +34,27 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="processes answering questions (default 1); each maps the same build, and "
         "POST /reload in any of them makes every one serve the new build",
     )
+    parser.add_argument(
+        "--heavy-candidates",
+        type=int,
+        default=None,
+        metavar="N",
+        help="search a pair with more than N candidate paths one at a time in each worker, "
+        "so the largest questions queue behind each other instead of slowing every other "
+        "(default: no such queue; e.g. 1000000 on a 10M-article graph)",
+    )
     parser.set_defaults(func=run_serve)
+
+
+def heavy_lane(heavy_candidates: int | None):
+    """A worker's heavy lane for ``--heavy-candidates`` (None: none)."""
+    from kg_platform.serving.service import HeavyLane
+
+    if heavy_candidates is None:
+        return None
+    if heavy_candidates < 0:
+        raise ValueError(f"--heavy-candidates {heavy_candidates}: must be 0 or more")
+    return HeavyLane(heavy_candidates)
 
 
 # what a worker process opens: set by `kg serve --workers N` for the processes it starts
@@ -46,6 +66,7 @@ def run_serve(args: argparse.Namespace) -> int:
         raise ValueError(f"--port {args.port}: must be in 0..65535")
     if not 1 <= args.workers <= 64:
         raise ValueError(f"--workers {args.workers}: must be in 1..64")
+    lane = heavy_lane(args.heavy_candidates)
     import uvicorn
 
     from kg_platform.commands.ask import open_reader
@@ -57,6 +78,7 @@ def run_serve(args: argparse.Namespace) -> int:
         lambda: scoped_lake(args, quiet=True),
         open_reader(args.reader),
         kernels=args.workers == 1,  # with workers, this process only checks the build opens
+        lane=lane,
     )
     served = service.current
     print(
@@ -76,6 +98,7 @@ def run_serve(args: argparse.Namespace) -> int:
             "release": args.release,
             "mesh_year": args.mesh_year,
             "reader": args.reader,
+            "heavy_candidates": args.heavy_candidates,
             "generation": os.path.join(shared, "generation"),
         }
         from kg_platform.serving.service import Generation
@@ -108,5 +131,6 @@ def worker_app():
         lambda: scoped_lake(args, quiet=True),
         open_reader(spec["reader"]),
         Generation(spec["generation"]),
+        lane=heavy_lane(spec["heavy_candidates"]),
     )
     return build_app(service)

@@ -36,9 +36,17 @@ from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 from starlette.schemas import SchemaGenerator
 
-from kg_platform.answer.api import AskConfig, KnowledgeGraph, QuestionError, validate_question
+from kg_platform.answer.api import (
+    Admission,
+    AskConfig,
+    KnowledgeGraph,
+    QuestionError,
+    validate_question,
+)
 from kg_platform.answer.readers.base import Reader
-from kg_platform.retrieval.paths import load_kernels
+from kg_platform.graph.store import KGStore
+from kg_platform.retrieval.linking import ConceptPair
+from kg_platform.retrieval.paths import candidate_bound, load_kernels
 from kg_platform.serving.page import PAGE
 from kg_platform.storage.lake import Lake
 
@@ -126,6 +134,35 @@ class Generation:
             yield bump
 
 
+class HeavyLane:
+    """At most ``slots`` path searches of heavy pairs (``retrieval.paths.candidate_bound``
+    above ``threshold``) at once in this process; the others wait their turn. Searches of
+    smaller pairs never wait here, so under concurrent load the largest questions queue
+    behind each other instead of taking every core from the rest; the answers are the same.
+    (On a 10M-article graph a pair above ~1M candidates costs ~60-110 ms of CPU, most
+    others 1-20 ms.)"""
+
+    def __init__(self, threshold: int, slots: int = 1) -> None:
+        if threshold < 0 or slots < 1:
+            raise ValueError(f"heavy lane: threshold {threshold} and slots {slots}")
+        self.threshold, self.slots = threshold, slots
+        self._slots = threading.BoundedSemaphore(slots)
+        self._count = threading.Lock()
+        self.heavy_searches = 0
+
+    def admit(self, store: KGStore) -> Admission:
+        """The admission ``KnowledgeGraph.ask`` enters around each pair's search."""
+
+        def enter(pair: ConceptPair):
+            if candidate_bound(store, pair) <= self.threshold:
+                return nullcontext()
+            with self._count:
+                self.heavy_searches += 1
+            return self._slots
+
+        return enter
+
+
 class GraphService:
     """The served graph and how it is replaced: ``current`` is read once per request. With
     a shared ``generation`` (several worker processes) a reload in one worker makes every
@@ -137,9 +174,11 @@ class GraphService:
         reader: Reader | None = None,
         generation: Generation | None = None,
         kernels: bool = True,
+        lane: HeavyLane | None = None,
     ) -> None:
         self.choose, self.reader, self.kernels = choose, reader, kernels
         self.generation = generation
+        self.lane = lane
         self._reload_lock = threading.Lock()
         self._seen = generation.value if generation is not None else 0
         self._current = open_served(choose, reader, kernels)
@@ -202,6 +241,13 @@ class GraphService:
             "reloads": self.reloads,
             "reload_error": self.reload_error,
             "questions": self.questions,
+            "heavy_lane": None
+            if self.lane is None
+            else {
+                "threshold": self.lane.threshold,
+                "slots": self.lane.slots,
+                "heavy_searches": self.lane.heavy_searches,
+            },
         }
 
 
@@ -285,7 +331,11 @@ def build_app(service: GraphService) -> Starlette:
         except BadInput as error:
             return _error(error)
         answer = await run_in_threadpool(
-            served.kg.ask, fields["question"], as_of=fields["as_of"], top_k=fields["top_k"]
+            served.kg.ask,
+            fields["question"],
+            as_of=fields["as_of"],
+            top_k=fields["top_k"],
+            admit=service.lane.admit(served.kg.store) if service.lane is not None else None,
         )
         service.questions += 1
         return JSONResponse({**answer.to_json(), "partition": served.partition})

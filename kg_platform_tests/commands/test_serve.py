@@ -66,6 +66,8 @@ def server(lake, tmp_path_factory):
             str(port),
             "--workers",
             "2",  # two processes: /reload in one must reach the other
+            "--heavy-candidates",
+            "1",  # the aspirin pair (4 candidates) goes through the heavy lane, heparin's not
         ],
         env=_env(home),
         stdout=log,
@@ -201,6 +203,7 @@ def test_status_health_and_openapi(server, lake) -> None:
         8,
         "structural",
     )
+    assert {k: doc["heavy_lane"][k] for k in ("threshold", "slots")} == {"threshold": 1, "slots": 1}
     schema = _get(base + "/openapi.json")[1]
     assert set(schema["paths"]) == {"/ask", "/search", "/status", "/healthz", "/reload"}
     assert set(schema["paths"]["/ask"]["post"]["responses"]) == {"200", "400", "422"}
@@ -311,3 +314,59 @@ def _workers(base: str) -> dict[int, str]:
         if len(seen) == 2:
             break
     return seen
+
+
+def test_heavy_lane_queues_large_pairs_and_lets_small_ones_pass(lake) -> None:
+    """With the lane's one slot taken, a question whose pair has more candidates than the
+    threshold waits for it and then gets the same answer; a question whose pair has fewer
+    is answered meanwhile; a refusal with no pair never enters the lane."""
+    import threading
+
+    from kg_platform.answer.api import KnowledgeGraph
+    from kg_platform.retrieval.paths import candidate_bound
+    from kg_platform.serving.service import HeavyLane
+
+    kg = KnowledgeGraph.open(lake)
+    plain = {q: kg.ask(q) for q in (ANSWERED, NOT_QUOTABLE, NONSENSE)}
+    bounds = {q: candidate_bound(kg.store, a.chosen_pair) for q, a in plain.items() if a.pairs}
+    assert bounds == {ANSWERED: 4, NOT_QUOTABLE: 1}
+    lane = HeavyLane(threshold=1)
+    admit = lane.admit(kg.store)
+    got = {}
+
+    def ask(question: str) -> None:
+        got[question] = kg.ask(question, admit=admit)
+
+    holder = admit(plain[ANSWERED].chosen_pair)  # a heavy search in progress elsewhere
+    holder.__enter__()
+    assert lane.heavy_searches == 1
+    waiting = threading.Thread(target=ask, args=(ANSWERED,))
+    waiting.start()
+    while lane.heavy_searches < 2:  # counted as it reaches the lane, before it waits
+        time.sleep(0.01)
+    for question in (NOT_QUOTABLE, NONSENSE):  # not heavy: answered while the slot is held
+        ask(question)
+    assert waiting.is_alive() and ANSWERED not in got  # it cannot pass the held slot
+    holder.__exit__(None, None, None)
+    waiting.join(timeout=120)
+    assert not waiting.is_alive()
+    assert lane.heavy_searches == 2
+    for question, answer in plain.items():
+        assert _stable(got[question].to_json()) == _stable(answer.to_json())
+    with pytest.raises(ValueError, match="heavy lane: threshold -1"):
+        HeavyLane(threshold=-1)
+
+
+def test_a_negative_heavy_candidates_is_refused_by_name(lake, tmp_path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "kg_platform.cli", "serve", "--lake", lake.root]
+        + ["--heavy-candidates", "-1"],
+        env=_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert (done.returncode, done.stderr.strip()) == (
+        2,
+        "kg serve: --heavy-candidates -1: must be 0 or more",
+    )
