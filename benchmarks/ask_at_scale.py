@@ -88,6 +88,13 @@ def main() -> int:
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--requests", type=int, default=800)
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
+    parser.add_argument(
+        "--heavy-candidates",
+        type=int,
+        nargs="+",
+        default=None,
+        help="also serve with `kg serve --heavy-candidates N` for each N (service_by_config)",
+    )
     parser.add_argument("--no-serve", action="store_true", help="the cold figures only")
     args = parser.parse_args()
     if args.articles < 1:
@@ -110,7 +117,12 @@ def main() -> int:
         if not args.no_serve:
             served = {
                 name: serve.measure(
-                    root, args.clients, args.requests, args.serve_questions, args.workers
+                    root,
+                    args.clients,
+                    args.requests,
+                    args.serve_questions,
+                    args.workers,
+                    args.heavy_candidates,
                 )
                 for name, root in lakes.items()
             }
