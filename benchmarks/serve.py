@@ -110,6 +110,7 @@ def load_run(port: int, work: list[tuple[str, bool]], clients: int, verdicts: di
     lock = threading.Lock()
     queue = iter(range(len(work)))
     latencies: list[tuple[bool, float]] = []
+    by_question: dict[str, list[float]] = {}
     errors: list[str] = []
 
     def client() -> None:
@@ -128,6 +129,7 @@ def load_run(port: int, work: list[tuple[str, bool]], clients: int, verdicts: di
             elapsed = (time.perf_counter() - started) * 1000.0
             with lock:
                 latencies.append((giant, elapsed))
+                by_question.setdefault(question, []).append(elapsed)
                 if response.status != 200 or doc["verdict"] != verdicts[question]:
                     errors.append(f"{question!r}: {response.status}")
 
@@ -146,6 +148,15 @@ def load_run(port: int, work: list[tuple[str, bool]], clients: int, verdicts: di
         "all": percentiles([ms for _, ms in latencies]),
         "non_giant": percentiles([ms for g, ms in latencies if not g]),
         "giant": percentiles([ms for g, ms in latencies if g]),
+        # where the non-giant tail comes from: those questions with the highest p95
+        "slowest_non_giant": sorted(
+            (
+                {"question": q[:60], **percentiles(ms)}
+                for q, ms in by_question.items()
+                if not dict(work)[q]
+            ),
+            key=lambda row: -row["p95_ms"],
+        )[:3],
         "errors": errors[:5],
         "n_errors": len(errors),
     }
