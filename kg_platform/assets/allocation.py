@@ -4,15 +4,6 @@ import dagster as dg
 
 from kg_platform.assets.checks import Outcome, check_results, data_version
 from kg_platform.assets.partitions import allocation_evaluations, dims_of, scope_for
-from kg_platform.evaluation.allocation_eval import (
-    CONFIGURATIONS,
-    render_markdown,
-    run_allocation_eval,
-    summary,
-    write_report,
-)
-from kg_platform.evaluation.question_sets import question_set_object
-from kg_platform.pubmed.tables import local_copy
 from kg_platform.resources.lake import LakeResource
 
 REPORT_PREFIX = "reports/allocation"
@@ -33,6 +24,17 @@ def allocation_report(
     """Flat vs relational context allocation on HotpotQA at matched object and token ceilings,
     with random-neighbour and shuffled-graph controls: markdown report, plot and JSON.
     Partitioned by **question set x configuration** (matched_ceilings: the study's budgets)."""
+    # the step's own libraries (numpy, matplotlib): loaded here, not with the definitions
+    from kg_platform.evaluation.allocation_eval import (
+        CONFIGURATIONS,
+        render_markdown,
+        run_allocation_eval,
+        summary,
+        write_report,
+    )
+    from kg_platform.evaluation.question_sets import question_set_object
+    from kg_platform.pubmed.tables import local_copy
+
     scope = scope_for(context)
     root = lake.get()
     dims = dims_of(context)

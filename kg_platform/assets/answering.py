@@ -10,24 +10,26 @@ from kg_platform.assets.checks import (
     published_report,
 )
 from kg_platform.assets.partitions import answering_evaluations, dims_of, reader_configs
-from kg_platform.evaluation import pubmedqa_answering as answering
-from kg_platform.evaluation.pubmedqa_report import write_pubmedqa_report
-from kg_platform.evaluation.reader_configs import load_reader_config
+from kg_platform.evaluation.contracts import CACHE_CHECKS, READER_CHECKS, REPORT_CHECKS
 from kg_platform.resources.lake import LakeResource
 
-REPORT_PREFIX = answering.REPORT_PREFIX
+# each step imports the evaluation modules it runs (numpy, scikit-learn, torch, matplotlib)
+# itself: the definitions load in every process that starts a run, and most run no reader
 
 
 @dg.asset(
     partitions_def=reader_configs,
     group_name="answering",
     code_version="1",
-    check_specs=blocking_specs("reader_model", answering.READER_CHECKS),
+    check_specs=blocking_specs("reader_model", READER_CHECKS),
 )
 def reader_model(context: dg.AssetExecutionContext, lake: LakeResource) -> dg.MaterializeResult:
     """The configuration's reader trained on its DEV question set, saved under
     readers/models/<content hash>/. Partitioned by **reader configuration**: a model is a
     function of (training set, recipe, seed), all of which the configuration names."""
+    from kg_platform.evaluation import pubmedqa_answering as answering
+    from kg_platform.evaluation.reader_configs import load_reader_config
+
     root = lake.get()
     config = load_reader_config(root, context.partition_key)
     with answering.open_question_set(root, config.training_set) as training:
@@ -62,7 +64,7 @@ def reader_model(context: dg.AssetExecutionContext, lake: LakeResource) -> dg.Ma
     group_name="answering",
     kinds={"parquet"},
     code_version="1",
-    check_specs=blocking_specs("posterior_cache", answering.CACHE_CHECKS),
+    check_specs=blocking_specs("posterior_cache", CACHE_CHECKS),
 )
 def posterior_cache(context: dg.AssetExecutionContext, lake: LakeResource) -> dg.MaterializeResult:
     """P(yes, no, maybe) for every (question, setting, candidate) of a question set, one table
@@ -70,6 +72,9 @@ def posterior_cache(context: dg.AssetExecutionContext, lake: LakeResource) -> dg
     posteriors/<config>/<question set>/. Partitioned by **reader configuration x question
     set**: the configuration fixes the reader, the set the questions; on the configuration's
     own training set every arm is K-fold cross-fitted."""
+    from kg_platform.evaluation import pubmedqa_answering as answering
+    from kg_platform.evaluation.reader_configs import load_reader_config
+
     dims = dims_of(context)
     root = lake.get()
     config = load_reader_config(root, dims["reader_config"])
@@ -109,7 +114,7 @@ def posterior_cache(context: dg.AssetExecutionContext, lake: LakeResource) -> dg
     group_name="answering",
     kinds={"markdown"},
     code_version="1",
-    check_specs=blocking_specs("pubmedqa_report", answering.REPORT_CHECKS),
+    check_specs=blocking_specs("pubmedqa_report", REPORT_CHECKS),
 )
 def pubmedqa_report(context: dg.AssetExecutionContext, lake: LakeResource) -> dg.MaterializeResult:
     """Accuracy with CIs, settings, controls, calibration and error budget of a reader on
@@ -119,6 +124,10 @@ def pubmedqa_report(context: dg.AssetExecutionContext, lake: LakeResource) -> dg
     key is one (DEV, TEST) pair x reader. The declared dependency (identity) is the TEST
     cache; the DEV cache is the posterior_cache partition (config, DEV), which no built-in
     partition mapping expresses, so it is read by name from the lake (as FILES_TO_RELEASE)."""
+    from kg_platform.evaluation import pubmedqa_answering as answering
+    from kg_platform.evaluation.pubmedqa_report import write_pubmedqa_report
+    from kg_platform.evaluation.reader_configs import load_reader_config
+
     dims = dims_of(context)
     root = lake.get()
     config = load_reader_config(root, dims["reader_config"])
@@ -134,8 +143,8 @@ def pubmedqa_report(context: dg.AssetExecutionContext, lake: LakeResource) -> dg
     return published_report(
         context,
         store,
-        REPORT_PREFIX,
-        lambda staged: write_pubmedqa_report(staged, report, prefix=REPORT_PREFIX),
+        answering.REPORT_PREFIX,
+        lambda staged: write_pubmedqa_report(staged, report, prefix=answering.REPORT_PREFIX),
         outcomes,
         f"pubmedqa_report[{context.partition_key}]",
         answering.report_summary(report),

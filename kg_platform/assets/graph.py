@@ -7,10 +7,6 @@ import dagster as dg
 from kg_platform.assets.checks import check_results, data_version, latest_data_version
 from kg_platform.assets.partitions import graph_builds, pubmed_releases, scope_for
 from kg_platform.graph import layout
-from kg_platform.graph.build import build_graph
-from kg_platform.graph.checks import check_invariants, recount
-from kg_platform.graph.profile import profile_corpus, render_json, render_markdown, render_png
-from kg_platform.graph.store import KGStore
 from kg_platform.resources.catalog import CatalogResource
 from kg_platform.resources.lake import LakeResource
 from kg_platform.storage.catalog import Catalog
@@ -53,6 +49,11 @@ def graph(
     under graph/<release>/<year>/<build-id>/, published to its current.json only when both
     checks pass. Partitioned by **graph build = release x MeSH year**: the same corpus can
     be annotated against a newer thesaurus without rebuilding either."""
+    # the step's own libraries (polars, duckdb): loaded here, not with the definitions
+    from kg_platform.graph.build import build_graph
+    from kg_platform.graph.checks import check_invariants, recount
+    from kg_platform.graph.store import KGStore
+
     scope = scope_for(context)
     the_lake = lake.get().scoped(scope)
     provenance = {
@@ -119,6 +120,8 @@ def corpus_profile(context: dg.AssetExecutionContext, lake: LakeResource) -> dg.
     """How much citation graph the corpus keeps (overall and for its most recent 1/8, 1/4,
     1/2 by year) and per decade: articles, share with MeSH and abstract, mean references.
     Partitioned by **release**, like the corpus it profiles."""
+    from kg_platform.graph.profile import profile_corpus, render_json, render_markdown, render_png
+
     the_lake = lake.get().scoped(scope_for(context))
     the_catalog = Catalog(the_lake)
     con = the_catalog.connect()

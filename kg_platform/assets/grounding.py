@@ -4,13 +4,11 @@ import dagster as dg
 
 from kg_platform.assets.checks import Outcome, check_results, data_version
 from kg_platform.assets.partitions import grounding_evaluations, mesh_years, scope_for
-from kg_platform.evaluation.grounding_eval import write_grounding_report
-from kg_platform.evaluation.hybrid_eval import MIN_PRECISION
-from kg_platform.evaluation.question_sets import question_set_object
-from kg_platform.grounding.index import SURFACES_KEY, build_grounding_index
-from kg_platform.grounding.surface_index import INDEX_KEY
-from kg_platform.pubmed.tables import local_copy
+from kg_platform.evaluation.contracts import MIN_PRECISION
 from kg_platform.resources.lake import LakeResource
+
+# each step imports the grounding and evaluation modules it runs (polars, numpy) itself: the
+# definitions load in every process that starts a run
 
 
 @dg.asset(
@@ -49,6 +47,9 @@ def grounding_index(context: dg.AssetExecutionContext, lake: LakeResource) -> dg
     the same lookup in load-ready form (grounding/index.kgi, memory-mapped by `kg ask` and
     `kg serve`). Partitioned by **MeSH year**: the surfaces are the thesaurus's, whatever
     corpus they are used on."""
+    from kg_platform.grounding.index import SURFACES_KEY, build_grounding_index
+    from kg_platform.grounding.surface_index import INDEX_KEY
+
     the_lake = lake.get().scoped(scope_for(context))
     with the_lake.transaction() as staged:
         stats, index_checks = build_grounding_index(staged)
@@ -105,6 +106,10 @@ def grounding_report(context: dg.AssetExecutionContext, lake: LakeResource) -> d
     the worst spurious matches: reports/grounding/<question set>/<year>/{report.md, .json}.
     Partitioned by **question set x configuration**, the configuration being the MeSH year
     grounded against (roles from MeSH structure, as `kg eval grounding`)."""
+    from kg_platform.evaluation.grounding_eval import write_grounding_report
+    from kg_platform.evaluation.question_sets import question_set_object
+    from kg_platform.pubmed.tables import local_copy
+
     scope = scope_for(context)
     root = lake.get()
     question_set = scope.report.split("/")[0]

@@ -8,9 +8,7 @@ import dagster as dg
 from kg_platform.assets.checks import check_results, data_version
 from kg_platform.assets.partitions import mesh_years, scope_for
 from kg_platform.assets.table_metadata import table_metadata
-from kg_platform.mesh.checks import MESH_CHECK_NAMES, check_mesh_build, recount_source
-from kg_platform.mesh.source import mesh_year
-from kg_platform.mesh.tables import build_mesh, write_mesh_tables
+from kg_platform.mesh.contracts import MESH_CHECK_NAMES
 from kg_platform.resources.lake import LakeResource
 from kg_platform.resources.mesh import MeshSourceResource
 from kg_platform.schemas import MESH_TABLES
@@ -61,6 +59,11 @@ def mesh_tables(
     tag, de-inverted forms, supplementary aliases), qualifiers and supplementary
     aliases: seven Parquet tables under mesh/<year>/. Partitioned by **MeSH year** (2024):
     NLM publishes one thesaurus a year and a graph is built against one of them."""
+    # the step's own libraries (polars, lxml, pandera): loaded here, not with the definitions
+    from kg_platform.mesh.checks import check_mesh_build, recount_source
+    from kg_platform.mesh.source import mesh_year
+    from kg_platform.mesh.tables import build_mesh, write_mesh_tables
+
     started = time.monotonic()
     year = context.partition_key
     spec = mesh_source.get()

@@ -28,7 +28,7 @@ import re
 
 import dagster as dg
 
-from kg_platform.evaluation import allocation_eval
+from kg_platform.evaluation.contracts import ALLOCATION_CONFIGURATIONS
 from kg_platform.storage.scope import Scope
 
 FILE_KEY = re.compile(r"^(pubmed\d{2})n\d{4}$")
@@ -43,7 +43,7 @@ hotpotqa_sets = dg.DynamicPartitionsDefinition(name="hotpotqa_sets")
 grounding_evaluations = dg.MultiPartitionsDefinition(
     {"question_set": pubmedqa_sets, "mesh_year": mesh_years}
 )
-allocation_configurations = dg.StaticPartitionsDefinition(list(allocation_eval.CONFIGURATIONS))
+allocation_configurations = dg.StaticPartitionsDefinition(list(ALLOCATION_CONFIGURATIONS))
 allocation_evaluations = dg.MultiPartitionsDefinition(
     {"question_set": hotpotqa_sets, "configuration": allocation_configurations}
 )

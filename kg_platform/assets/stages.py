@@ -1,5 +1,15 @@
 """Every stage's definitions in pipeline order: what `kg_platform.definitions` merges and
-what a Celery worker preloads. Importing it reads no settings."""
+what a Celery worker preloads. Importing it reads no settings.
+
+The asset modules import the domain modules their steps run inside the step functions, so
+loading the definitions (the code server, every run and every step: each a fresh
+interpreter) does not pay for what only a step uses (pandera, the parser, the evaluations
+and their libraries). A Celery worker's parent imports them once instead
+(:func:`load_step_imports`), so that its prefork children, one per step, start with them
+loaded.
+"""
+
+import importlib
 
 from kg_platform.assets import (
     allocation,
@@ -24,3 +34,56 @@ STAGES = [
     answering.defs,
     verification.defs,
 ]
+
+# what the steps import when they run: the modules the asset functions and the resources'
+# get() import, and the libraries those import on first use (test_preload checks the list
+# against the asset and resource modules' function-level imports)
+STEP_MODULES = (
+    # pubmed: the parser, its recount, the pandera models and the checks' libraries
+    "kg_platform.pubmed.parse",
+    "kg_platform.pubmed.recount",
+    "kg_platform.pubmed.tables",
+    "kg_platform.pubmed.fold",
+    "kg_platform.pubmed.source",
+    "kg_platform.schemas.models",
+    "pandera.errors",
+    "polars",
+    "pyarrow.parquet",
+    "numpy",
+    "duckdb",
+    # mesh
+    "kg_platform.mesh.checks",
+    "kg_platform.mesh.source",
+    "kg_platform.mesh.tables",
+    # graph
+    "kg_platform.graph.build",
+    "kg_platform.graph.checks",
+    "kg_platform.graph.profile",
+    "kg_platform.graph.store",
+    # grounding
+    "kg_platform.grounding.index",
+    "kg_platform.grounding.surface_index",
+    "kg_platform.evaluation.grounding_eval",
+    # embeddings
+    "kg_platform.embeddings.encoder",
+    "kg_platform.embeddings.concepts",
+    "kg_platform.embeddings.index",
+    "kg_platform.embeddings.shards",
+    # evaluation, answering and verification reports
+    "kg_platform.evaluation.allocation_eval",
+    "kg_platform.evaluation.question_sets",
+    "kg_platform.evaluation.pubmedqa_answering",
+    "kg_platform.evaluation.pubmedqa_report",
+    "kg_platform.evaluation.reader_configs",
+    "kg_platform.evaluation.verifier_training",
+    "kg_platform.evaluation.scifact_report",
+    "kg_platform.evaluation.scifact_transfer",
+    "kg_platform.evaluation.refusal_report",
+)
+
+
+def load_step_imports() -> list[str]:
+    """Import every module of STEP_MODULES (what a worker's parent does once); returns them."""
+    for name in STEP_MODULES:
+        importlib.import_module(name)
+    return list(STEP_MODULES)

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
-import dagster as dg
-import pandera.polars as pa
+from typing import TYPE_CHECKING
 
-from kg_platform.schemas import columns
+import dagster as dg
+
+if TYPE_CHECKING:
+    import pandera.polars as pa
 
 
 def table_metadata(model: type[pa.DataFrameModel], rows: int) -> dict[str, object]:
     """``dagster/column_schema`` from the model's columns and ``dagster/row_count``."""
+    from kg_platform.schemas import columns  # the models, and pandera, load on first use
+
     return {
         "dagster/column_schema": dg.TableSchema(
             columns=[

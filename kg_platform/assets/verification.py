@@ -18,13 +18,17 @@ from kg_platform.assets.partitions import (
     scifact_heldout_sets,
     verifier_configs,
 )
-from kg_platform.evaluation import pubmedqa_answering as answering
-from kg_platform.evaluation import refusal_report as refusal
-from kg_platform.evaluation import scifact_report as scifact
-from kg_platform.evaluation import scifact_transfer as transfer
-from kg_platform.evaluation import verifier_training as training
+from kg_platform.evaluation.contracts import (
+    HELDOUT_CHECKS,
+    REFUSAL_REPORT_CHECKS,
+    SCIFACT_REPORT_CHECKS,
+    VERIFIER_CHECKS,
+)
 from kg_platform.resources.lake import LakeResource
 from kg_platform.storage.scope import Scope
+
+# each step imports the evaluation modules it runs (numpy, scikit-learn, torch, matplotlib)
+# itself: the definitions load in every process that starts a run, and most train nothing
 
 # every partition of an upstream asset, read by name from the lake (as FILES_TO_RELEASE)
 ALL = dg.AllPartitionMapping()
@@ -34,13 +38,15 @@ ALL = dg.AllPartitionMapping()
     partitions_def=verifier_configs,
     group_name="verification",
     code_version="1",
-    check_specs=blocking_specs("verifier_model", training.VERIFIER_CHECKS),
+    check_specs=blocking_specs("verifier_model", VERIFIER_CHECKS),
 )
 def verifier_model(context: dg.AssetExecutionContext, lake: LakeResource) -> dg.MaterializeResult:
     """The configuration's SUPPORT / CONTRADICT / NOINFO verifier trained on its SciFact claim
     set, with gate 7's tau fitted on the out-of-fold scores of those claims, under
     verifiers/models/<content hash>/. Partitioned by **verifier configuration**: a model is a
     function of (claim set, corpus, recipe, seed, folds), all of which the configuration names."""
+    from kg_platform.evaluation import verifier_training as training
+
     root = lake.get()
     config = training.load_verifier_config(root, context.partition_key)
     with training.open_claim_set(root, config.training_set, config.corpus) as claims:
@@ -72,13 +78,16 @@ def verifier_model(context: dg.AssetExecutionContext, lake: LakeResource) -> dg.
     group_name="verification",
     kinds={"markdown"},
     code_version="1",
-    check_specs=blocking_specs("scifact_report", scifact.SCIFACT_REPORT_CHECKS),
+    check_specs=blocking_specs("scifact_report", SCIFACT_REPORT_CHECKS),
 )
 def scifact_report(context: dg.AssetExecutionContext, lake: LakeResource) -> dg.MaterializeResult:
     """NOINFO AUROC, macro-F1 and confusion matrix of every verifier trained on a SciFact claim
     set (out of fold), beside the untrained-encoder baseline on the same folds: markdown, PNG
     and JSON under reports/scifact/<claim set>/. Partitioned by **claim set**; the verifiers
     are every verifier_model partition whose configuration trains on it."""
+    from kg_platform.evaluation import scifact_report as scifact
+    from kg_platform.evaluation import verifier_training as training
+
     root = lake.get()
     key = context.partition_key
     entries = scifact.trained_on(root, key)
@@ -117,7 +126,7 @@ def scifact_report(context: dg.AssetExecutionContext, lake: LakeResource) -> dg.
     group_name="verification",
     kinds={"markdown"},
     code_version="1",
-    check_specs=blocking_specs("refusal_report", refusal.REFUSAL_REPORT_CHECKS),
+    check_specs=blocking_specs("refusal_report", REFUSAL_REPORT_CHECKS),
 )
 def refusal_report(context: dg.AssetExecutionContext, lake: LakeResource) -> dg.MaterializeResult:
     """Are the ladder's refusals right: real vs control answered shares with the paired leak,
@@ -126,6 +135,9 @@ def refusal_report(context: dg.AssetExecutionContext, lake: LakeResource) -> dg.
     reports/refusal/<question set>/<ladder config>/. Partitioned by **question set x ladder configuration**; the configuration names
     the graph build, gate 7's verifier and the reader configuration whose posterior cache is
     read, each by name from the lake."""
+    from kg_platform.evaluation import pubmedqa_answering as answering
+    from kg_platform.evaluation import refusal_report as refusal
+
     dims = dims_of(context)
     root = lake.get()
     config = refusal.load_ladder_config(root, dims["ladder_config"])
@@ -154,7 +166,7 @@ def refusal_report(context: dg.AssetExecutionContext, lake: LakeResource) -> dg.
     group_name="verification",
     kinds={"markdown"},
     code_version="1",
-    check_specs=blocking_specs("scifact_heldout_report", transfer.HELDOUT_CHECKS),
+    check_specs=blocking_specs("scifact_heldout_report", HELDOUT_CHECKS),
 )
 def scifact_heldout_report(
     context: dg.AssetExecutionContext, lake: LakeResource
@@ -163,6 +175,9 @@ def scifact_heldout_report(
     baseline fitted there) scored once on this one: NOINFO AUROC, macro-F1, the decision at
     the saved tau and the shuffled-label control, under reports/scifact_heldout/<claim set>/.
     Partitioned by **held-out claim set**; a shared claim id fails the check."""
+    from kg_platform.evaluation import scifact_transfer as transfer
+    from kg_platform.evaluation import verifier_training as training
+
     root = lake.get()
     key = context.partition_key
     corpus = transfer.heldout_corpus(root, key)

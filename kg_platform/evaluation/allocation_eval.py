@@ -80,7 +80,8 @@ class AllocationEvalConfig:
 
 
 # the configurations the report is partitioned by (the allocation asset's "configuration"
-# dimension); matched_ceilings: the study's object ceilings with their matched token ceilings
+# dimension, whose keys contracts.ALLOCATION_CONFIGURATIONS declares without importing this
+# module); matched_ceilings: the study's object ceilings with their matched token ceilings
 CONFIGURATIONS = {"matched_ceilings": AllocationEvalConfig()}
 
 

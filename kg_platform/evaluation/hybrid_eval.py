@@ -33,6 +33,7 @@ from kg_platform.embeddings.concepts import (
     concept_surfaces,
 )
 from kg_platform.embeddings.encoder import Encoder
+from kg_platform.evaluation.contracts import MIN_PRECISION
 from kg_platform.evaluation.grounding_eval import (
     GroundingEvaluation,
     PubmedqaQuestion,
@@ -48,8 +49,7 @@ from kg_platform.text.normalise import normalise
 
 DEFAULT_THRESHOLDS = (0.80, 0.85, 0.90, 0.95)
 # the threshold rule: the most coverage among thresholds that keep BRIDGE precision at the
-# grounding target of the question-path issue (precision at least 0.70)
-MIN_PRECISION = 0.70
+# grounding target of the question-path issue (MIN_PRECISION, in contracts: at least 0.70)
 
 
 @dataclass(frozen=True)

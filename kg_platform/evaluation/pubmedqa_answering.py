@@ -62,25 +62,8 @@ REPORT_PREFIX = "reports/pubmedqa"
 MODELS_PREFIX = "readers/models"
 TRAINED_PREFIX = "readers/trained"
 CACHES_PREFIX = "posteriors"
-# check names, in the order the domain functions return them, with what each guards
-READER_CHECKS = {
-    "reader_reloads_and_reproduces": "the saved model reloads with its content hash and "
-    "reproduces the trained reader's posteriors on the first DEV questions",
-    "trained_on_config_set": "the model's training-set hash is the DEV question file's",
-    "question_set_matches_key": "the lake's question file hashes to its key",
-}
-CACHE_CHECKS = {
-    "posterior_cache_schema": "every table matches the pandera model",
-    "posterior_cache_alignment": "every question has rows for every setting, ranks 1..n",
-    "posterior_rows_sum_to_one": "no NaN; every row sums to 1 +- 1e-5",
-    "posterior_question_recount": "DuckDB's distinct questions equal the question file's",
-    "posterior_is_source": "is_source recomputed from the question's PMID",
-    "question_set_matches_key": "the lake's question file hashes to its key",
-}
-REPORT_CHECKS = {
-    "every_test_question_scored": "the selected configuration scored every TEST question",
-    "selected_on_dev_only": "the selection is unchanged when every TEST label is replaced",
-}
+# the check names (READER_CHECKS, CACHE_CHECKS, REPORT_CHECKS) are declared in
+# kg_platform.evaluation.contracts, in the order the domain functions here return them
 PROBE_QUESTIONS = 5
 REPRODUCE_TOLERANCE = 1e-6
 # TEST labels rotated yes -> no -> maybe -> yes for the selection check

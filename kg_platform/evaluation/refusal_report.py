@@ -53,15 +53,6 @@ from kg_platform.storage.scope import Scope
 
 REPORT_PREFIX = "reports/refusal"
 CONFIGS_PREFIX = "refusal/configs"
-REFUSAL_REPORT_CHECKS = {
-    "every_question_asked": "every question of the set was asked, with its refusal reason "
-    "or answer counted once",
-    "ablation_monotone": "gate-class refusal rates never fall as gates are switched on, "
-    "overall and per failure class",
-    "sweep_matches_headline": "the sweep's row at min_paths is the headline real and control "
-    "answered shares",
-    "question_set_matches_key": "the lake's question file hashes to its key",
-}
 
 
 @dataclass(frozen=True)

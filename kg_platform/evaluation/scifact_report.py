@@ -38,12 +38,6 @@ from kg_platform.evaluation.verifier_training import (
 from kg_platform.storage.lake import Lake
 
 REPORT_PREFIX = "reports/scifact"
-SCIFACT_REPORT_CHECKS = {
-    "every_claim_scored": "every claim of the CSV has scores from each verifier "
-    "(out of fold) and from the baseline",
-    "pair_counts_recounted": "pairs per source (evidence, cited non-evidence, random) "
-    "recounted from the CSV with Polars equal the pairs scored",
-}
 
 
 @dataclass(frozen=True)

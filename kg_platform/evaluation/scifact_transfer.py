@@ -196,10 +196,6 @@ def evaluate_transfer(
 # -- the held-out report of a registered claim set (the scifact_heldout_report asset) -------
 
 HELDOUT_PREFIX = "reports/scifact_heldout"
-HELDOUT_CHECKS = {
-    "claims_disjoint": "no claim of the set is a training claim of any verifier scored on it",
-    "saved_tau": "each verifier is scored at the tau verifier_model saved with it",
-}
 
 
 def trained_from_record(

@@ -76,13 +76,6 @@ MODELS_PREFIX = "verifiers/models"
 TRAINED_PREFIX = "verifiers/trained"
 PROBE_PAIRS = 5
 REPRODUCE_TOLERANCE = 1e-6
-VERIFIER_CHECKS = {
-    "verifier_reloads_and_reproduces": "the saved model reloads with its content hash and "
-    "reproduces the trained verifier's scores on the first training pairs",
-    "tau_fitted_out_of_fold": "every training claim was scored by a model that did not train "
-    "on it (one fold per claim), and tau refitted from the saved scores is the saved tau",
-    "claim_set_matches_key": "the lake's claims and corpus files hash to their keys",
-}
 
 
 @dataclass(frozen=True)
@@ -372,7 +365,7 @@ def load_trained_verifier(lake: Lake, record: dict) -> ClassifierVerifier | Prob
 def check_verifier_model(
     lake: Lake, record: dict, trained: TrainedVerifier, claim_set: ClaimSet, config: VerifierConfig
 ) -> list[CacheCheck]:
-    """The three ``VERIFIER_CHECKS``, on what ``lake`` holds (the staged objects)."""
+    """The three ``contracts.VERIFIER_CHECKS``, on what ``lake`` holds (the staged objects)."""
     probe = trained.pairs[:PROBE_PAIRS]
     with reader_folder(lake, record) as folder:
         rehashed = content_hash(folder)

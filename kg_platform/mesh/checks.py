@@ -25,16 +25,6 @@ from kg_platform.schemas import (
     UI_SUPPLEMENTARY,
 )
 
-MESH_CHECK_NAMES = (
-    *(f"{table}_schema" for table in MESH_TABLES),
-    "uis_well_formed_unique",
-    "tree_parents_exist",
-    "supplementary_mappings_known",
-    "recount_matches_source",
-    "terms_recount_matches_source",
-    "terms_descriptors_known",
-)
-
 
 @dataclass(frozen=True)
 class SourceCounts:
@@ -164,7 +154,7 @@ def _count_patterns(location: str, patterns: list[re.Pattern[bytes]]) -> list[in
 
 
 def check_mesh_build(build: MeshBuild, recount: SourceCounts | None) -> list[MeshCheckOutcome]:
-    """Every check of the mesh_tables asset, in `MESH_CHECK_NAMES` order."""
+    """Every check of the mesh_tables asset, in `contracts.MESH_CHECK_NAMES` order."""
     frames = {name: pl.from_arrow(table) for name, table in build.tables.items()}
     outcomes = [_schema_check(name, frames[name]) for name in MESH_TABLES]
     outcomes.append(_ui_check(frames))

@@ -26,7 +26,7 @@ from kg_platform.mesh.records import (
     empty,
 )
 
-NLM_MESH_XML_URL = "https://nlmpubs.nlm.nih.gov/projects/mesh/MESH_FILES/xmlmesh/"
+# NLM's URL, the default location, is kg_platform.mesh.contracts.NLM_MESH_XML_URL
 
 # file roles -> name patterns; the newest year wins when several match
 _XML_PATTERNS = {

@@ -37,7 +37,7 @@ import gzip
 import re
 import time
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,7 +72,7 @@ _FAST_PATH_GIVES_UP = (
 TABLE_NAMES = tuple(PUBMED_TABLES)
 
 # derived from the pandera models in kg_platform.schemas, the one declaration of the columns
-SCHEMAS: dict[str, pa.Schema] = ARROW_SCHEMAS
+SCHEMAS: Mapping[str, pa.Schema] = ARROW_SCHEMAS
 
 _PUBMED_SET = "PubmedArticleSet"
 _LEGACY_SET = "MedlineCitationSet"

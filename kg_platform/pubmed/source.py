@@ -22,14 +22,19 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
+from functools import cache
 from html.parser import HTMLParser
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 from urllib.parse import unquote, urlsplit
-
-import requests
 
 from kg_platform.pubmed.errors import PubmedFileError
 from kg_platform.storage.lake import Lake
+
+if TYPE_CHECKING:
+    import requests
+
+# requests is imported when a download starts: the Dagster definitions import this module
+# in every process that starts a run, and a local source never needs it
 
 T = TypeVar("T")
 SUB_DIRS = ("baseline", "updatefiles")
@@ -37,12 +42,20 @@ SOURCE_NAME = re.compile(r"^pubmed(\d{2})n(\d{4})\.xml\.gz$")
 MD5_LINE = re.compile(r"^MD5\((?P<name>[^)]+)\)\s*=\s*(?P<hex>[0-9a-fA-F]{32})\s*$")
 USER_AGENT = "kg-platform/0.1 (PubMed bulk download; at most 4 connections)"
 CHUNK = 1 << 20
-# failures of the connection itself, before or during the body: worth another try
-TRANSIENT = (
-    requests.ConnectionError,
-    requests.Timeout,
-    requests.exceptions.ChunkedEncodingError,
-)
+
+
+@cache
+def _transient() -> tuple[type[Exception], ...]:
+    """Failures of the connection itself, before or during the body: worth another try."""
+    import requests
+
+    return (
+        requests.ConnectionError,
+        requests.Timeout,
+        requests.exceptions.ChunkedEncodingError,
+    )
+
+
 # cap on a server-requested Retry-After so one bad header cannot stall a run for hours
 MAX_RETRY_AFTER_S = 120.0
 
@@ -391,6 +404,8 @@ class PubmedSource:
     def _get(self, url: str) -> requests.Response:
         # one connection per request, closed afterwards: no idle keep-alive connection
         # lingers outside the semaphore, so the limit counts real sockets
+        import requests
+
         try:
             return requests.get(
                 url,
@@ -398,7 +413,7 @@ class PubmedSource:
                 timeout=self.timeout_s,
                 headers={"User-Agent": USER_AGENT, "Connection": "close"},
             )
-        except TRANSIENT as exc:
+        except _transient() as exc:
             raise _Retryable(f"{type(exc).__name__}: {exc}") from exc
 
     def _get_text(self, url: str) -> str:
@@ -406,7 +421,7 @@ class PubmedSource:
             _raise_for_status(response, url)
             try:
                 return response.content.decode(response.encoding or "utf-8", errors="replace")
-            except TRANSIENT as exc:
+            except _transient() as exc:
                 raise _Retryable(f"{type(exc).__name__}: {exc}") from exc
 
     def _with_retries(self, url: str, attempt: Callable[[], T], label: str | None = None) -> T:
@@ -479,7 +494,7 @@ def _write_verified(
                 digest.update(chunk)
                 out.write(chunk)
                 size += len(chunk)
-        except TRANSIENT as exc:
+        except _transient() as exc:
             # includes ChunkedEncodingError / resets mid-body: a transient failure
             raise _Retryable(f"{type(exc).__name__} after {size} bytes: {exc}") from exc
         got = digest.hexdigest()

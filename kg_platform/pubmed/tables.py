@@ -14,15 +14,17 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-import pandera.errors
-import polars as pl
-import pyarrow as pa
-
-from kg_platform.pubmed.parse import parse_file_stats
-from kg_platform.pubmed.recount import recount_file
 from kg_platform.schemas import PUBMED_TABLES
 from kg_platform.storage.lake import Lake
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+# polars, pandera and the parser are imported by the functions that use them: this module is
+# loaded with the Dagster definitions by every process that starts a run, which mostly
+# never parses a file
 
 
 @dataclass(frozen=True)
@@ -78,6 +80,8 @@ def local_copy(lake: Lake, key: str) -> Iterator[str]:
 def schema_problem(table: str, model, error: Exception) -> str:
     """One line for pandera's failure: each failed check with its first failing value (a
     duplicated key named by its values), not pandera's multi-line report."""
+    import polars as pl
+
     cases = getattr(error, "failure_cases", None)
     if not isinstance(cases, pl.DataFrame) or cases.height == 0:
         lines = [x.strip() for x in str(error).splitlines() if x.strip().strip("{}[]")]
@@ -101,6 +105,9 @@ def schema_problem(table: str, model, error: Exception) -> str:
 
 def check_tables(tables: dict[str, pa.Table], recount: dict[str, int]) -> list[CheckOutcome]:
     """The four per-file checks, each on the collected data."""
+    import pandera.errors
+    import polars as pl
+
     frames = {name: pl.from_arrow(t) for name, t in tables.items()}
     checks: list[CheckOutcome] = []
 
@@ -158,6 +165,9 @@ def check_tables(tables: dict[str, pa.Table], recount: dict[str, int]) -> list[C
 
 def parse_check_write(lake: Lake, raw_key: str, file: str) -> TablesOutcome:
     """Parse the raw file, run the checks, then write the seven tables atomically."""
+    from kg_platform.pubmed.parse import parse_file_stats
+    from kg_platform.pubmed.recount import recount_file
+
     started = time.perf_counter()
     with local_copy(lake, raw_key) as path:
         tables, stats = parse_file_stats(path, file=file)

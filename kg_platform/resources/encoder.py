@@ -1,6 +1,11 @@
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 import dagster as dg
 
-from kg_platform.embeddings.encoder import Encoder
+if TYPE_CHECKING:
+    from kg_platform.embeddings.encoder import Encoder
 
 
 class EncoderResource(dg.ConfigurableResource):
@@ -12,4 +17,7 @@ class EncoderResource(dg.ConfigurableResource):
     batch_size: int = 256
 
     def get(self) -> Encoder:
+        # numpy (and torch, when it encodes) load with the step that embeds
+        from kg_platform.embeddings.encoder import Encoder
+
         return Encoder(self.model_path, device=self.device, batch_size=self.batch_size)

@@ -1,6 +1,13 @@
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 import dagster as dg
 
-from kg_platform.mesh.source import NLM_MESH_XML_URL, MeshSourceSpec, resolve_mesh_source
+from kg_platform.mesh.contracts import NLM_MESH_XML_URL
+
+if TYPE_CHECKING:
+    from kg_platform.mesh.source import MeshSourceSpec
 
 
 class MeshSourceResource(dg.ConfigurableResource):
@@ -11,4 +18,7 @@ class MeshSourceResource(dg.ConfigurableResource):
     year: int | None = None  # MeSH year for a bare NLM URL; default: this year
 
     def get(self) -> MeshSourceSpec:
+        # the MeSH readers (polars, lxml, requests) load with the step that reads MeSH
+        from kg_platform.mesh.source import resolve_mesh_source
+
         return resolve_mesh_source(self.location, year=self.year)

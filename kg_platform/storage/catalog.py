@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-
-import duckdb
+from typing import TYPE_CHECKING
 
 from kg_platform.schemas import CORPUS_MODELS, MESH_TABLES, PUBMED_TABLES
 from kg_platform.storage.lake import Lake
+
+if TYPE_CHECKING:
+    import duckdb
 
 # view name -> lake glob (relative key); a view is created only when files exist
 LAKE_VIEWS: dict[str, str] = {
@@ -30,6 +32,8 @@ class Catalog:
     def connect(self, read_only: bool = False) -> duckdb.DuckDBPyConnection:
         if self.database != ":memory:":
             os.makedirs(os.path.dirname(os.path.abspath(self.database)), exist_ok=True)
+        import duckdb  # here: the Dagster definitions name this resource and seldom query
+
         con = duckdb.connect(self.database, read_only=read_only)
         if not self.lake.is_local:
             con.register_filesystem(self.lake.fs)

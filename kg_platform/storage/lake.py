@@ -23,15 +23,17 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
-
 from kg_platform.storage.owner import owner_tag
 from kg_platform.storage.scope import Scope
 
 if TYPE_CHECKING:
     import fsspec
+    import numpy as np
+    import pyarrow as pa
+
+# numpy and pyarrow are imported by the methods that read and write arrays and tables: the
+# Dagster definitions import this module in every process that starts a run, which may
+# never read one
 
 STAGING = ".staging"  # scratch and staged outputs, inside the lake root
 
@@ -274,11 +276,15 @@ class Lake:
             return f.read()
 
     def read_parquet(self, key: str, columns: list[str] | None = None) -> pa.Table:
+        import pyarrow.parquet as pq
+
         with self.open(key) as f:
             return pq.read_table(f, columns=columns)
 
     def read_npy(self, key: str, mmap: bool = True) -> np.ndarray:
         """The array; memory-mapped read-only when ``mmap`` (on S3 from the local cache)."""
+        import numpy as np
+
         if self.is_local or mmap:
             return np.load(self.local_path(key), mmap_mode="r" if mmap else None)
         with self.open(key) as f:
@@ -322,11 +328,15 @@ class Lake:
         return len(data)
 
     def write_parquet(self, key: str, table: pa.Table) -> int:
+        import pyarrow.parquet as pq
+
         with self.writer(key) as f:
             pq.write_table(table, f, compression="zstd")
         return self.size(key)
 
     def write_npy(self, key: str, array: np.ndarray) -> int:
+        import numpy as np
+
         with self.writer(key) as f:
             np.save(f, np.ascontiguousarray(array), allow_pickle=False)
         return self.size(key)

@@ -20,6 +20,7 @@ from kg_platform.answer.readers.cues import CueRecipe
 from kg_platform.answer.readers.registry import train_reader
 from kg_platform.assets import answering
 from kg_platform.commands.build_run import failure_message
+from kg_platform.evaluation import contracts
 from kg_platform.evaluation import pubmedqa_answering as domain
 from kg_platform.evaluation.question_sets import lake_key, register_question_set
 from kg_platform.evaluation.reader_configs import ReaderConfig, register_reader_config
@@ -106,7 +107,7 @@ def pipeline(tmp_path_factory):
 
 def test_reader_model_is_trained_on_dev_only(pipeline) -> None:
     assert pipeline.model_run.success
-    assert checks_of(pipeline.model_run) == dict.fromkeys(domain.READER_CHECKS, True)
+    assert checks_of(pipeline.model_run) == dict.fromkeys(contracts.READER_CHECKS, True)
     metadata = pipeline.model_run.asset_materializations_for_node("reader_model")[0].metadata
     dev_hash = training_set_hash(load_pubmedqa(pipeline.dev_file))
     assert metadata["training_set_hash"].value == dev_hash
@@ -123,7 +124,7 @@ def test_reader_model_is_trained_on_dev_only(pipeline) -> None:
 def test_posterior_cache_tables_and_checks(pipeline, split, n) -> None:
     result = getattr(pipeline, f"{split}_run")
     assert result.success
-    assert checks_of(result) == dict.fromkeys(domain.CACHE_CHECKS, True)
+    assert checks_of(result) == dict.fromkeys(contracts.CACHE_CHECKS, True)
     prefix = domain.cache_prefix(pipeline.key, pipeline.dev if split == "dev" else pipeline.test)
     manifest = json.loads(pipeline.lake.read_bytes(f"{prefix}/manifest.json"))
     assert manifest["tables"] == sorted(f"{a}-t{t}" for a in ARMS for t in TRUNCATIONS)
@@ -160,7 +161,7 @@ def test_dev_posteriors_come_from_the_fold_that_did_not_see_the_label(pipeline) 
 
 def test_report_selects_on_dev_and_scores_test_once(pipeline) -> None:
     assert pipeline.report_run.success
-    assert checks_of(pipeline.report_run) == dict.fromkeys(domain.REPORT_CHECKS, True)
+    assert checks_of(pipeline.report_run) == dict.fromkeys(contracts.REPORT_CHECKS, True)
     metadata = pipeline.report_run.asset_materializations_for_node("pubmedqa_report")[0].metadata
     summary = metadata["summary"].value
     assert summary["test"]["n"] == TEST_N
@@ -203,6 +204,9 @@ def test_tampered_question_file_fails_its_check_and_keeps_the_published_cache(pi
     assert not result.success
     checks = recorded_checks(pipeline.instance, result)
     # the tampered label changes no posterior: only the file-against-its-key check can fail
-    assert checks == {**dict.fromkeys(domain.CACHE_CHECKS, True), "question_set_matches_key": False}
+    assert checks == {
+        **dict.fromkeys(contracts.CACHE_CHECKS, True),
+        "question_set_matches_key": False,
+    }
     assert "blocking check failed: question_set_matches_key" in failure_message(result)
     assert hashes(published) == before

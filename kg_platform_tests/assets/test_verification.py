@@ -32,6 +32,7 @@ from kg_platform.answer.verifier import (
 from kg_platform.assets import answering, verification
 from kg_platform.commands.ask import add_parser
 from kg_platform.commands.build_run import failure_message
+from kg_platform.evaluation import contracts
 from kg_platform.evaluation import refusal_report as refusal
 from kg_platform.evaluation import scifact_report as scifact
 from kg_platform.evaluation import verifier_training as training
@@ -236,7 +237,7 @@ def balanced_threshold(p: np.ndarray, positive: np.ndarray) -> float:
 
 def test_verifier_model_fits_tau_on_out_of_fold_scores(pipeline) -> None:
     assert pipeline.trained_run.success
-    assert checks_of(pipeline.trained_run) == dict.fromkeys(training.VERIFIER_CHECKS, True)
+    assert checks_of(pipeline.trained_run) == dict.fromkeys(contracts.VERIFIER_CHECKS, True)
     record, table, scores, labels = oof_of(pipeline, pipeline.trained)
     # 20 claims: 4 evidence documents, 16 cited non-evidence, one random each
     assert table.num_rows == record["pairs"] == 40
@@ -268,7 +269,7 @@ def test_out_of_fold_scores_come_from_the_fold_that_did_not_see_the_claim(pipeli
 
 def test_a_saved_nli_folder_gets_tau_from_its_plain_scores(pipeline) -> None:
     assert pipeline.saved_run.success
-    assert checks_of(pipeline.saved_run) == dict.fromkeys(training.VERIFIER_CHECKS, True)
+    assert checks_of(pipeline.saved_run) == dict.fromkeys(contracts.VERIFIER_CHECKS, True)
     record, table, scores, labels = oof_of(pipeline, pipeline.saved)
     assert set(table["fold"].to_pylist()) == {-1}
     assert record["scores"] == "not trained on the claims"
@@ -282,7 +283,7 @@ def test_a_saved_nli_folder_gets_tau_from_its_plain_scores(pipeline) -> None:
 
 def test_scifact_report_against_an_independent_recount(pipeline) -> None:
     assert pipeline.scifact_run.success
-    assert checks_of(pipeline.scifact_run) == dict.fromkeys(scifact.SCIFACT_REPORT_CHECKS, True)
+    assert checks_of(pipeline.scifact_run) == dict.fromkeys(contracts.SCIFACT_REPORT_CHECKS, True)
     folder = Path(pipeline.lake.path(f"reports/scifact/{pipeline.claims}"))
     assert sorted(p.name for p in folder.iterdir()) == ["confusion.png", "report.json", "report.md"]
     report = json.loads((folder / "report.json").read_text())
@@ -339,7 +340,7 @@ def test_an_unscored_claim_fails_every_claim_scored(pipeline) -> None:
 def test_refusal_report_figures_and_certification(pipeline) -> None:
     assert pipeline.reader_run.success and pipeline.cache_run.success
     assert pipeline.plain_run.success
-    assert checks_of(pipeline.plain_run) == dict.fromkeys(refusal.REFUSAL_REPORT_CHECKS, True)
+    assert checks_of(pipeline.plain_run) == dict.fromkeys(contracts.REFUSAL_REPORT_CHECKS, True)
     folder = Path(pipeline.lake.path(f"reports/refusal/{pipeline.asked}/{pipeline.plain.key}"))
     assert sorted(p.name for p in folder.iterdir()) == [
         "ablation.png",
@@ -389,7 +390,7 @@ def test_refusal_report_figures_and_certification(pipeline) -> None:
 
 def test_refusal_report_with_gate_seven_uses_the_saved_tau(pipeline) -> None:
     assert pipeline.gated_run.success
-    assert checks_of(pipeline.gated_run) == dict.fromkeys(refusal.REFUSAL_REPORT_CHECKS, True)
+    assert checks_of(pipeline.gated_run) == dict.fromkeys(contracts.REFUSAL_REPORT_CHECKS, True)
     summary = metadata_of(pipeline.gated_run, "refusal_report")["summary"].value
     record = training.read_trained(pipeline.lake, pipeline.saved.key)
     doc = json.loads(

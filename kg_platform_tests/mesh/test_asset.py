@@ -6,7 +6,7 @@ import dagster as dg
 import polars as pl
 
 from kg_platform.assets.mesh import mesh_tables
-from kg_platform.mesh.checks import MESH_CHECK_NAMES
+from kg_platform.mesh.contracts import MESH_CHECK_NAMES
 from kg_platform.mesh.source import mesh_year, resolve_mesh_source
 from kg_platform.resources.lake import LakeResource
 from kg_platform.resources.mesh import MeshSourceResource

@@ -6,7 +6,8 @@ fold can keep exactly the rows of the record version that wins.
 
 These models are the one declaration of each table's columns: the parser's Arrow schemas
 (:data:`ARROW_SCHEMAS`, via :func:`arrow_schema`) and the column descriptions shown in the
-UI (:func:`columns`) are derived from them.
+UI (:func:`columns`) are derived from them. Import them from :mod:`kg_platform.schemas`,
+which loads this module (and pandera) on first use.
 """
 
 from __future__ import annotations
@@ -15,9 +16,7 @@ import pandera.polars as pa
 import polars as pl
 import pyarrow
 
-UI_DESCRIPTOR = r"^D\d{6,9}$"
-UI_QUALIFIER = r"^Q\d{6,9}$"
-UI_SUPPLEMENTARY = r"^C\d{6,9}$"
+from kg_platform.schemas import UI_DESCRIPTOR, UI_QUALIFIER, UI_SUPPLEMENTARY
 
 _PMID = "PubMed identifier of the record"
 _VERSION = "PMID Version attribute of the record (1 when absent)"
