@@ -565,17 +565,40 @@ def _synthetic_files(work: str, n_files: int, per_file: int) -> tuple[str, float
     return source, seconds
 
 
-def _file_run_seconds(instance, names: list[str]) -> list[float]:
-    """Wall seconds of each successful per-file run (pubmed_xml + pubmed_tables of one file),
-    from the instance's run records."""
+def _run_files(tags, names: list[str]) -> list[str]:
+    """The files a run was for: its partition, or its partition range over ``names``."""
+    if tags.get("dagster/partition") in names:
+        return [tags["dagster/partition"]]
+    start = tags.get("dagster/asset_partition_range_start")
+    end = tags.get("dagster/asset_partition_range_end")
+    if start in names and end in names:
+        return names[names.index(start) : names.index(end) + 1]
+    return []
+
+
+def _file_runs(instance, names: list[str]) -> list:
+    """The successful runs of the file steps (one file, or a range of files)."""
     import dagster as dg
 
     records = instance.get_run_records(dg.RunsFilter(statuses=[dg.DagsterRunStatus.SUCCESS]))
+    return [r for r in records if _run_files(r.dagster_run.tags, names)]
+
+
+def _file_run_seconds(instance, names: list[str]) -> list[float]:
+    """Wall seconds per file of each successful file run (a run over a range of files counts
+    its wall time over its files), from the instance's run records."""
     return [
-        r.end_time - r.start_time
-        for r in records
-        if r.dagster_run.tags.get("dagster/partition") in names and r.start_time and r.end_time
+        (r.end_time - r.start_time) / len(_run_files(r.dagster_run.tags, names))
+        for r in _file_runs(instance, names)
+        if r.start_time and r.end_time
     ]
+
+
+def _file_run_counts(instance, names: list[str]) -> dict:
+    """How many runs the files took, and the events those runs wrote per file."""
+    runs = _file_runs(instance, names)
+    events = sum(len(instance.all_logs(r.dagster_run.run_id)) for r in runs)
+    return {"file_runs": len(runs), "events_per_file": round(events / len(names), 1)}
 
 
 def _settings(source: str, home: str):
@@ -604,6 +627,8 @@ def files_serial(source: str, home: str, names: list[str]) -> dict:
     defs = build_definitions(_settings(source, home))
     assets, resources = list(defs.assets or []), dict(defs.resources or {})
     release = release_of(names[0])
+    # one file at a time, parsed in this process (no pool to start per file)
+    os.environ["KG_PARSE_WORKERS"] = "1"
     t = time.perf_counter()
     with dg.instance_for_test() as instance:
         instance.add_dynamic_partitions(pubmed_files.name, names)
@@ -617,6 +642,7 @@ def files_serial(source: str, home: str, names: list[str]) -> dict:
                 resources=resources,
             )
         per_file = _file_run_seconds(instance, names)
+        counts = _file_run_counts(instance, names)
         dg.materialize(
             assets,
             selection=["corpus"],
@@ -624,7 +650,8 @@ def files_serial(source: str, home: str, names: list[str]) -> dict:
             instance=instance,
             resources=resources,
         )
-    return {"seconds": time.perf_counter() - t, "per_file_run_s": per_file}
+    os.environ.pop("KG_PARSE_WORKERS")
+    return {"seconds": time.perf_counter() - t, "per_file_run_s": per_file, **counts}
 
 
 def _kg(home: str, args: list[str], extra_env: dict[str, str] | None = None) -> float:
@@ -646,14 +673,17 @@ def _kg(home: str, args: list[str], extra_env: dict[str, str] | None = None) -> 
     return time.perf_counter() - t
 
 
-def _instance_file_runs(home: str, names: list[str]) -> list[float]:
+def _instance_file_runs(home: str, names: list[str]) -> dict:
     import dagster as dg
     from dagster._core.instance.ref import InstanceRef
 
     with dg.DagsterInstance.from_ref(
         InstanceRef.from_dir(os.path.join(home, "dagster"))
     ) as instance:
-        return _file_run_seconds(instance, names)
+        return {
+            "per_file_run_s": _file_run_seconds(instance, names),
+            **_file_run_counts(instance, names),
+        }
 
 
 def files_kg_build(source: str, home: str, names: list[str], jobs: int, lake: str) -> dict:
@@ -673,7 +703,7 @@ def files_kg_build(source: str, home: str, names: list[str], jobs: int, lake: st
         str(jobs),
     ]
     seconds = _kg(home, build)
-    return {"seconds": seconds, "per_file_run_s": _instance_file_runs(home, names)}
+    return {"seconds": seconds, **_instance_file_runs(home, names)}
 
 
 def files_celery(source: str, home: str, names: list[str], workers: int, lake: str) -> dict:
@@ -736,6 +766,9 @@ def files_mode(args: argparse.Namespace) -> dict:
 
     work = os.path.abspath(args.work or tempfile.mkdtemp(prefix="kg-build-files-"))
     os.makedirs(work, exist_ok=True)
+    # mkdtemp makes it 0700: Postgres (the Celery way) runs as its own user when we are root
+    # and must enter its data folder under it
+    os.chmod(work, 0o755)
     source, generated_s = _synthetic_files(work, args.files, args.records_per_file)
     names = [f.name for f in current_release(PubmedSource(source).list_files())]
     result: dict = {
@@ -746,6 +779,7 @@ def files_mode(args: argparse.Namespace) -> dict:
         "generated_s": None if generated_s is None else round(generated_s, 1),
         "cores": os.cpu_count(),
         "load_average": [round(x, 2) for x in os.getloadavg()],
+        "files_per_run": int(os.environ.get("KG_FILES_PER_RUN") or 16),
     }
 
     def fresh(way: str) -> str:
@@ -774,6 +808,8 @@ def files_mode(args: argparse.Namespace) -> dict:
             continue
         result[f"{way}_s"] = round(runs[way]["seconds"], 1)
         result[f"{way}_per_file_step_s"] = _median(runs[way]["per_file_run_s"])
+        result[f"{way}_file_runs"] = runs[way].get("file_runs")
+        result[f"{way}_events_per_file"] = runs[way].get("events_per_file")
         print(json.dumps({"way": way, **runs[way]}), flush=True)
     serial = result.get("serial_s")
     for way in ("multiprocess", "celery"):

@@ -228,10 +228,10 @@ def write_update(source: str, out: str, records: int, deleted: int, seed: int = 
     after it: a fifth of ``records`` re-issued baseline records, a fifth given Version 2,
     the rest new PMIDs citing baseline ones, and a DeleteCitation of ``deleted`` other
     baseline PMIDs; the existing PMIDs are drawn from files spread over the release."""
-    from build import _mesh_source
-
     from kg_platform.mesh.source import resolve_mesh_source
     from kg_platform.pubmed.synthetic import _ReleaseWriter
+
+    from build import _mesh_source
 
     base = sorted(Path(source, "baseline").glob("*.xml.gz"))
     shutil.rmtree(out, ignore_errors=True)

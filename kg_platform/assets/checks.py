@@ -34,12 +34,27 @@ def _severity(outcome: Any, blocking: set[str]) -> dg.AssetCheckSeverity:
     return dg.AssetCheckSeverity.ERROR if outcome.name in blocking else dg.AssetCheckSeverity.WARN
 
 
-def blocking_specs(asset: str, checks: Mapping[str, str]) -> list[dg.AssetCheckSpec]:
-    """Blocking check specs of ``asset`` from the domain's {name: what it guards}."""
+def check_specs(
+    asset: str,
+    checks: Mapping[str, str],
+    partitions_def: dg.PartitionsDefinition | None,
+    blocking: bool = True,
+) -> list[dg.AssetCheckSpec]:
+    """Check specs of ``asset`` from the domain's {name: what it guards}, partitioned like
+    the asset, so each check row (and the UI's Checks tab) names the partition it judged."""
     return [
-        dg.AssetCheckSpec(name, asset=asset, description=text, blocking=True)
+        dg.AssetCheckSpec(
+            name, asset=asset, description=text, blocking=blocking, partitions_def=partitions_def
+        )
         for name, text in checks.items()
     ]
+
+
+def blocking_specs(
+    asset: str, checks: Mapping[str, str], partitions_def: dg.PartitionsDefinition | None
+) -> list[dg.AssetCheckSpec]:
+    """Blocking check specs of ``asset`` from the domain's {name: what it guards}."""
+    return check_specs(asset, checks, partitions_def, blocking=True)
 
 
 def blocking_checks(context: dg.AssetExecutionContext) -> set[str]:
@@ -59,8 +74,7 @@ def check_results(
     outcomes = list(outcomes)
     blocking = blocking_checks(context)
     partition = context.partition_key if context.has_partition_key else None
-    # Dagster records check results without the partition in their metadata: name it here
-    extra = {**({"partition": partition} if partition else {}), **(extra or {})}
+    extra = dict(extra or {})
     failed = [o for o in outcomes if o.name in blocking and not o.passed]
     if failed:
         for o in outcomes:
@@ -89,6 +103,31 @@ def check_results(
             passed=bool(o.passed),
             metadata=_metadata(o, extra),
             severity=_severity(o, blocking),
+        )
+        for o in outcomes
+    ]
+
+
+def evaluations(
+    asset: str,
+    outcomes: Iterable[Any],
+    partition: str,
+    blocking: set[str],
+    target: Any = None,
+) -> list[dg.AssetCheckEvaluation]:
+    """One partition's outcomes as check evaluations a step yields itself (a run over a range
+    of partitions records each partition's checks, pointing at that partition's
+    materialisation when ``target`` names it)."""
+    return [
+        dg.AssetCheckEvaluation(
+            asset_key=dg.AssetKey(asset),
+            check_name=o.name,
+            passed=bool(o.passed),
+            metadata=_metadata(o, {}),
+            severity=_severity(o, blocking),
+            blocking=o.name in blocking,
+            partition=partition,
+            target_materialization_data=target,
         )
         for o in outcomes
     ]

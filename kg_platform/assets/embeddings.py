@@ -1,7 +1,10 @@
 """The dense layer: per-file embedding shards, the consolidated index, the concept index."""
 
+import json
+
 import dagster as dg
 
+from kg_platform.assets import versions
 from kg_platform.assets.partitions import (
     FILES_TO_RELEASE,
     mesh_years,
@@ -10,78 +13,114 @@ from kg_platform.assets.partitions import (
     release_of,
     scope_for,
 )
-from kg_platform.embeddings.concepts import CONCEPT_VECTORS, build_concept_index
-from kg_platform.embeddings.index import (
-    INDEX_VECTORS,
-    NormCheck,
-    build_index,
-    check_norms,
-    check_sample_against_shards,
-    index_hash_problems,
-)
-from kg_platform.embeddings.shards import embed_shards
 from kg_platform.orchestration.queues import embedding_queue_tags
 from kg_platform.resources.encoder import EncoderResource
 from kg_platform.resources.lake import LakeResource
 
+SHARDS_CODE_VERSION = "2"
 
-@dg.asset(
+
+@dg.multi_asset(
+    name="embedding_shards",
+    specs=[
+        dg.AssetSpec(
+            "embedding_shards",
+            deps=[dg.AssetDep("corpus", partition_mapping=FILES_TO_RELEASE)],
+            code_version=SHARDS_CODE_VERSION,
+            group_name="embeddings",
+            kinds={"numpy", "torch"},
+            description="Unit vectors (fp16) of title + abstract of the quotable records whose "
+            "current version lives in one file. Partitioned by **file**.",
+            # the step records each file itself (no output for the range as a whole)
+            skippable=True,
+        )
+    ],
     partitions_def=pubmed_files,
-    deps=[dg.AssetDep("corpus", partition_mapping=FILES_TO_RELEASE)],
-    code_version="2",
     pool="gpu",
-    group_name="embeddings",
     op_tags=embedding_queue_tags(),
-    kinds={"numpy", "torch"},
     # a backfill hands several files to one run, so super-batches span files
     backfill_policy=dg.BackfillPolicy.multi_run(max_partitions_per_run=16),
+    can_subset=True,
     check_specs=[
         dg.AssetCheckSpec(
             "one_vector_per_quotable_record",
             asset="embedding_shards",
+            partitions_def=pubmed_files,
+            blocking=True,
             description="each shard holds exactly the file's quotable PMIDs, sealed and verified",
         )
     ],
 )
 def embedding_shards(
     context: dg.AssetExecutionContext, lake: LakeResource, encoder: EncoderResource
-) -> dg.MaterializeResult:
+):
     """Unit vectors (fp16) of title + abstract for the quotable records whose current version
     lives in each file; a shard already verified is kept, so a killed run resumes.
     Partitioned by **file**, reading the corpus of the file's release: a daily update file
-    embeds only its own records."""
+    embeds only its own records. Each file is recorded as its own partition (data version:
+    its vectors' sha256) with its check row; a file whose shard does not verify fails alone."""
+    from kg_platform.embeddings.shards import embed_shards
+
     files = list(context.partition_keys)
     by_release: dict[str, list[str]] = {}
     for file in files:
         by_release.setdefault(release_of(file), []).append(file)
-    runs = [
-        embed_shards(lake.get().scoped(release=release), encoder.get(), members)
-        for release, members in sorted(by_release.items())
-    ]
-    shards = [s for run in runs for s in run.shards]
-    seconds = sum(run.seconds for run in runs)
-    embedded = sum(run.embedded for run in runs)
-    return dg.MaterializeResult(
-        metadata={
-            "files": len(files),
-            "vectors": sum(s.vectors for s in shards),
-            "embedded_now": embedded,
-            "kept_verified": sum(1 for s in shards if not s.embedded),
-            "texts_per_s": round(embedded / seconds, 1) if seconds else 0.0,
-            "padding_overhead": round(max((r.padding_overhead for r in runs), default=0.0), 4),
-            "seconds": round(seconds, 2),
-        },
-        check_results=[
-            dg.AssetCheckResult(
+    failed: dict[str, str] = {}
+    for release, members in sorted(by_release.items()):
+        scoped = lake.get().scoped(release=release)
+        run = embed_shards(scoped, encoder.get(), members)
+        corpus = versions.latest(context.instance, "corpus", release)
+        shards = {s.file: s for s in run.shards}
+        for status in run.verified:
+            target = None
+            if status.done:
+                shard = shards[status.file]
+                yield dg.AssetMaterialization(
+                    "embedding_shards",
+                    partition=status.file,
+                    metadata={
+                        "vectors": shard.vectors,
+                        "embedded_now": shard.vectors if shard.embedded else 0,
+                        "kept_verified": int(not shard.embedded),
+                        "reason": shard.reason,
+                        "run_texts_per_s": round(run.texts_per_s, 1),
+                        "run_padding_overhead": round(run.padding_overhead, 4),
+                    },
+                    tags=versions.provenance_tags(
+                        shard_version(scoped, status.file),
+                        SHARDS_CODE_VERSION,
+                        {"corpus": corpus},
+                    ),
+                )
+                target = versions.latest(context.instance, "embedding_shards", status.file)
+            else:
+                failed[status.file] = f"{status.file}: shard {status.reason}"
+            yield dg.AssetCheckEvaluation(
+                asset_key=dg.AssetKey("embedding_shards"),
                 check_name="one_vector_per_quotable_record",
-                passed=not any(run.unverified for run in runs),
-                metadata={
-                    "shards": {s.file: s.reason for s in shards},
-                    "unverified": {s.file: s.reason for run in runs for s in run.unverified},
-                },
+                passed=status.done,
+                metadata={"details": status.reason},
+                blocking=True,
+                partition=status.file,
+                target_materialization_data=target.target if target else None,
             )
-        ],
-    )
+    if failed:
+        raise dg.Failure(
+            description="\n".join(
+                ([f"{len(failed)} of {len(files)} files failed:"] if len(files) > 1 else [])
+                + [failed[f] for f in sorted(failed)]
+            ),
+            metadata={"failed_files": dg.MetadataValue.json(dict(sorted(failed.items())))},
+            allow_retries=False,
+        )
+
+
+def shard_version(lake, file: str) -> str:
+    """A verified shard's data version: its vectors' sha256, as its sealed meta records."""
+    from kg_platform.embeddings.shards import meta_key
+
+    meta = json.loads(lake.read_bytes(meta_key(file)))
+    return meta["vectors_sha256"][:16]
 
 
 INDEX_CHECKS = {
@@ -102,7 +141,9 @@ INDEX_CHECKS = {
     op_tags=embedding_queue_tags(),
     kinds={"numpy"},
     check_specs=[
-        dg.AssetCheckSpec(name, asset="embedding_index", description=description)
+        dg.AssetCheckSpec(
+            name, asset="embedding_index", partitions_def=pubmed_releases, description=description
+        )
         for name, description in INDEX_CHECKS.items()
     ],
 )
@@ -112,6 +153,14 @@ def embedding_index(
     """Every embedded quotable record of one release in one PMID-sorted, memory-mapped fp16
     matrix (embeddings/index/<release>/vectors.f16.npy with pmids.npy), consolidated in two
     passes. Partitioned by **release**, like the corpus whose records it holds."""
+    from kg_platform.embeddings.index import (
+        INDEX_VECTORS,
+        build_index,
+        check_norms,
+        check_sample_against_shards,
+        index_hash_problems,
+    )
+
     the_lake = lake.get().scoped(scope_for(context))
     fingerprint = encoder.get().fingerprint
     build = build_index(the_lake, fingerprint)
@@ -176,6 +225,7 @@ def embedding_index(
         dg.AssetCheckSpec(
             "norms_about_one",
             asset="concept_index",
+            partitions_def=mesh_years,
             description="every concept surface vector has norm 1 up to fp16 rounding",
         )
     ],
@@ -186,6 +236,9 @@ def concept_index(
     """Every MeSH descriptor name and entry term (of every concept) embedded once, for the
     hybrid grounder. Partitioned by **MeSH year**: the surfaces are one thesaurus's; only
     surfaces the vector cache lacks are embedded."""
+    from kg_platform.embeddings.concepts import CONCEPT_VECTORS, build_concept_index
+    from kg_platform.embeddings.index import NormCheck
+
     the_lake = lake.get().scoped(scope_for(context))
     # the vector cache (embeddings/concept_cache/) is not routed to a MeSH year: another
     # year's thesaurus embeds only the surfaces this one did not have

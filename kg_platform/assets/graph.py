@@ -6,7 +6,7 @@ import dagster as dg
 
 from kg_platform.assets.checks import check_results, data_version, latest_data_version
 from kg_platform.assets.partitions import graph_builds, pubmed_releases, scope_for
-from kg_platform.graph import layout
+from kg_platform.graph.version import GRAPH_FORMAT
 from kg_platform.resources.catalog import CatalogResource
 from kg_platform.resources.lake import LakeResource
 from kg_platform.storage.catalog import Catalog
@@ -35,9 +35,11 @@ def _graph_version(build) -> str:
     ],
     group_name="graph",
     kinds={"numpy", "duckdb"},
-    code_version=str(layout.GRAPH_FORMAT),
+    code_version=str(GRAPH_FORMAT),
     check_specs=[
-        dg.AssetCheckSpec(name, asset="graph", description=desc, blocking=True)
+        dg.AssetCheckSpec(
+            name, asset="graph", partitions_def=graph_builds, description=desc, blocking=True
+        )
         for name, desc in GRAPH_CHECKS
     ],
 )
@@ -76,6 +78,8 @@ def graph(
     finally:
         con.close()
     results = check_results(context, outcomes, f"graph build {build.build_id}")
+    from kg_platform.graph import layout
+
     layout.publish(the_lake, build.build_id)
     s = build.stats
     return dg.MaterializeResult(

@@ -21,12 +21,14 @@ from kg_platform.resources.lake import LakeResource
         dg.AssetCheckSpec(
             "every_surface_unique_and_mapped",
             asset="grounding_index",
+            partitions_def=mesh_years,
             description="one descriptor per surface; every descriptor with a name is reachable",
             blocking=True,
         ),
         dg.AssetCheckSpec(
             "index_round_trips",
             asset="grounding_index",
+            partitions_def=mesh_years,
             description="the load-ready index hashes to its header; every surface and "
             "descriptor name of the tables comes back from it, and nothing else",
             blocking=True,
@@ -34,6 +36,7 @@ from kg_platform.resources.lake import LakeResource
         dg.AssetCheckSpec(
             "index_grounds_as_table",
             asset="grounding_index",
+            partitions_def=mesh_years,
             description="a grounder over the index grounds questions made from the surfaces "
             "exactly as one over the table",
             blocking=True,
@@ -95,6 +98,7 @@ def grounding_index(context: dg.AssetExecutionContext, lake: LakeResource) -> dg
         dg.AssetCheckSpec(
             "precision_target",
             asset="grounding_report",
+            partitions_def=grounding_evaluations,
             description=(
                 f"BRIDGE precision >= {MIN_PRECISION:.2f} against the articles' own headings"
             ),

@@ -45,6 +45,7 @@ BLOCKING = {name for name in MESH_CHECK_NAMES if name.endswith("_schema")} | {
         dg.AssetCheckSpec(
             name,
             asset="mesh_tables",
+            partitions_def=mesh_years,
             description=CHECK_DESCRIPTIONS[name],
             blocking=name in BLOCKING,
         )

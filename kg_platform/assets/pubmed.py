@@ -1,10 +1,13 @@
 """PubMed per-file assets (download, parse) and the release fold into the current corpus."""
 
+import os
 import time
+from collections.abc import Iterator
 
 import dagster as dg
 
-from kg_platform.assets.checks import check_results, data_version
+from kg_platform.assets import versions
+from kg_platform.assets.checks import check_results, check_specs, data_version, evaluations
 from kg_platform.assets.partitions import (
     FILES_TO_RELEASE,
     files_of_release,
@@ -15,7 +18,6 @@ from kg_platform.assets.partitions import (
 from kg_platform.assets.table_metadata import table_metadata
 from kg_platform.orchestration.queues import parse_queue_tags
 from kg_platform.pubmed import tables as pubmed_tables_domain
-from kg_platform.pubmed.fold import CORPUS_TABLES, corpus_key, fold_checks, fold_release
 from kg_platform.pubmed.source import (
     SUB_DIRS,
     SourceFile,
@@ -60,73 +62,200 @@ def pubmed_source_file(
     )
 
 
-@dg.asset(
+def files_per_run() -> int:
+    """Files per run of a backfill (BackfillPolicy.multi_run): a run's start-up (a fresh
+    interpreter, the definitions, the parse pool) is paid once for this many files.
+    ``KG_FILES_PER_RUN`` (read where the definitions load: the code server, the daemon and
+    each run must agree) else 16; docs/OPERATING.md "Batched file runs" has the measurement."""
+    value = os.environ.get("KG_FILES_PER_RUN", "").strip() or "16"
+    if not value.isdigit() or int(value) < 1:
+        raise ValueError(f"KG_FILES_PER_RUN={value!r}: must be a whole number of at least 1")
+    return int(value)
+
+
+FILES_PER_RUN = files_per_run()
+FILE_SPECS = [
+    dg.AssetSpec(
+        "pubmed_xml",
+        deps=[pubmed_source_file],
+        skippable=True,
+        group_name="pubmed",
+        kinds={"xml"},
+        code_version=CODE_VERSION,
+        description="One NLM PubMed XML file, copied or downloaded into the lake's raw/ folder "
+        "and verified against NLM's .md5. Partitioned by **file** (pubmed26n0001): the unit "
+        "NLM publishes, verifies and revises, so a failed download is retried or backfilled "
+        "alone.",
+    ),
+    dg.AssetSpec(
+        "pubmed_tables",
+        deps=["pubmed_xml"],
+        skippable=True,
+        group_name="pubmed",
+        kinds={"parquet"},
+        code_version=CODE_VERSION,
+        description="One PubMed file parsed into seven Parquet tables (articles, mesh_edges, "
+        "citations, corrections, chemicals, pubtypes, deletions), zstd, sorted by PMID. "
+        "Partitioned by **file**, like the XML it parses; published only when its four "
+        "checks pass.",
+    ),
+]
+
+
+@dg.multi_asset(
+    name="pubmed_file_batch",
+    specs=FILE_SPECS,
+    check_specs=check_specs("pubmed_tables", dict(TABLE_CHECKS), pubmed_files),
     partitions_def=pubmed_files,
-    deps=[pubmed_source_file],
+    can_subset=True,
     pool="ncbi",
-    group_name="pubmed",
-    kinds={"xml"},
     op_tags=parse_queue_tags(),
-    code_version=CODE_VERSION,
+    backfill_policy=dg.BackfillPolicy.multi_run(max_partitions_per_run=FILES_PER_RUN),
 )
-def pubmed_xml(
+def pubmed_file_batch(
     context: dg.AssetExecutionContext, lake: LakeResource, pubmed_source: PubmedSourceResource
-) -> dg.MaterializeResult:
-    """One NLM PubMed XML file, copied or downloaded into the lake's raw/ folder and verified
-    against NLM's .md5. Partitioned by **file** (pubmed26n0001): the unit NLM publishes,
-    verifies and revises, so a failed download is retried or backfilled alone."""
-    name = context.partition_key
-    source = pubmed_source.get()
-    listed = {f.name: f for f in source.list_files()}
-    if name not in listed:
-        raise ValueError(f"{name}: not in the listing of {source!r}")
-    wanted = listed[name]
-    result = source.fetch(wanted, lake.get(), raw_key(wanted))
-    return dg.MaterializeResult(
-        metadata={
-            "key": result.key,
-            "bytes": result.bytes,
-            "md5": result.md5,
-            "seconds": round(result.seconds, 3),
-            "skipped_already_verified": result.skipped,
-            "attempts": result.attempts,
-        },
-        data_version=dg.DataVersion(result.md5),
-    )
+):
+    """`pubmed_xml` and `pubmed_tables` for a range of files in one step: each file is
+    downloaded in turn while a process pool parses, checks and publishes those already
+    downloaded, and is recorded as its own partition (materialisation, data version, check
+    rows) as soon as it is done. A failed file fails alone: the others are published and
+    recorded, and the step ends failed naming each failed file."""
+    batch = FileBatch(context, lake.get(), pubmed_source)
+    yield from batch.run()
+    if batch.failed:
+        raise batch.failure()
 
 
-@dg.asset(
-    partitions_def=pubmed_files,
-    deps=[pubmed_xml],
-    group_name="pubmed",
-    kinds={"parquet"},
-    op_tags=parse_queue_tags(),
-    code_version=CODE_VERSION,
-    check_specs=[
-        dg.AssetCheckSpec(name, asset="pubmed_tables", description=desc, blocking=True)
-        for name, desc in TABLE_CHECKS
-    ],
-)
-def pubmed_tables(context: dg.AssetExecutionContext, lake: LakeResource) -> dg.MaterializeResult:
-    """One PubMed file parsed into seven Parquet tables (articles, mesh_edges, citations,
-    corrections, chemicals, pubtypes, deletions), zstd, sorted by PMID. Partitioned by
-    **file**, like the XML it parses; published only when its four checks pass."""
-    name = context.partition_key
-    the_lake = lake.get()
-    raw = raw_key(downloaded_file(the_lake, name))
-    with the_lake.transaction() as staged:
-        outcome = pubmed_tables_domain.parse_check_write(staged, raw, name)
-        results = check_results(context, outcome.checks, f"{name}.xml.gz")
-        keys = [pubmed_tables_domain.table_key(t, name) for t in sorted(outcome.rows)]
-        digest = staged.digest(keys)
-    return dg.MaterializeResult(
-        metadata={
-            **outcome.metadata(),
-            **table_metadata(PUBMED_TABLES["articles"], outcome.rows.get("articles", 0)),
-        },
-        check_results=results,
-        data_version=data_version(digest),
-    )
+class FileBatch:
+    """One step's files: what it yields per file, and which files failed and why."""
+
+    def __init__(self, context: dg.AssetExecutionContext, lake, pubmed_source) -> None:
+        self.context = context
+        self.lake = lake
+        self.pubmed_source = pubmed_source
+        self.files = list(context.partition_keys)
+        selected = {k.to_user_string() for k in context.selected_asset_keys}
+        self.download = "pubmed_xml" in selected
+        self.parse = "pubmed_tables" in selected
+        self.failed: dict[str, str] = {}
+
+    def run(self) -> Iterator:
+        pending: dict = {}
+        width = min(pubmed_tables_domain.parse_workers(), len(self.files)) if self.parse else 1
+        listed = self.listing() if self.download else {}
+        with pubmed_tables_domain.TablesPool(width) as pool:
+            for name in self.files:
+                try:
+                    raw = yield from self.fetched(name, listed)
+                except Exception as error:  # one file's source or lake problem fails it alone
+                    self.failed[name] = _one_line(error)
+                    continue
+                if self.parse:
+                    pending[pool.submit(self.lake, raw, name)] = name
+                yield from self.finished(pending, wait=False)
+            yield from self.finished(pending, wait=True)
+
+    def listing(self) -> dict:
+        source = self.pubmed_source.get()
+        self.source = source
+        return {f.name: f for f in source.list_files()}
+
+    def fetched(self, name: str, listed: dict) -> Iterator:
+        """Download (or find) one file; yields its pubmed_xml materialisation, returns its
+        raw key."""
+        if not self.download:
+            return raw_key(downloaded_file(self.lake, name))
+        if name not in listed:
+            raise ValueError(f"{name}: not in the listing of {self.source!r}")
+        wanted = listed[name]
+        result = self.source.fetch(wanted, self.lake, raw_key(wanted))
+        observed = versions.latest(
+            self.context.instance, "pubmed_source_file", name, observation=True
+        )
+        yield dg.AssetMaterialization(
+            "pubmed_xml",
+            partition=name,
+            metadata={
+                "key": result.key,
+                "bytes": result.bytes,
+                "md5": result.md5,
+                "seconds": round(result.seconds, 3),
+                "skipped_already_verified": result.skipped,
+                "attempts": result.attempts,
+            },
+            tags=versions.provenance_tags(
+                result.md5, CODE_VERSION, {"pubmed_source_file": observed}
+            ),
+        )
+        return result.key
+
+    def finished(self, pending: dict, wait: bool) -> Iterator:
+        """The events of each parse that has finished (with ``wait``, of all of them, in the
+        order they finish)."""
+        from concurrent.futures import FIRST_COMPLETED
+        from concurrent.futures import wait as wait_for
+
+        while pending:
+            done, _ = wait_for(pending, timeout=None if wait else 0, return_when=FIRST_COMPLETED)
+            if not done:
+                return
+            for future in done:
+                name = pending.pop(future)
+                try:
+                    published = future.result()
+                except Exception as error:  # a parse error fails this file alone
+                    self.failed[name] = _one_line(error)
+                    continue
+                yield from self.recorded(name, published)
+
+    def recorded(self, name: str, published) -> Iterator:
+        """One parsed file's materialisation (when its tables were published) and its check
+        rows, pointing at that materialisation."""
+        outcome = published.outcome
+        blocking = {n for n, _ in TABLE_CHECKS}
+        instance = self.context.instance
+        target = None
+        if published.digest is not None:
+            xml = versions.latest(instance, "pubmed_xml", name)
+            yield dg.AssetMaterialization(
+                "pubmed_tables",
+                partition=name,
+                metadata={
+                    **outcome.metadata(),
+                    **table_metadata(PUBMED_TABLES["articles"], outcome.rows.get("articles", 0)),
+                },
+                tags=versions.provenance_tags(
+                    data_version(published.digest).value, CODE_VERSION, {"pubmed_xml": xml}
+                ),
+            )
+            target = versions.latest(instance, "pubmed_tables", name).target
+        yield from evaluations("pubmed_tables", outcome.checks, name, blocking, target)
+        if published.digest is None:
+            failed = [c for c in outcome.checks if not c.passed]
+            causes = "; ".join(f"{c.name} ({c.details[:300]})" for c in failed)
+            self.failed[name] = (
+                f"{name}.xml.gz: blocking check failed: {causes}; "
+                f"the published pubmed_tables[{name}] is unchanged"
+            )
+
+    def failure(self) -> dg.Failure:
+        """The step's failure: how many files failed, then one line per file."""
+        lines = [
+            cause if cause.startswith(name) else f"{name}: {cause}"
+            for name, cause in sorted(self.failed.items())
+        ]
+        if len(self.files) > 1:
+            lines.insert(0, f"{len(self.failed)} of {len(self.files)} files failed:")
+        return dg.Failure(
+            description="\n".join(lines),
+            metadata={"failed_files": dg.MetadataValue.json(dict(sorted(self.failed.items())))},
+            allow_retries=False,
+        )
+
+
+def _one_line(error: Exception) -> str:
+    lines = [x.strip() for x in str(error).splitlines() if x.strip()]
+    return lines[0] if lines else type(error).__name__
 
 
 def downloaded_file(lake, name: str) -> SourceFile:
@@ -169,14 +298,11 @@ def release_files(lake, release: str, names: list[str]) -> list[str]:
 
 @dg.asset(
     partitions_def=pubmed_releases,
-    deps=[dg.AssetDep(pubmed_tables, partition_mapping=FILES_TO_RELEASE)],
+    deps=[dg.AssetDep("pubmed_tables", partition_mapping=FILES_TO_RELEASE)],
     group_name="pubmed",
     kinds={"duckdb", "parquet"},
     code_version=CODE_VERSION,
-    check_specs=[
-        dg.AssetCheckSpec(name, asset="corpus", description=desc, blocking=True)
-        for name, desc in CORPUS_CHECKS
-    ],
+    check_specs=check_specs("corpus", dict(CORPUS_CHECKS), pubmed_releases),
 )
 def corpus(
     context: dg.AssetExecutionContext, lake: LakeResource, catalog: CatalogResource
@@ -185,6 +311,8 @@ def corpus(
     wins, a later DeleteCitation removes), as corpus/<release>/<table>.parquet. Partitioned
     by **release** (pubmed26): a new annual baseline starts a new corpus beside the old one;
     it reads exactly the files named pubmed26n*, and is published only when its checks pass."""
+    from kg_platform.pubmed.fold import CORPUS_TABLES, corpus_key, fold_checks, fold_release
+
     release = context.partition_key
     root = lake.get()
     the_lake = root.scoped(scope_for(context))
@@ -226,8 +354,7 @@ def _is_downloaded(lake, name: str) -> bool:
 
 pubmed_file_job = dg.define_asset_job(
     "pubmed_file_job",
-    selection=dg.AssetSelection.assets(pubmed_xml, pubmed_tables),
-    partitions_def=pubmed_files,
+    selection=dg.AssetSelection.assets("pubmed_xml", "pubmed_tables"),
     description="Download, verify and parse one PubMed file.",
 )
 
@@ -236,6 +363,6 @@ observe_pubmed_source = dg.define_asset_job(
     "observe_pubmed_source", selection=dg.AssetSelection.assets(pubmed_source_file.key)
 )
 defs = dg.Definitions(
-    assets=[pubmed_source_file, pubmed_xml, pubmed_tables, corpus],
+    assets=[pubmed_source_file, pubmed_file_batch, corpus],
     jobs=[pubmed_file_job, observe_pubmed_source],
 )

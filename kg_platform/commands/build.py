@@ -210,6 +210,9 @@ def build_holding_lock(args: argparse.Namespace) -> int:
     for variable, chosen in settings.environment().items():
         if os.environ.get(variable, chosen) != chosen:
             os.environ[variable] = chosen
+    # each run parses its files on the cores the run queue leaves it (an operator's own
+    # KG_PARSE_WORKERS wins)
+    os.environ.setdefault("KG_PARSE_WORKERS", str(max(1, (os.cpu_count() or 1) // args.jobs)))
     instance = prepare_instance(settings, args.jobs)
     from kg_platform.orchestration.recovery import owner_tags, recover
 
@@ -320,21 +323,43 @@ class Progress:
 
     def on_run(self, run) -> None:
         self.n += 1
-        if run.partition in self.files:
-            self.files_done.add(run.partition)
+        files = set(run.files_recorded) | set(run.files_failed)
+        if not files and run.partition in self.files:
+            files = {run.partition}
+        self.files_done |= files & self.files
         checks = run.checks_passed + run.checks_failed
         status = "ok" if run.status == "SUCCESS" else run.status.lower()
         line = f"[{self.n}] {run.label}: {status} in {run.seconds:.1f}s"
+        if run.files_recorded or run.files_failed:
+            n = len(run.files_recorded)
+            line += f", {n} file{'' if n == 1 else 's'} recorded"
+            if run.files_failed:
+                line += f", {len(run.files_failed)} failed"
         if checks:
             line += f", checks {run.checks_passed}/{checks} passed"
         print(line + self.bar(), flush=True)
         if run.failure is not None:
-            print(f"  error: {run.failure}", flush=True)
+            for cause in list(run.files_failed.values()) or [run.failure]:
+                print(f"  error: {cause}", flush=True)
             self.log_path.parent.mkdir(parents=True, exist_ok=True)
             with self.log_path.open("a") as log:
                 log.write(f"== run {run.run_id} {run.label}: {run.status}\n{run.traceback}\n")
             if self.verbose:
                 print(run.traceback, flush=True)
+
+
+def failures(runs) -> list[tuple[str, str]]:
+    """(what, cause) of each failure: one per failed file of a run over files, else one per
+    failed run."""
+    found = []
+    for run in runs:
+        if run.status == "SUCCESS":
+            continue
+        if run.files_failed:
+            found += [(run.label_of(f), cause) for f, cause in sorted(run.files_failed.items())]
+        else:
+            found.append((run.label, run.failure))
+    return found
 
 
 def print_summary(settings, keys, result, todo: set, log_path: Path, started: float) -> None:
@@ -360,8 +385,13 @@ def print_summary(settings, keys, result, todo: set, log_path: Path, started: fl
         f"runs: {len(runs) - len(failed)} succeeded, {len(failed)} failed; "
         f"checks: {passed} passed, {failed_checks} failed"
     )
-    for run in failed:
-        print(f"  failed: {run.label}: {run.failure}")
+    if any(r.files_recorded or r.files_failed for r in runs):
+        recorded = sum(len(r.files_recorded) for r in runs)
+        print(
+            f"file partitions: {recorded} recorded, {sum(len(r.files_failed) for r in runs)} failed"
+        )
+    for what, cause in failures(runs):
+        print(f"  failed: {what}: {cause}")
     not_run = never_run(result, todo)
     if not_run:
         print(
@@ -383,7 +413,13 @@ def never_run(result, todo: set) -> list[str]:
         return []
     data = result.backfill.asset_backfill_data
     done = set(data.materialized_subset.iterate_asset_partitions()) if data else set()
-    failed_runs = {(a, r.partition) for r in result.runs if r.status != "SUCCESS" for a in r.assets}
+    failed_runs = {
+        (a, p)
+        for r in result.runs
+        if r.status != "SUCCESS"
+        for a in r.assets
+        for p in (r.files_failed or [r.partition])
+    }
     return sorted(
         f"{ap.asset_key.to_user_string()} [{ap.partition_key}]"
         for ap in todo

@@ -35,11 +35,18 @@ class RunOutcome:
     checks_failed: int
     failure: str | None = None  # the one-line cause
     traceback: str | None = None
+    # a run over file partitions: the files it recorded, and each failed file's cause
+    files_recorded: list[str] = field(default_factory=list)
+    files_failed: dict[str, str] = field(default_factory=dict)
 
     @property
     def label(self) -> str:
         where = f" [{self.partition}]" if self.partition else ""
         return "+".join(self.assets) + where
+
+    def label_of(self, file: str) -> str:
+        """The label of one file of the run, as if it had been a run of its own."""
+        return "+".join(self.assets) + f" [{file}]"
 
 
 @dataclass
@@ -130,18 +137,90 @@ def run_outcome(instance, record) -> RunOutcome:
     passed = sum(e.passed for e in evaluations)
     start = record.start_time or record.create_timestamp.timestamp()
     end = record.end_time or start
+    assets = sorted(k.to_user_string() for k in run.asset_selection or ())
     outcome = RunOutcome(
         run_id=run.run_id,
-        assets=sorted(k.to_user_string() for k in run.asset_selection or ()),
-        partition=run.tags.get("dagster/partition"),
+        assets=assets,
+        partition=partition_label(run.tags),
         status=run.status.value,
         seconds=end - start,
         checks_passed=passed,
         checks_failed=len(evaluations) - passed,
     )
+    if FILE_ASSETS & set(assets):
+        outcome.files_recorded = files_recorded(instance, run.run_id, FILE_ASSETS & set(assets))
     if run.status.value != "SUCCESS":
         outcome.failure, outcome.traceback = run_failure(instance, run.run_id)
+        if FILE_ASSETS & set(assets):
+            outcome.files_failed = files_failed(instance, run, outcome)
     return outcome
+
+
+# the assets partitioned by file that one step materialises for a range of files
+FILE_ASSETS = {"pubmed_xml", "pubmed_tables"}
+RANGE_START, RANGE_END = "dagster/asset_partition_range_start", "dagster/asset_partition_range_end"
+
+
+def partition_label(tags) -> str | None:
+    """``pubmed26n0001``, or ``pubmed26n0001..pubmed26n0016`` for a run over a range."""
+    if "dagster/partition" in tags:
+        return tags["dagster/partition"]
+    start, end = tags.get(RANGE_START), tags.get(RANGE_END)
+    if start is None:
+        return None
+    return start if start == end else f"{start}..{end}"
+
+
+def files_recorded(instance, run_id: str, assets: set[str]) -> list[str]:
+    """The files a run recorded: partitions materialised for every file asset it ran."""
+    import dagster as dg
+
+    by_asset: dict[str, set[str]] = {a: set() for a in assets}
+    for r in instance.get_records_for_run(
+        run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION, limit=100_000
+    ).records:
+        event = r.event_log_entry.dagster_event
+        name = event.asset_key.to_user_string()
+        if name in by_asset and event.partition:
+            by_asset[name].add(event.partition)
+    return sorted(set.intersection(*by_asset.values())) if by_asset else []
+
+
+def files_failed(instance, run, outcome: RunOutcome) -> dict[str, str]:
+    """Each file of a failed run that it did not record, with its cause: the step's own
+    per-file causes when it named them, else the run's failure."""
+    import dagster as dg
+
+    named: dict[str, str] = {}
+    for r in instance.get_records_for_run(
+        run.run_id, of_type=dg.DagsterEventType.STEP_FAILURE
+    ).records:
+        data = r.event_log_entry.dagster_event.event_specific_data
+        failure = getattr(data, "user_failure_data", None)
+        value = (failure.metadata or {}).get("failed_files") if failure else None
+        if value is not None:
+            named.update(value.value)
+    recorded = set(outcome.files_recorded)
+    return {
+        f: named.get(f, outcome.failure or "failed")
+        for f in files_in_range(instance, run.tags)
+        if f not in recorded
+    }
+
+
+def files_in_range(instance, tags) -> list[str]:
+    """The file partitions a run was asked for, in partition order."""
+    if "dagster/partition" in tags:
+        return [tags["dagster/partition"]]
+    start, end = tags.get(RANGE_START), tags.get(RANGE_END)
+    if start is None:
+        return []
+    from kg_platform.assets.partitions import pubmed_files
+
+    keys = instance.get_dynamic_partitions(pubmed_files.name)
+    if start not in keys or end not in keys:
+        return [start] if start == end else [start, end]
+    return keys[keys.index(start) : keys.index(end) + 1]
 
 
 def innermost(error):

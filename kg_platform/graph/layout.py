@@ -8,11 +8,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from kg_platform.graph.version import GRAPH_FORMAT  # noqa: F401 (the build id reads it here)
 from kg_platform.storage.lake import Lake
-
-# bump when the meaning of an array changes: the build id then changes with it
-# (2: the title store, TITLE_ARRAYS)
-GRAPH_FORMAT = 2
 
 GRAPH_PREFIX = "graph"
 CURRENT_POINTER = "graph/current.json"

@@ -182,3 +182,85 @@ def parse_check_write(lake: Lake, raw_key: str, file: str) -> TablesOutcome:
         book_articles_skipped=stats.book_articles_skipped,
         checks=checks,
     )
+
+
+@dataclass(frozen=True)
+class PublishedFile:
+    """What became of one file: its outcome (checks included) and, when every check passed
+    and its seven tables were published, their content digest (None: nothing published)."""
+
+    outcome: TablesOutcome
+    digest: str | None
+
+
+class _ChecksFailed(Exception):
+    """Raised inside the transaction so that the staged tables are discarded."""
+
+
+def publish_file(lake: Lake, raw_key: str, file: str) -> PublishedFile:
+    """Parse, check and, only when every check passed, publish one file's tables in its own
+    lake transaction (a failed file leaves its last good tables as they were). Runs in a
+    worker of :class:`TablesPool` or in the caller's process."""
+    outcome = None
+    try:
+        with lake.transaction() as staged:
+            outcome = parse_check_write(staged, raw_key, file)
+            if not all(c.passed for c in outcome.checks):
+                raise _ChecksFailed
+            digest = staged.digest([table_key(t, file) for t in sorted(outcome.rows)])
+    except _ChecksFailed:
+        return PublishedFile(outcome, None)
+    return PublishedFile(outcome, digest)
+
+
+def parse_workers() -> int:
+    """How many files a run parses at once: ``KG_PARSE_WORKERS`` (`kg build` sets it to the
+    cores over ``--jobs``), else the cores; 1 in a daemonic process (a Celery prefork child),
+    which may not start processes of its own."""
+    import multiprocessing
+
+    if multiprocessing.current_process().daemon:
+        return 1
+    value = os.environ.get("KG_PARSE_WORKERS", "").strip()
+    if not value:
+        return os.cpu_count() or 1
+    if not value.isdigit() or int(value) < 1:
+        raise ValueError(f"KG_PARSE_WORKERS={value!r}: must be a whole number of at least 1")
+    return int(value)
+
+
+class TablesPool:
+    """Files parsed ``width`` at a time: a pool of spawned processes, or the caller's own
+    process when ``width`` is 1 (no start-up cost, and possible where processes are not).
+    ``submit`` returns a future of :func:`publish_file`'s result."""
+
+    def __init__(self, width: int) -> None:
+        self.width = max(1, width)
+        self._pool = None
+
+    def __enter__(self) -> TablesPool:
+        if self.width > 1:
+            import multiprocessing
+            from concurrent.futures import ProcessPoolExecutor
+
+            self._pool = ProcessPoolExecutor(
+                self.width, mp_context=multiprocessing.get_context("spawn")
+            )
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._pool is not None:
+            # an interrupted run does not wait for the files still queued
+            self._pool.shutdown(wait=exc[0] is None, cancel_futures=exc[0] is not None)
+
+    def submit(self, lake: Lake, raw_key: str, file: str):
+        from concurrent.futures import Future
+
+        if self._pool is not None:
+            return self._pool.submit(publish_file, lake, raw_key, file)
+        future: Future = Future()
+        try:
+            future.set_result(publish_file(lake, raw_key, file))
+        except Exception as error:  # the caller reports it against this file
+            future.set_exception(error)
+        return future

@@ -11,7 +11,7 @@ import dagster as dg
 import pyarrow.parquet as pq
 import pytest
 
-from kg_platform.assets.pubmed import corpus, pubmed_tables, pubmed_xml
+from kg_platform.assets.pubmed import corpus, pubmed_file_batch
 from kg_platform.commands.build_run import failure_message
 from kg_platform.resources.catalog import CatalogResource
 from kg_platform.resources.lake import LakeResource
@@ -33,7 +33,7 @@ def mirror(tmp_path) -> Path:
 
 def run(instance, tmp_path, mirror, selection, partition=None):
     return dg.materialize(
-        [pubmed_xml, pubmed_tables, corpus],
+        [pubmed_file_batch, corpus],
         selection=selection,
         partition_key=partition,
         instance=instance,
@@ -44,6 +44,16 @@ def run(instance, tmp_path, mirror, selection, partition=None):
         },
         raise_on_error=False,
     )
+
+
+def tables_metadata(result) -> dict:
+    """The metadata of the run's one pubmed_tables materialisation."""
+    [event] = [
+        m
+        for m in result.asset_materializations_for_node("pubmed_file_batch")
+        if m.asset_key == dg.AssetKey("pubmed_tables")
+    ]
+    return {k: v.value for k, v in event.metadata.items()}
 
 
 def checks_of(result) -> dict[str, bool]:
@@ -61,7 +71,7 @@ def test_files_parse_with_checks_then_fold(tmp_path, mirror) -> None:
     instance = new_instance()
     expected_articles = {"pubmed26n1334": 30, "pubmed26n1335": 30}
     for name in FILES:
-        result = run(instance, tmp_path, mirror, [pubmed_xml, pubmed_tables], name)
+        result = run(instance, tmp_path, mirror, ["pubmed_xml", "pubmed_tables"], name)
         assert result.success
         assert checks_of(result) == {
             "schema": True,
@@ -69,12 +79,8 @@ def test_files_parse_with_checks_then_fold(tmp_path, mirror) -> None:
             "unique_pmid_version": True,
             "pmids_in_articles": True,
         }
-        meta = result.asset_materializations_for_node("pubmed_tables")[0].metadata
-        assert meta["rows_articles"].value == expected_articles[name]
-    meta_1335 = {
-        k: v.value
-        for k, v in result.asset_materializations_for_node("pubmed_tables")[0].metadata.items()
-    }
+        assert tables_metadata(result)["rows_articles"] == expected_articles[name]
+    meta_1335 = tables_metadata(result)
     assert meta_1335["rows_deletions"] == 6
     assert meta_1335["rows_citations"] == 1063
 
@@ -93,7 +99,7 @@ def test_files_parse_with_checks_then_fold(tmp_path, mirror) -> None:
 
 def test_md5_mismatch_fails_alone_and_leaves_nothing(tmp_path, mirror) -> None:
     instance = new_instance()
-    good = run(instance, tmp_path, mirror, [pubmed_xml, pubmed_tables], "pubmed26n1334")
+    good = run(instance, tmp_path, mirror, ["pubmed_xml", "pubmed_tables"], "pubmed26n1334")
     assert good.success
     before = (tmp_path / "lake/tables/articles/pubmed26n1334.parquet").read_bytes()
 
@@ -101,7 +107,7 @@ def test_md5_mismatch_fails_alone_and_leaves_nothing(tmp_path, mirror) -> None:
     data = bytearray(bad_file.read_bytes())
     data[len(data) // 2] ^= 0xFF
     bad_file.write_bytes(bytes(data))
-    bad = run(instance, tmp_path, mirror, [pubmed_xml, pubmed_tables], "pubmed26n1335")
+    bad = run(instance, tmp_path, mirror, ["pubmed_xml", "pubmed_tables"], "pubmed26n1335")
     assert not bad.success
     message = failure_message(bad)
     assert "pubmed26n1335.xml.gz: md5 mismatch" in message
@@ -126,7 +132,7 @@ def test_broken_xml_with_right_md5_fails_in_parse_naming_the_file(tmp_path, mirr
     (mirror / "updatefiles" / "pubmed26n1335.xml.gz.md5").write_text(
         f"MD5(pubmed26n1335.xml.gz)= {hashlib.md5(broken).hexdigest()}\n"
     )
-    result = run(instance, tmp_path, mirror, [pubmed_xml, pubmed_tables], "pubmed26n1335")
+    result = run(instance, tmp_path, mirror, ["pubmed_xml", "pubmed_tables"], "pubmed26n1335")
     assert not result.success
     message = failure_message(result)
     assert message.startswith("pubmed26n1335")

@@ -16,6 +16,8 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
+from kg_platform.assets.partitions import pubmed_files
+from kg_platform.commands.build_run import partition_label
 from kg_platform_tests.conftest import require_reference
 from kg_platform_tests.e2e.platform import LAUNCH_BACKFILL, content_hashes, running_platform
 from kg_platform_tests.sources.mirror_server import serve_mirror
@@ -59,15 +61,22 @@ def runs_of_backfill(instance: dg.DagsterInstance, backfill_id: str) -> list[dg.
     return list(instance.get_runs(filters=dg.RunsFilter(tags={"dagster/backfill": backfill_id})))
 
 
-def step_failure_causes(instance: dg.DagsterInstance, run_id: str) -> list[str]:
-    """The user-code error under each step failure (Dagster wraps it in its own)."""
-    causes = []
-    for record in instance.all_logs(run_id, of_type=dg.DagsterEventType.STEP_FAILURE):
-        error = record.dagster_event.step_failure_data.error
-        while error.cause is not None:
-            error = error.cause
-        causes.append(error.message.strip())
-    return causes
+def failed_files(instance: dg.DagsterInstance, run_id: str) -> list[dict[str, str]]:
+    """Each step failure's {file: cause}, as the step names its failed files."""
+    return [
+        record.dagster_event.step_failure_data.user_failure_data.metadata["failed_files"].value
+        for record in instance.all_logs(run_id, of_type=dg.DagsterEventType.STEP_FAILURE)
+    ]
+
+
+def materialised_in(instance: dg.DagsterInstance, runs, asset: str) -> set[str]:
+    """The partitions of ``asset`` that ``runs`` materialised."""
+    return {
+        e.dagster_event.partition
+        for run in runs
+        for e in instance.all_logs(run.run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION)
+        if e.dagster_event.asset_key == dg.AssetKey(asset)
+    }
 
 
 def check_statuses(instance: dg.DagsterInstance, asset: str, names: list[str]) -> dict:
@@ -87,7 +96,7 @@ def check_statuses(instance: dg.DagsterInstance, asset: str, names: list[str]) -
 
 def clean_run(root: Path, url: str) -> dict[str, str]:
     """The same assets in process on a healthy mirror into a second lake."""
-    from kg_platform.assets.pubmed import corpus, pubmed_tables, pubmed_xml
+    from kg_platform.assets.pubmed import corpus, pubmed_file_batch
     from kg_platform.resources.catalog import CatalogResource
     from kg_platform.resources.lake import LakeResource
     from kg_platform.resources.pubmed_source import PubmedSourceResource
@@ -102,7 +111,7 @@ def clean_run(root: Path, url: str) -> dict[str, str]:
         instance.add_dynamic_partitions("pubmed_releases", ["pubmed26"])
         for name in FILES:
             result = dg.materialize(
-                [pubmed_xml, pubmed_tables],
+                [pubmed_file_batch],
                 partition_key=name,
                 resources=resources,
                 instance=instance,
@@ -140,18 +149,24 @@ def test_failed_shard_is_backfilled_from_failure(tmp_path: Path) -> None:
                 tables_done = instance.get_materialized_partitions(dg.AssetKey("pubmed_tables"))
                 assert sorted(xml_done) == ["pubmed26n1334", "pubmed26n1336"]
                 assert sorted(tables_done) == ["pubmed26n1334", "pubmed26n1336"]
-                failed = [
-                    r
-                    for r in runs_of_backfill(instance, first["backfillId"])
-                    if r.status == dg.DagsterRunStatus.FAILURE
-                ]
-                assert [r.tags.get("dagster/partition") for r in failed] == [CORRUPT]
-                messages = step_failure_causes(instance, failed[0].run_id)
-                assert len(messages) == 1
-                assert messages[0].startswith(
-                    f"kg_platform.pubmed.errors.PubmedFileError: {CORRUPT}.xml.gz: md5 mismatch "
-                    f"(expected {MD5_1335}, got "
-                ), messages
+                # the three files are one run's step: the corrupt one failed alone, a FAILED
+                # partition beside two materialised ones, named with its cause
+                [failed] = runs_of_backfill(instance, first["backfillId"])
+                assert failed.status == dg.DagsterRunStatus.FAILURE
+                assert partition_label(failed.tags) == "pubmed26n1334..pubmed26n1336"
+                status = instance.get_status_by_partition(
+                    dg.AssetKey("pubmed_tables"), FILES, pubmed_files
+                )
+                assert {f: s.value for f, s in status.items()} == {
+                    "pubmed26n1334": "MATERIALIZED",
+                    CORRUPT: "FAILED",
+                    "pubmed26n1336": "MATERIALIZED",
+                }
+                [causes] = failed_files(instance, failed.run_id)
+                assert list(causes) == [CORRUPT]
+                assert causes[CORRUPT].startswith(
+                    f"{CORRUPT}.xml.gz: md5 mismatch (expected {MD5_1335}, got "
+                ), causes
                 assert not (
                     platform.lake / "raw" / "pubmed" / "26" / "updatefiles" / f"{CORRUPT}.xml.gz"
                 ).exists()
@@ -168,11 +183,9 @@ def test_failed_shard_is_backfilled_from_failure(tmp_path: Path) -> None:
                     "COMPLETED_SUCCESS",
                 )
                 # only the failed partition ran again
-                rerun = sorted(
-                    str(r.tags.get("dagster/partition"))
-                    for r in runs_of_backfill(instance, second["backfillId"])
-                )
-                assert rerun == [CORRUPT], rerun
+                rerun = runs_of_backfill(instance, second["backfillId"])
+                assert [partition_label(r.tags) for r in rerun] == [CORRUPT]
+                assert materialised_in(instance, rerun, "pubmed_tables") == {CORRUPT}
                 assert (
                     sorted(instance.get_materialized_partitions(dg.AssetKey("pubmed_tables")))
                     == FILES
@@ -208,5 +221,5 @@ def test_failed_shard_is_backfilled_from_failure(tmp_path: Path) -> None:
         backfilled = content_hashes(platform.lake)
         clean = clean_run(tmp_path / "clean", url)
     assert sorted(backfilled) == sorted(clean)
-    assert len([k for k in clean if k.startswith("corpus/pubmed26/")]) == 6
+    assert len([k for k in clean if k.startswith("corpus/pubmed26/") and k.count("/") == 2]) == 6
     assert backfilled == clean

@@ -61,7 +61,7 @@ query Checks($key: AssetKeyInput!) {
     ... on AssetNode {
       assetChecksOrError {
         ... on AssetChecks {
-          checks { name executionForLatestMaterialization { status } }
+          checks { name executionForLatestMaterialization { status partition } }
         }
       }
     }
@@ -133,6 +133,9 @@ def test_materialise_one_partition_from_the_ui(tmp_path: Path) -> None:
                 for check in CHECKS:
                     expect(page.get_by_text(check, exact=True).first).to_be_visible()
                 expect(page.get_by_text("Passed").first).to_be_visible()
+                # the latest execution names the file it judged (check specs partitioned)
+                page.get_by_text(CHECKS[0], exact=True).first.click()
+                expect(page.get_by_text(FILE, exact=True).first).to_be_visible()
                 # 6. the screenshot, kept as a test artefact
                 page.screenshot(path=str(ARTIFACTS / "ui_pubmed_tables_checks.png"), full_page=True)
             except BaseException:
@@ -144,9 +147,13 @@ def test_materialise_one_partition_from_the_ui(tmp_path: Path) -> None:
         # the UI's run really did run the checks, and they passed
         data = platform.graphql(CHECK_STATUS, {"key": {"path": ["pubmed_tables"]}})
         checks = data["assetNodeOrError"]["assetChecksOrError"]["checks"]
-        assert {c["name"]: c["executionForLatestMaterialization"]["status"] for c in checks} == {
-            name: "SUCCEEDED" for name in CHECKS
-        }
+        assert {
+            c["name"]: (
+                c["executionForLatestMaterialization"]["status"],
+                c["executionForLatestMaterialization"]["partition"],
+            )
+            for c in checks
+        } == {name: ("SUCCEEDED", FILE) for name in CHECKS}
     assert (ARTIFACTS / "ui_pubmed_tables_checks.png").stat().st_size > 10_000
 
 

@@ -145,6 +145,43 @@ def test_shards_then_index_materialise_with_passing_checks_and_search_finds_a_ti
     assert f"  {RELEASE}: corrupt: {cut}\n" in capsys.readouterr().out
 
 
+def test_a_range_of_files_is_one_run_recording_each_file(tmp_path) -> None:
+    """A backfill hands embedding_shards a range of files: one step embeds them in one
+    stream, and each file is its own partition: materialisation, data version (its shard's
+    vectors sha256) and check row."""
+    root = Lake(str(tmp_path / "lake"))
+    write_corpus(root.scoped(release=RELEASE), n=12)
+    resources = {
+        "lake": LakeResource(root=root.root),
+        "encoder": EncoderResource(
+            model_path=str(tiny_encoder().layout.path), device="cpu", batch_size=8
+        ),
+    }
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions("pubmed_files", list(FILES))
+    result = dg.materialize(
+        [embedding_shards],
+        resources=resources,
+        instance=instance,
+        tags={
+            "dagster/asset_partition_range_start": FILES[0],
+            "dagster/asset_partition_range_end": FILES[-1],
+        },
+    )
+    assert result.success
+    shards = tmp_path / "lake" / "embeddings" / "shards" / RELEASE
+    recorded = {
+        e.partition: e.materialization.tags["dagster/data_version"]
+        for e in result.get_asset_materialization_events()
+    }
+    assert recorded == {
+        f: json.loads((shards / f"{f}.meta.json").read_text())["vectors_sha256"][:16] for f in FILES
+    }
+    assert sorted(
+        (c.partition, c.check_name, c.passed) for c in result.get_asset_check_evaluations()
+    ) == [(f, "one_vector_per_quotable_record", True) for f in FILES]
+
+
 def test_search_names_bad_input(tmp_path, capsys):
     assert main(["search", "   ", "--lake", str(tmp_path)]) == 2
     assert "question: empty" in capsys.readouterr().err

@@ -1,10 +1,11 @@
 """The same definitions on dagster-celery's executor, with the real parts: `kg workers start`
-brings up Redis, Postgres and two Celery worker processes (kg-worker-1 on the `dagster` and
-`parse` queues, kg-worker-2 on `parse` only), with an S3 lake on a moto server configured
+brings up Redis, Postgres and three Celery worker processes (kg-worker-1 on the `dagster`
+queue, kg-worker-2 and kg-worker-3 on `parse`), with an S3 lake on a moto server configured
 through the environment. `kg build` of the reference mirror runs through the Postgres-backed
-instance; one worker is killed outright mid-step; re-executing the backfill from failure
-(what the UI's *Re-execute → From failure* does) redoes only what did not succeed, and the
-S3 lake then holds exactly what an in-process build of the same sources writes. The `ncbi`
+instance, both files in one run's step; the worker running it is killed outright after the
+first file was recorded; re-executing the backfill from failure (what the UI's *Re-execute →
+From failure* does) redoes only the file not yet recorded and the fold, and the S3 lake then
+holds exactly what an in-process build of the same sources writes. The `ncbi`
 pool's slots, held in Postgres, hold a step back across processes."""
 
 from __future__ import annotations
@@ -36,11 +37,12 @@ pytestmark = pytest.mark.slow
 FILES = ["pubmed26n1334", "pubmed26n1335"]
 RELEASE = "pubmed26"
 HOST = socket.gethostname()
-DEFAULT_WORKER = f"kg-worker-1@{HOST}"  # queues dagster and parse
-PARSE_WORKER = f"kg-worker-2@{HOST}"  # queue parse only: the one the build loses
-QUEUES = {DEFAULT_WORKER: {"dagster", "parse"}, PARSE_WORKER: {"parse"}}
+DEFAULT_WORKER = f"kg-worker-1@{HOST}"  # queue dagster
+PARSE_WORKERS = [f"kg-worker-2@{HOST}", f"kg-worker-3@{HOST}"]  # queue parse: one is lost
+QUEUES = {DEFAULT_WORKER: {"dagster"}, **{w: {"parse"} for w in PARSE_WORKERS}}
 # the step's queue (its `dagster-celery/queue` tag)
-STEP_QUEUE = {"pubmed_xml": "parse", "pubmed_tables": "parse", "corpus": "dagster"}
+STEP_QUEUE = {"pubmed_file_batch": "parse", "corpus": "dagster"}
+BATCH = "pubmed_file_batch"  # the step that downloads and parses a range of files
 AWS = {
     "AWS_ACCESS_KEY_ID": "testing",
     "AWS_SECRET_ACCESS_KEY": "testing",
@@ -152,8 +154,8 @@ def s3_server():
 
 @pytest.fixture(scope="module")
 def deployment(s3_server):
-    """`kg workers start --workers 2 --queues dagster,parse --queues parse` in a fresh KG
-    home, with AWS_* pointing at the S3 server and a fresh bucket; stopped (and checked
+    """`kg workers start --workers 3 --queues dagster --queues parse --queues parse` in a
+    fresh KG home, with AWS_* pointing at the S3 server and a fresh bucket; stopped (and checked
     stopped) after the module. The lake is what `kg build --lake` records."""
     import boto3
 
@@ -185,8 +187,8 @@ def deployment(s3_server):
         for key in ("KG_LAKE", "KG_EXECUTOR", "KG_CELERY_BROKER", "KG_CELERY_BACKEND"):
             mp.delenv(key, raising=False)
         mp.delenv("KG_GPU_QUEUE", raising=False)
-        start = ["workers", "start", "--workers", "2", "--queues", "dagster,parse"]
-        assert main([*start, "--queues", "parse"]) == 0
+        start = ["workers", "start", "--workers", "3", "--queues", "dagster"]
+        assert main([*start, "--queues", "parse", "--queues", "parse"]) == 0
         recorded = load_deployment(home)
         try:
             assert {w.name: set(w.queues) for w in recorded.workers} == QUEUES
@@ -236,17 +238,29 @@ def parent_pid(pid: int) -> int:
 
 
 def steps(instance: dg.DagsterInstance, runs, kind: dg.DagsterEventType) -> set[tuple[str, str]]:
-    """(step key, partition) of each event of ``kind`` in ``runs``."""
+    """(step key, partition or partition range) of each event of ``kind`` in ``runs``."""
+    from kg_platform.commands.build_run import partition_label
+
     return {
-        (e.step_key, run.tags["dagster/partition"])
+        (e.step_key, partition_label(run.tags))
         for run in runs
         for e in instance.all_logs(run.run_id, of_type=kind)
     }
 
 
+def partitions_of(instance: dg.DagsterInstance, runs, asset: str) -> set[str]:
+    """The partitions of ``asset`` that ``runs`` materialised."""
+    return {
+        e.dagster_event.partition
+        for run in runs
+        for e in instance.all_logs(run.run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION)
+        if e.dagster_event.asset_key == dg.AssetKey(asset)
+    }
+
+
 def in_process_lake(tmp_path: Path, mirror: Path) -> Path:
     """The reference: the same assets in process, on an ephemeral instance, into a folder."""
-    from kg_platform.assets.pubmed import corpus, pubmed_tables, pubmed_xml
+    from kg_platform.assets.pubmed import corpus, pubmed_file_batch
     from kg_platform.resources.catalog import CatalogResource
     from kg_platform.resources.lake import LakeResource
     from kg_platform.resources.pubmed_source import PubmedSourceResource
@@ -260,11 +274,11 @@ def in_process_lake(tmp_path: Path, mirror: Path) -> Path:
         "catalog": CatalogResource(database=str(tmp_path / "reference.duckdb")),
         "pubmed_source": PubmedSourceResource(base=str(mirror)),
     }
-    for selection, partition in [([pubmed_xml, pubmed_tables], f) for f in FILES] + [
+    for selection, partition in [(["pubmed_xml", "pubmed_tables"], f) for f in FILES] + [
         ([corpus], RELEASE)
     ]:
         result = dg.materialize(
-            [pubmed_xml, pubmed_tables, corpus],
+            [pubmed_file_batch, corpus],
             selection=selection,
             partition_key=partition,
             instance=instance,
@@ -285,40 +299,62 @@ def kg_build(env: dict[str, str], lake: str) -> subprocess.Popen:
     )
 
 
-def worker_running(instance: dg.DagsterInstance, file: str, recorded) -> str | None:
-    """The worker whose child runs `pubmed_xml` of ``file`` now (its STEP_START's pid)."""
-    runs = instance.get_runs(dg.RunsFilter(tags={"dagster/partition": file}))
-    for run in runs:
-        pid = None if run.is_finished else step_pids(instance, run.run_id).get("pubmed_xml")
-        if pid is not None:
-            parent = parent_pid(pid)
-            return next(w.name for w in recorded.workers if w.pid == parent)
+def batch_run(instance: dg.DagsterInstance):
+    """The build's run over both files, once it exists."""
+    for run in instance.get_runs(
+        dg.RunsFilter(tags={"dagster/asset_partition_range_start": FILES[0]})
+    ):
+        return run
     return None
 
 
-def kill_parse_worker_mid_download(s3_server: HoldingS3, build, instance, recorded):
-    """Hold each raw file's PUT until kg-worker-2 is the one writing it, then SIGKILL that
-    worker (parent and child). A held kg-worker-1 cannot take the other file's download,
-    so kg-worker-2, the only other `parse` worker, does. Returns (file, when killed)."""
+def worker_running(instance: dg.DagsterInstance, run, recorded) -> str | None:
+    """The worker whose child runs the batch step of ``run`` now (its STEP_START's pid)."""
+    pid = step_pids(instance, run.run_id).get(BATCH)
+    if pid is None:
+        return None
+    parent = parent_pid(pid)
+    return next(w.name for w in recorded.workers if w.pid == parent)
+
+
+def recorded_by(instance: dg.DagsterInstance, asset: str, partition: str) -> str | None:
+    """The run of the latest materialisation of ``asset[partition]``."""
+    records = instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=dg.AssetKey(asset), asset_partitions=[partition]), limit=1
+    ).records
+    return records[0].run_id if records else None
+
+
+def kill_batch_worker_after_first_file(s3_server: HoldingS3, build, instance, recorded):
+    """Let the first raw file's PUT through and hold the second's; once the first file's
+    tables are recorded, SIGKILL the worker running the step (parent and child) and fail the
+    held PUT. Returns (the worker, the run, when killed)."""
     deadline = time.monotonic() + 240
-    while time.monotonic() < deadline:
+    held = []
+    while len(held) < 2 and time.monotonic() < deadline:
         try:
-            held = s3_server.held.get(timeout=1)
+            held.append(s3_server.held.get(timeout=1))
         except queue.Empty:
             assert build.poll() is None, build.communicate()[0][-4000:]
             continue
-        file = Path(held.path).name.removesuffix(".xml.gz")
-        worker = None
-        while worker is None and time.monotonic() < deadline:
-            worker = worker_running(instance, file, recorded)
-            time.sleep(0.1)
-        if worker == PARSE_WORKER:
-            (process,) = [w for w in recorded.workers if w.name == PARSE_WORKER]
-            os.killpg(process.pid, signal.SIGKILL)
-            killed_at = time.time()
-            held.decided.set()  # fail it: a killed writer's object never reaches S3
-            return file, killed_at
-    raise AssertionError("kg-worker-2 never wrote a raw file")
+        if len(held) == 1:
+            held[0].forward = True
+            held[0].decided.set()
+    assert [Path(h.path).name for h in held] == [
+        "pubmed26n1334.xml.gz",
+        "pubmed26n1335.xml.gz",
+    ], held
+    run = batch_run(instance)
+    while recorded_by(instance, "pubmed_tables", FILES[0]) != run.run_id:
+        assert time.monotonic() < deadline, "the first file was never recorded"
+        time.sleep(0.1)
+    worker = worker_running(instance, run, recorded)
+    assert worker in PARSE_WORKERS, worker
+    (process,) = [w for w in recorded.workers if w.name == worker]
+    os.killpg(process.pid, signal.SIGKILL)
+    killed_at = time.time()
+    held[1].decided.set()  # fail it: a killed writer's object never reaches S3
+    return worker, run, killed_at
 
 
 def test_reference_build_on_celery_into_s3_survives_a_killed_worker(
@@ -340,7 +376,7 @@ def test_reference_build_on_celery_into_s3_survives_a_killed_worker(
         s3_server.arm()
         try:
             build = kg_build(env, lake_url)
-            killed_file, killed_at = kill_parse_worker_mid_download(
+            killed_worker, run, killed_at = kill_batch_worker_after_first_file(
                 s3_server, build, instance, recorded
             )
         finally:
@@ -349,34 +385,25 @@ def test_reference_build_on_celery_into_s3_survives_a_killed_worker(
         reference = in_process_lake(tmp_path, require_reference("pubmed", "mirror"))
         out, _ = build.communicate(timeout=300)
         assert build.returncode == 1, out[-4000:]
-        assert f"pubmed_tables+pubmed_xml [{killed_file}]: failure" in out, out[-4000:]
-        (other_file,) = set(FILES) - {killed_file}
+        label = f"pubmed_tables+pubmed_xml [{FILES[0]}..{FILES[1]}]"
+        assert f"{label}: failure" in out, out[-4000:]
+        assert "1 file recorded, 1 failed" in out, out[-4000:]
 
-        # the build: the killed step failed within the pings' allowance; its file's tables
-        # and the fold never started
+        # the build: the killed step failed within the pings' allowance; the first file stays
+        # recorded by it, the second and the fold were not
         (backfill_id,) = {b.backfill_id for b in instance.get_backfills()} - before
         first = [r.dagster_run for r in build_run.backfill_runs(instance, backfill_id)]
-        status = {r.tags["dagster/partition"]: r.status for r in first}
-        assert status == {
-            killed_file: dg.DagsterRunStatus.FAILURE,
-            other_file: dg.DagsterRunStatus.SUCCESS,
-        }
-        (failed,) = [r for r in first if r.tags["dagster/partition"] == killed_file]
-        line, error = build_run.run_failure(instance, failed.run_id)
-        assert f"celery worker {PARSE_WORKER} stopped answering while running it" in error
+        assert [(r.run_id, r.status) for r in first] == [(run.run_id, dg.DagsterRunStatus.FAILURE)]
+        line, error = build_run.run_failure(instance, run.run_id)
+        assert f"celery worker {killed_worker} stopped answering while running it" in error
         # the one line kg build prints names the lost step and worker, not the executor
-        assert line.startswith(f"step pubmed_xml: celery worker {PARSE_WORKER} stopped"), line
-        assert line in out, out[-4000:]
-        failed_at = instance.get_run_record_by_id(failed.run_id).end_time
+        assert line.startswith(f"step {BATCH}: celery worker {killed_worker} stopped"), line
+        assert f"  failed: pubmed_tables+pubmed_xml [{FILES[1]}]: {line}" in out, out[-4000:]
+        failed_at = instance.get_run_record_by_id(run.run_id).end_time
         assert failed_at - killed_at < PING_EVERY_S * (PINGS_MISSED + 3)
-        # (the lost step has no step event of its own: the run's engine failed it)
-        done = {("pubmed_xml", other_file), ("pubmed_tables", other_file)}
-        assert steps(instance, first, dg.DagsterEventType.STEP_START) == {
-            *done,
-            ("pubmed_xml", killed_file),
-        }
-        assert steps(instance, first, dg.DagsterEventType.STEP_SUCCESS) == done
-        # the lost download gave its `ncbi` slot back (it writes no step event that would)
+        assert partitions_of(instance, first, "pubmed_xml") == {FILES[0]}
+        assert partitions_of(instance, first, "pubmed_tables") == {FILES[0]}
+        # the lost step gave its `ncbi` slot back (it writes no step event that would)
         assert instance.event_log_storage.get_concurrency_info("ncbi").active_slot_count == 0
 
         # Dagster's re-execution of the backfill from failure, as the UI launches it
@@ -392,43 +419,37 @@ def test_reference_build_on_celery_into_s3_survives_a_killed_worker(
         assert result.status == "COMPLETED_SUCCESS"
         second = [r.dagster_run for r in build_run.backfill_runs(instance, result.backfill_id)]
         assert {r.status for r in second} == {dg.DagsterRunStatus.SUCCESS}
-        # it redid only what did not succeed: the killed file's steps, and the fold
-        redone = {("pubmed_xml", killed_file), ("pubmed_tables", killed_file), ("corpus", RELEASE)}
-        assert steps(instance, second, dg.DagsterEventType.STEP_START) == redone
-        assert steps(instance, second, dg.DagsterEventType.STEP_SUCCESS) == redone
+        # it redid only what was not recorded: the second file's tables, and the fold
+        assert partitions_of(instance, second, "pubmed_tables") == {FILES[1]}
+        assert partitions_of(instance, second, "corpus") == {RELEASE}
 
-        # every step ran on a worker of its queue, in a fresh child of that worker; kg-worker-2
-        # ran the step it was killed in, and the survivor everything after
+        # every step ran on a worker of its queue, in a fresh child of that worker; the
+        # killed worker ran nothing after
         worker_pids = {w.pid for w in recorded.workers}
         ran = {}
-        for run in first + second:
-            for step, worker in steps_by_worker(instance, run.run_id).items():
-                ran[(step, run.tags["dagster/partition"], run.run_id)] = worker
+        for r in first + second:
+            for step, worker in steps_by_worker(instance, r.run_id).items():
+                ran[(step, r.run_id)] = worker
                 assert STEP_QUEUE[step] in QUEUES[worker], (step, worker)
-            assert not set(step_pids(instance, run.run_id).values()) & worker_pids
-        assert ran[("pubmed_xml", killed_file, failed.run_id)] == PARSE_WORKER
-        assert {w for (*_, run_id), w in ran.items() if run_id in {r.run_id for r in second}} == {
-            DEFAULT_WORKER
-        }
+            assert not set(step_pids(instance, r.run_id).values()) & worker_pids
+        assert ran[(BATCH, run.run_id)] == killed_worker
+        assert killed_worker not in {w for (_, run_id), w in ran.items() if run_id != run.run_id}
 
         # the materialisations, in Postgres: each partition's latest from the run that made it
-        made_by = {r.tags["dagster/partition"]: r.run_id for r in first + second if r.is_success}
-        for asset, partitions in [("pubmed_tables", FILES), ("corpus", [RELEASE])]:
-            for partition in partitions:
-                (record,) = instance.fetch_materializations(
-                    dg.AssetRecordsFilter(
-                        asset_key=dg.AssetKey(asset), asset_partitions=[partition]
-                    ),
-                    limit=1,
-                ).records
-                assert record.run_id == made_by[partition], (asset, partition)
+        (redo,) = [r for r in second if BATCH in steps_by_worker(instance, r.run_id)]
+        (fold,) = [r for r in second if r.run_id != redo.run_id]
+        assert recorded_by(instance, "pubmed_tables", FILES[0]) == run.run_id
+        assert recorded_by(instance, "pubmed_tables", FILES[1]) == redo.run_id
+        assert recorded_by(instance, "corpus", RELEASE) == fold.run_id
 
     # the S3 lake holds exactly what an in-process build into a folder holds
     lake = Lake(lake_url)
     reference = Lake(str(reference))
     on_s3 = content(lake)
     assert on_s3 == content(reference)
-    assert len(on_s3) == 7 * len(FILES) + 6
+    # seven tables per file, the corpus's six and the fold's deletions (corpus/<release>/fold/)
+    assert len(on_s3) == 7 * len(FILES) + 6 + 1
+    assert "corpus/pubmed26/fold/deletions.parquet" in on_s3
     assert not any(k.startswith(".staging") for k in lake_keys(lake))
     for raw in ("baseline/pubmed26n1334.xml.gz", "updatefiles/pubmed26n1335.xml.gz"):
         assert lake.exists(f"raw/pubmed/26/{raw}")
@@ -470,6 +491,6 @@ def test_ncbi_pool_holds_a_download_back_across_processes(deployment) -> None:
         finish(proc)
         (start,) = instance.all_logs(run_id, of_type=dg.DagsterEventType.STEP_START)
         assert start.timestamp > freed
-        # either `parse` worker (kg-worker-2 is gone once the build above killed it)
-        assert steps_by_worker(instance, run_id)["pubmed_xml"] in (DEFAULT_WORKER, PARSE_WORKER)
+        # a `parse` worker (the build above killed one of the two)
+        assert steps_by_worker(instance, run_id)[BATCH] in PARSE_WORKERS
         assert storage.get_concurrency_info("ncbi").active_slot_count == 0

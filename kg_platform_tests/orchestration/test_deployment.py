@@ -152,8 +152,8 @@ def test_celery_without_broker_and_unknown_executor_are_refused(tmp_path, monkey
 def test_asset_steps_carry_their_queue() -> None:
     from kg_platform.assets import embeddings, pubmed
 
-    assert pubmed.pubmed_xml.op.tags[QUEUE_TAG] == "parse"
-    assert pubmed.pubmed_tables.op.tags[QUEUE_TAG] == "parse"
+    # one step downloads and parses a range of files (pubmed_xml and pubmed_tables)
+    assert pubmed.pubmed_file_batch.op.tags[QUEUE_TAG] == "parse"
     assert QUEUE_TAG not in pubmed.corpus.op.tags
     # whatever serves `gpu` now: the executor routes a step as it submits it
     for asset in (embeddings.embedding_shards, embeddings.embedding_index):

@@ -1,4 +1,4 @@
-"""One `pubmed_xml` partition as its own run through the multiprocess executor, the way the
+"""One `pubmed_xml` partition (the download half of the `pubmed_file_batch` step) as its own run through the multiprocess executor, the way the
 run launcher starts each run of a backfill or of the update sensor. Used by test_pool.py:
 ``python -m kg_platform_tests.sources.pool_run PARTITION`` with DAGSTER_HOME, KG_LAKE and
 KG_PUBMED_SOURCE set."""
@@ -13,15 +13,15 @@ import dagster as dg
 
 def pubmed_xml_job() -> dg.JobDefinition:
     from kg_platform.assets.partitions import pubmed_files
-    from kg_platform.assets.pubmed import pubmed_xml
+    from kg_platform.assets.pubmed import pubmed_file_batch
     from kg_platform.resources.lake import LakeResource
     from kg_platform.resources.pubmed_source import PubmedSourceResource
 
     defs = dg.Definitions(
-        assets=[pubmed_xml],
+        assets=[pubmed_file_batch],
         jobs=[
             dg.define_asset_job(
-                "pubmed_xml_job", selection=[pubmed_xml], partitions_def=pubmed_files
+                "pubmed_xml_job", selection=["pubmed_xml"], partitions_def=pubmed_files
             )
         ],
         resources={
