@@ -210,9 +210,6 @@ def build_holding_lock(args: argparse.Namespace) -> int:
     for variable, chosen in settings.environment().items():
         if os.environ.get(variable, chosen) != chosen:
             os.environ[variable] = chosen
-    # each run parses its files on the cores the run queue leaves it (an operator's own
-    # KG_PARSE_WORKERS wins)
-    os.environ.setdefault("KG_PARSE_WORKERS", str(max(1, (os.cpu_count() or 1) // args.jobs)))
     instance = prepare_instance(settings, args.jobs)
     from kg_platform.orchestration.recovery import owner_tags, recover
 
@@ -249,7 +246,8 @@ def build_holding_lock(args: argparse.Namespace) -> int:
         }
         files_todo = sorted({ap.partition_key for ap in file_keys})
         progress = Progress(files_todo, log_path, args.verbose)
-        with build_run.workspace(instance, log_path) as process_context:
+        env = file_run_environment(len(files_todo), args.jobs)
+        with build_run.workspace(instance, log_path, env) as process_context:
             backfill_id = build_run.submit_backfill(
                 instance,
                 process_context.create_request_context().asset_graph,
@@ -268,6 +266,19 @@ def build_holding_lock(args: argparse.Namespace) -> int:
         or result.status != "COMPLETED_SUCCESS"
     )
     return 1 if failed else 0
+
+
+def file_run_environment(n_files: int, jobs: int) -> dict[str, str]:
+    """What the code server and its runs get for this build's file runs: as many parse
+    processes per run as the cores over the runs that will run at once (a build of one batch
+    parses on every core; ``jobs`` batches at once, one core each). An operator's own
+    KG_PARSE_WORKERS wins."""
+    from kg_platform.assets.pubmed import FILES_PER_RUN
+
+    if "KG_PARSE_WORKERS" in os.environ or not n_files:
+        return {}
+    at_once = max(1, min(jobs, -(-n_files // FILES_PER_RUN)))
+    return {"KG_PARSE_WORKERS": str(max(1, (os.cpu_count() or 1) // at_once))}
 
 
 def observe_source(defs, instance) -> None:

@@ -57,10 +57,11 @@ class BuildResult:
     backfill: object = None  # Dagster's PartitionBackfill, as it ended
 
 
-def workspace(instance, log_path: Path):
+def workspace(instance, log_path: Path, env: dict[str, str] | None = None):
     """Dagster's workspace for this code location: a code server the runs launch from. The
     server and the run and step processes it starts write their output to ``log_path`` (the
-    run's events are in the instance, as the UI shows them)."""
+    run's events are in the instance, as the UI shows them) and see ``env`` on top of this
+    process's environment (which is left as it was)."""
     from dagster._core.workspace.context import WorkspaceProcessContext
     from dagster._core.workspace.load_target import ModuleTarget
 
@@ -74,10 +75,13 @@ def workspace(instance, log_path: Path):
     sys.stdout.flush()
     sys.stderr.flush()
     saved = os.dup(1), os.dup(2)
+    before = {k: os.environ.get(k) for k in env or {}}
     with log_path.open("ab") as log:
-        # the code server inherits these descriptors when it starts, and its children from it
+        # the code server inherits these descriptors and variables when it starts, and its
+        # children from it
         os.dup2(log.fileno(), 1)
         os.dup2(log.fileno(), 2)
+        os.environ.update(env or {})
         try:
             return WorkspaceProcessContext(instance, target, code_server_log_level="WARNING")
         finally:
@@ -85,6 +89,11 @@ def workspace(instance, log_path: Path):
             os.dup2(saved[1], 2)
             os.close(saved[0])
             os.close(saved[1])
+            for key, value in before.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
 
 
 def daemon_serves(instance) -> bool:
