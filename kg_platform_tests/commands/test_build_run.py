@@ -59,3 +59,19 @@ def test_another_step_error_is_prefixed_with_its_step() -> None:
 def test_a_domain_error_keeps_its_first_line(message) -> None:
     error = recorded(lambda: (_ for _ in ()).throw(ValueError(message)))
     assert one_line(innermost(error)) == message.splitlines()[0]
+
+
+def test_file_runs_get_the_cores_over_the_runs_at_once(monkeypatch) -> None:
+    """One batch of files parses on every core; two batches at once, half each; an
+    operator's own KG_PARSE_WORKERS is left alone; the CLI's own environment is untouched."""
+    from kg_platform.commands.build import file_run_environment
+
+    monkeypatch.delenv("KG_PARSE_WORKERS", raising=False)
+    monkeypatch.setattr("os.cpu_count", lambda: 8)
+    assert file_run_environment(16, 2) == {"KG_PARSE_WORKERS": "8"}  # one run of 16
+    assert file_run_environment(17, 2) == {"KG_PARSE_WORKERS": "4"}  # 16 + 1: two at once
+    assert file_run_environment(64, 4) == {"KG_PARSE_WORKERS": "2"}
+    assert file_run_environment(64, 16) == {"KG_PARSE_WORKERS": "2"}  # 4 runs, not 16
+    assert file_run_environment(0, 2) == {}
+    monkeypatch.setenv("KG_PARSE_WORKERS", "3")
+    assert file_run_environment(64, 2) == {}
