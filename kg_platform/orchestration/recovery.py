@@ -15,13 +15,15 @@ The same check serves Dagster's own run monitoring (orchestration/launcher.py), 
 from __future__ import annotations
 
 import os
+import re
 import shutil
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from kg_platform.orchestration.state import process_alive
-from kg_platform.storage.owner import owner_of, process_started_at
+from kg_platform.storage.owner import host_name, host_of, owner_of, process_started_at
 
 PROCESS_GONE = "process gone"
 FAILURE_TAG = "kg/failure"
@@ -148,18 +150,22 @@ def recover(instance, lake_root: str, daemon_serves: bool) -> Recovered:
 
 
 def remove_dead_staging(lake_root: str) -> list[str]:
-    """Remove what dead processes left in a local lake: `.staging/` entries (transactions,
-    scratch) and temporary files beside published objects, each named by its owner."""
+    """Remove what dead processes of this host left in the lake: `.staging/` entries
+    (transactions, scratch) and, in a local lake, temporary files beside published objects,
+    each named by its owner. On S3 the `.staging/txn-…` prefixes that name this host (a
+    writer on another machine is not ours to judge) and the local scratch folders an S3
+    build keeps in the temporary folder."""
     if "://" in lake_root and not lake_root.startswith("file://"):
-        return []  # a remote lake's writers may be on other machines: not ours to judge
+        from kg_platform.storage.lake import Lake
+
+        return _remove_dead_remote_staging(Lake(lake_root))
     root = Path(lake_root.removeprefix("file://"))
     if not root.is_dir():
         return []
     removed = []
     for folder, dirs, files in os.walk(root):
         for name in [*dirs, *files]:
-            owner = owner_of(name)
-            if owner is None or process_alive(*owner):
+            if not _dead_here(name):
                 continue
             path = Path(folder) / name
             if path.is_dir():
@@ -168,4 +174,33 @@ def remove_dead_staging(lake_root: str) -> list[str]:
             else:
                 path.unlink(missing_ok=True)
             removed.append(str(path.relative_to(root)))
+    return sorted(removed)
+
+
+def _dead_here(name: str) -> bool:
+    """The name carries an owner that ran on this host (or names no host) and is gone."""
+    owner = owner_of(name)
+    if owner is None or host_of(name) not in (None, host_name()):
+        return False
+    return not process_alive(*owner)
+
+
+# the local scratch of a build whose lake is remote (Lake.staging_dir): "~pid.start~-<uuid>"
+_REMOTE_SCRATCH = re.compile(r"^~\d+\.\d+~-[0-9a-f]{32}$")
+
+
+def _remove_dead_remote_staging(lake) -> list[str]:
+    from kg_platform.storage.lake import STAGING
+
+    removed = []
+    for key in lake.list(STAGING):
+        name = key.rsplit("/", 1)[1]
+        if host_of(name) is not None and _dead_here(name):
+            lake.remove(key)
+            removed.append(key)
+    scratch = Path(tempfile.gettempdir())
+    for path in scratch.iterdir():
+        if _REMOTE_SCRATCH.match(path.name) and path.is_dir() and _dead_here(path.name):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(str(path))
     return sorted(removed)

@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from kg_platform.storage.owner import owner_tag
+from kg_platform.storage.owner import host_tag, owner_tag
 from kg_platform.storage.scope import Scope
 
 if TYPE_CHECKING:
@@ -371,8 +371,9 @@ class Lake:
         discards them and leaves the published lake exactly as it was."""
         if self.stage is not None:
             raise ValueError("transactions do not nest")
-        # named by its writer: the next build removes the stages of processes now gone
-        stage = _Stage(f"{STAGING}/txn-{owner_tag()}-{uuid.uuid4().hex}")
+        # named by its writer and its host: the next build on that host removes the stages
+        # of processes now gone (orchestration/recovery.py)
+        stage = _Stage(f"{STAGING}/txn-{owner_tag()}{host_tag()}-{uuid.uuid4().hex}")
         view = replace(self, stage=stage)
         try:
             yield view

@@ -125,3 +125,54 @@ def test_recover_fails_dead_runs_and_removes_dead_staging(instance, tmp_path: Pa
     assert mine.is_dir() and unnamed.is_dir()
     assert remove_dead_staging(str(lake)) == []
     assert recover(instance, str(lake), daemon_serves=False).line() == ""
+
+
+KILLED_IN_A_TRANSACTION = """
+import os, signal, sys
+from kg_platform.storage.lake import Lake
+with Lake(sys.argv[1]).transaction() as staged:
+    staged.write_bytes("corpus/articles.parquet", b"half a build")
+    os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_recover_removes_a_killed_writers_stage_from_an_s3_lake(
+    instance, s3_lake, tmp_path: Path, monkeypatch
+) -> None:
+    """A process SIGKILLed inside a transaction on a real S3 server (moto) leaves its stage
+    under .staging/; the next build's recovery removes it, with the local scratch folder
+    such a build keeps, and leaves a live writer's stage, another host's and one that names
+    no host."""
+    import tempfile
+
+    from kg_platform.storage.owner import host_name, host_tag
+
+    killed = subprocess.Popen(
+        [sys.executable, "-c", KILLED_IN_A_TRANSACTION, s3_lake.root],
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+    )
+    assert killed.wait() == -9
+    [dead] = s3_lake.list(".staging")
+    assert dead.startswith(f".staging/txn-~{killed.pid}.")
+    assert dead.split("~", 2)[2].startswith(f"{host_tag()}-")
+    assert s3_lake.list(dead) == [f"{dead}/corpus"]
+    assert not s3_lake.exists("corpus/articles.parquet")
+
+    pid = dead_pid()
+    mine = f".staging/txn-{owner_tag()}{host_tag()}-{uuid.uuid4().hex}"
+    elsewhere = f".staging/txn-~{pid}.100~@not-{host_name()}@-{uuid.uuid4().hex}"
+    no_host = f".staging/txn-~{pid}.100~-{uuid.uuid4().hex}"
+    for stage in (mine, elsewhere, no_host):
+        s3_lake.write_bytes(f"{stage}/corpus/articles.parquet", b"x")
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    scratch = tmp_path / f"~{pid}.100~-{uuid.uuid4().hex}"
+    live_scratch = Path(s3_lake.staging_dir())
+    (scratch / "part.parquet").parent.mkdir()
+    (scratch / "part.parquet").write_bytes(b"x")
+
+    done = recover(instance, s3_lake.root, daemon_serves=False)
+    assert done.staging_removed == sorted([dead, str(scratch)])
+    assert done.line() == "recovered from a killed build: 2 staging folders removed"
+    assert s3_lake.list(".staging") == sorted([mine, elsewhere, no_host])
+    assert not scratch.exists() and live_scratch.is_dir()
+    assert remove_dead_staging(s3_lake.root) == []
