@@ -16,7 +16,7 @@ from kg_platform.resources.lake import LakeResource
     deps=["mesh_tables"],
     group_name="question_path",
     kinds={"polars"},
-    code_version="4",
+    code_version="5",
     check_specs=[
         dg.AssetCheckSpec(
             "every_surface_unique_and_mapped",

@@ -102,7 +102,8 @@ def partitions_to_redo(
     instance, asset_graph, requested: set, force: bool = False, damaged=None
 ) -> set:
     """The requested partitions that are not fresh (or fresh in the instance, but
-    ``damaged(partition)``: their published files no longer match), with, inside the request:
+    ``damaged(partition, instance)``: their published files no longer match what was
+    published, integrity.py), with, inside the request:
     - the parents of the same partition (a file's download is redone with its tables, so a
       source file restored after a failure is fetched again);
     - everything downstream of a partition redone (its input is about to change)."""
@@ -123,7 +124,9 @@ def partitions_to_redo(
             ap
             for ap in requested
             if ap.asset_key == key
-            and (states[ap.partition_key] != FRESH or (damaged is not None and damaged(ap)))
+            and (
+                states[ap.partition_key] != FRESH or (damaged is not None and damaged(ap, instance))
+            )
         }
     with partition_loading_context(dynamic_partitions_store=instance):
         changed = True

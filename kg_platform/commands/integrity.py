@@ -2,18 +2,57 @@
 partition is fresh while its files were truncated or overwritten since. `kg status` reports
 such a partition as `corrupt`, naming the object, and `kg build` redoes it without --force.
 
-Checked (cheap: listings and Parquet footers, no full read): the graph build (its pointer,
-manifest and every array's size against the manifest; the graph's blocking check hashes
-them), the corpus tables and the embedding index (its two arrays' sizes against its
-manifest). With ``verify`` (`kg status --verify`) the graph's and the embedding index's
-arrays are also hashed against the sha256 their manifests record (reads them all), as their
-checks do at materialisation. The grounding index is not checked here yet."""
+Three levels, cheapest first:
+- the cheap check, on every status and every build plan (listings, Parquet footers, headers;
+  no full read): the graph build (its pointer, manifest and every array's size against the
+  manifest), the corpus tables (a readable footer), the embedding index (its two arrays'
+  sizes against its manifest), the grounding index (both files' sizes against its manifest,
+  the index file against its own header);
+- the stamp: a file written after its partition's latest materialisation (its mtime, an S3
+  object's LastModified, later than the instance's event) was changed since it was
+  published, at any size. Files are published inside the asset's lake transaction, before
+  Dagster records the materialisation, so a file the build wrote is never later than it.
+  Such a partition's content is then hashed to confirm (a file copied or touched with the
+  same bytes is not corrupt);
+- the hashes (``verify``, `kg status --verify`: every byte read): each array or file
+  against the sha256 its manifest records (the graph, the embedding index, the grounding
+  index), the corpus tables against the data version of their materialisation (the digest
+  of their bytes)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from kg_platform.storage.lake import Lake
+
+
+@dataclass(frozen=True)
+class Materialised:
+    """A partition's latest materialisation, as the instance records it."""
+
+    asset: str
+    partition: str
+    timestamp: float
+    data_version: str | None
+
+
+def last_materialised(instance, asset: str, partition: str) -> Materialised | None:
+    """The latest materialisation of ``asset``'s ``partition`` in the instance (None when
+    there is none)."""
+    import dagster as dg
+
+    found = instance.fetch_materializations(
+        dg.AssetRecordsFilter(
+            asset_key=dg.AssetKey.from_user_string(asset), asset_partitions=[partition]
+        ),
+        limit=1,
+    ).records
+    if not found:
+        return None
+    event = found[0].asset_materialization
+    version = (event.tags or {}).get("dagster/data_version") if event is not None else None
+    return Materialised(asset, partition, found[0].timestamp, version)
 
 
 def _dimensions(partition: str) -> dict[str, str]:
@@ -23,80 +62,208 @@ def _dimensions(partition: str) -> dict[str, str]:
     return dict(found)
 
 
-def graph_problem(lake: Lake, partition: str) -> str | None:
+@dataclass(frozen=True)
+class Published:
+    """How one asset's published object is checked, each function given the lake scoped to
+    the partition."""
+
+    scope: Callable[[Lake, str], Lake]
+    cheap: Callable[[Lake], str | None]
+    files: Callable[[Lake], list[str]]  # the keys the stamp compares
+    hashed: Callable[[Lake, Materialised | None], str | None]
+
+
+# -- the graph build -----------------------------------------------------------------------
+def _graph_cheap(lake: Lake) -> str | None:
     from kg_platform.graph.layout import published_problem
 
-    return published_problem(lake.scoped(**_dimensions(partition)))
+    return published_problem(lake)
 
 
-def graph_hash_problem(lake: Lake, partition: str) -> str | None:
+def _graph_files(lake: Lake) -> list[str]:
+    from kg_platform.graph.layout import (
+        CURRENT_POINTER,
+        array_key,
+        current_build_id,
+        manifest_key,
+        read_manifest,
+    )
+
+    if not lake.exists(CURRENT_POINTER):
+        return []
+    build_id = current_build_id(lake)
+    arrays = read_manifest(lake, build_id)["arrays"]
+    return [CURRENT_POINTER, manifest_key(build_id), *(array_key(build_id, a) for a in arrays)]
+
+
+def _graph_hashed(lake: Lake, _: Materialised | None) -> str | None:
     from kg_platform.graph.layout import published_problem
 
-    return published_problem(lake.scoped(**_dimensions(partition)), verify=True)
+    return published_problem(lake, verify=True)
 
 
-def corpus_problem(lake: Lake, release: str) -> str | None:
+# -- the corpus tables ---------------------------------------------------------------------
+def _corpus_keys() -> list[str]:
+    from kg_platform.pubmed.fold import CORPUS_TABLES
+
+    return [f"corpus/{table}.parquet" for table in CORPUS_TABLES]
+
+
+def _corpus_cheap(lake: Lake) -> str | None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from kg_platform.pubmed.fold import CORPUS_TABLES
-
-    scoped = lake.scoped(release=release)
-    for table in CORPUS_TABLES:
-        key = f"corpus/{table}.parquet"
-        if not scoped.exists(key):
-            return f"{scoped.path(key)}: missing"
+    for key in _corpus_keys():
+        if not lake.exists(key):
+            return f"{lake.path(key)}: missing"
         try:
-            with scoped.open(key) as f:
+            with lake.open(key) as f:
                 pq.ParquetFile(f).metadata  # noqa: B018 (reads and checks the footer)
         except (pa.ArrowInvalid, OSError) as exc:
-            return f"{scoped.path(key)}: not a readable Parquet file ({exc})"
+            return f"{lake.path(key)}: not a readable Parquet file ({exc})"
     return None
 
 
-def embedding_index_problem(lake: Lake, release: str) -> str | None:
+def _corpus_files(lake: Lake) -> list[str]:
+    return [key for key in _corpus_keys() if lake.exists(key)]
+
+
+def _corpus_hashed(lake: Lake, materialised: Materialised | None) -> str | None:
+    """The tables against their materialisation's data version: the first 16 hex digits of
+    Lake.digest over the tables in CORPUS_TABLES order (assets/pubmed.py's corpus)."""
+    problem = _corpus_cheap(lake)
+    if problem is not None or materialised is None or not materialised.data_version:
+        return problem
+    keys = _corpus_keys()
+    digest = lake.digest(keys)[: len(materialised.data_version)]
+    if digest == materialised.data_version:
+        return None
+    tables = ", ".join(k.rsplit("/", 1)[1] for k in keys)
+    return (
+        f"{lake.path('corpus')}: the tables ({tables}) no longer hash to the data version "
+        f"of corpus[{materialised.partition}] ({digest} != {materialised.data_version})"
+    )
+
+
+# -- the embedding index -------------------------------------------------------------------
+def _embedding_cheap(lake: Lake) -> str | None:
     from kg_platform.embeddings.index import index_problem
 
-    return index_problem(lake.scoped(release=release))
+    return index_problem(lake)
 
 
-def embedding_index_hash_problem(lake: Lake, release: str) -> str | None:
+def _embedding_files(lake: Lake) -> list[str]:
+    from kg_platform.embeddings.index import INDEX_MANIFEST, INDEX_PMIDS, INDEX_VECTORS
+
+    if not lake.exists(INDEX_MANIFEST):
+        return []
+    return [INDEX_MANIFEST, INDEX_PMIDS, INDEX_VECTORS]
+
+
+def _embedding_hashed(lake: Lake, _: Materialised | None) -> str | None:
     from kg_platform.embeddings.index import index_hash_problems
 
-    problems = index_hash_problems(lake.scoped(release=release))
+    problems = index_hash_problems(lake)
     return problems[0] if problems else None
 
 
-CHECKED: dict[str, Callable[[Lake, str], str | None]] = {
-    "graph": graph_problem,
-    "corpus": corpus_problem,
-    "embedding_index": embedding_index_problem,
+# -- the grounding index -------------------------------------------------------------------
+def _grounding_cheap(lake: Lake) -> str | None:
+    from kg_platform.grounding.index import published_problem
+
+    return published_problem(lake)
+
+
+def _grounding_files(lake: Lake) -> list[str]:
+    from kg_platform.grounding.index import INDEX_KEY, MANIFEST_KEY, SURFACES_KEY
+
+    if not lake.exists(MANIFEST_KEY):
+        return []
+    return [MANIFEST_KEY, SURFACES_KEY, INDEX_KEY]
+
+
+def _grounding_hashed(lake: Lake, _: Materialised | None) -> str | None:
+    from kg_platform.grounding.index import hash_problems
+
+    problems = hash_problems(lake)
+    return problems[0] if problems else None
+
+
+CHECKED: dict[str, Published] = {
+    "graph": Published(
+        lambda lake, p: lake.scoped(**_dimensions(p)), _graph_cheap, _graph_files, _graph_hashed
+    ),
+    "corpus": Published(
+        lambda lake, p: lake.scoped(release=p), _corpus_cheap, _corpus_files, _corpus_hashed
+    ),
+    "embedding_index": Published(
+        lambda lake, p: lake.scoped(release=p),
+        _embedding_cheap,
+        _embedding_files,
+        _embedding_hashed,
+    ),
+    "grounding_index": Published(
+        lambda lake, p: lake.scoped(mesh_year=p),
+        _grounding_cheap,
+        _grounding_files,
+        _grounding_hashed,
+    ),
 }
-# the deeper checks of --verify (every byte read), in place of the cheap one
-VERIFIED: dict[str, Callable[[Lake, str], str | None]] = {
-    "graph": graph_hash_problem,
-    "embedding_index": embedding_index_hash_problem,
-}
+
+
+def changed_since(lake: Lake, files: list[str], materialised: Materialised) -> str | None:
+    """The files written after the materialisation, in one line with its time; None when
+    none was."""
+    import time
+
+    later = [key for key in files if lake.modified(key) > materialised.timestamp]
+    if not later:
+        return None
+    when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(materialised.timestamp))
+    names = ", ".join(key.rsplit("/", 1)[1] for key in later)
+    return (
+        f"written after {materialised.asset}[{materialised.partition}] was materialised "
+        f"at {when}: {names}"
+    )
 
 
 def published_problem(
-    lake: Lake, asset: str, partition: str | None, verify: bool = False
+    lake: Lake, asset: str, partition: str | None, verify: bool = False, instance=None
 ) -> str | None:
     """One line naming what of ``asset``'s published ``partition`` no longer matches what was
-    published; None when it matches or the asset is not checked. ``verify`` also hashes what
-    records hashes."""
-    check = (verify and VERIFIED.get(asset)) or CHECKED.get(asset)
-    if check is None or partition is None:
+    published; None when it matches or the asset is not checked. With ``instance``, a file
+    written after the partition's latest materialisation has its content hashed; with
+    ``verify``, every published file is hashed."""
+    checks = CHECKED.get(asset)
+    if checks is None or partition is None:
         return None
     try:
-        return check(lake, partition)
+        scoped = checks.scope(lake, partition)
+        problem = checks.cheap(scoped)
+        if problem is not None:
+            return problem
+        materialised = None
+        if instance is not None:
+            materialised = last_materialised(instance, asset, partition)
+        if verify:
+            return checks.hashed(scoped, materialised)
+        if materialised is None:
+            return None
+        changed = changed_since(scoped, checks.files(scoped), materialised)
+        if changed is None:
+            return None
+        problem = checks.hashed(scoped, materialised)
+        return None if problem is None else f"{problem} ({changed})"
     except (ValueError, OSError) as exc:
         return str(exc)
 
 
-def damaged(lake_root: str) -> Callable[[object], bool]:
-    """For the build planner: whether an AssetKeyPartitionKey's published object is corrupt."""
+def damaged(lake_root: str) -> Callable[..., bool]:
+    """For the build planner: whether an AssetKeyPartitionKey's published object is corrupt
+    (``instance``: the stamps are compared with its materialisations, so a file changed in
+    place since is hashed)."""
     lake = Lake(lake_root)
-    return lambda ap: (
-        published_problem(lake, ap.asset_key.to_user_string(), ap.partition_key) is not None
+    return lambda ap, instance=None: (
+        published_problem(lake, ap.asset_key.to_user_string(), ap.partition_key, instance=instance)
+        is not None
     )

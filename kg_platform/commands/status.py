@@ -18,7 +18,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--verify",
         action="store_true",
-        help="also hash the published arrays that record hashes (reads them all)",
+        help="also hash every published file against what was recorded at publication "
+        "(the manifests' sha256, the corpus tables' data version; reads them all)",
     )
     p.set_defaults(func=run_status)
 
@@ -97,7 +98,9 @@ def partition_states(
             }[stale]
             problem = None
             if lake is not None and stale != StaleStatus.MISSING:
-                problem = published_problem(lake, key.to_user_string(), partition, verify)
+                problem = published_problem(
+                    lake, key.to_user_string(), partition, verify, instance=instance
+                )
             if problem is not None:
                 per[partition or ""] = "corrupt"
                 if problems is not None:

@@ -15,8 +15,11 @@ from kg_platform.grounding.grounder import Grounder, build_surface_table
 from kg_platform.grounding.orthography import ORTHOGRAPHY_RULES
 from kg_platform.grounding.surface_index import (
     INDEX_KEY,
+    GroundingIndexError,
     SurfaceIndex,
+    index_file_problem,
     index_sections,
+    read_header,
     round_trip_mismatches,
     write_index,
 )
@@ -51,8 +54,8 @@ class IndexCheck:
 
 def build_grounding_index(lake: Lake) -> tuple[GroundingIndexStats, list[IndexCheck]]:
     """Read mesh/terms, descriptors and tree; write grounding/surfaces.parquet, the
-    load-ready grounding/index.kgi, then the manifest (last); check the index against the
-    table (``index_checks``)."""
+    load-ready grounding/index.kgi, then the manifest (last: it records both files' sizes
+    and hashes); check the index against the table (``index_checks``)."""
     frames = {}
     for table, key in MESH_KEYS.items():
         if not lake.exists(key):
@@ -74,8 +77,92 @@ def build_grounding_index(lake: Lake) -> tuple[GroundingIndexStats, list[IndexCh
         index_bytes=size,
     )
     checks = index_checks(lake, surfaces, frames["descriptors"])
-    lake.write_bytes(MANIFEST_KEY, json.dumps(asdict(stats), indent=1).encode())
+    manifest = {**asdict(stats), "files": published_files(lake, surfaces.height)}
+    lake.write_bytes(MANIFEST_KEY, json.dumps(manifest, indent=1).encode())
     return stats, checks
+
+
+def published_files(lake: Lake, surfaces: int) -> dict[str, dict]:
+    """What the manifest records of each file it lists, for `kg status` and `kg build` to
+    compare: the surface table's rows, size and sha256; the index's size and the sha256 of
+    its data (as its header records it)."""
+    from kg_platform.storage.digest import file_sha256
+
+    with lake.open(INDEX_KEY) as f:
+        header = read_header(f, lake.size(INDEX_KEY), lake.path(INDEX_KEY))[0]
+    with lake.open(SURFACES_KEY) as f:
+        surfaces_sha256 = file_sha256(f)
+    return {
+        SURFACES_KEY: {
+            "rows": surfaces,
+            "size": lake.size(SURFACES_KEY),
+            "sha256": surfaces_sha256,
+        },
+        INDEX_KEY: {"size": lake.size(INDEX_KEY), "sha256": header["sha256"]},
+    }
+
+
+def _recorded_files(lake: Lake) -> dict[str, dict]:
+    """The files the published manifest lists ({} for a manifest from before they were)."""
+    try:
+        manifest = json.loads(lake.read_bytes(MANIFEST_KEY))
+        files = manifest.get("files", {})
+        return {
+            str(k): {"size": int(v["size"]), "sha256": str(v["sha256"])} for k, v in files.items()
+        }
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise ValueError(f"{lake.path(MANIFEST_KEY)}: not a grounding manifest ({exc})") from exc
+
+
+def published_problem(lake: Lake) -> str | None:
+    """Why the published grounding index of this (scoped) lake does not match its manifest:
+    a file missing or not of the size the manifest records, an index file that does not
+    match its own header; None when it matches or none is published. Cheap: one listing
+    and the index's header."""
+    if not lake.exists(MANIFEST_KEY):
+        return None
+    try:
+        recorded = _recorded_files(lake)
+    except ValueError as exc:
+        return str(exc)
+    found = lake.sizes("grounding")
+    for key in (SURFACES_KEY, INDEX_KEY):
+        size = found.get(key.rsplit("/", 1)[1])
+        if size is None:
+            return f"{lake.path(key)}: missing (the grounding manifest lists it)"
+        if key in recorded and size != recorded[key]["size"]:
+            return (
+                f"{lake.path(key)}: {size} bytes, the grounding manifest says "
+                f"{recorded[key]['size']} bytes; rebuild grounding_index"
+            )
+    return index_file_problem(lake)
+
+
+def hash_problems(lake: Lake) -> list[str]:
+    """Each published file whose content no longer hashes to what was recorded at
+    publication, one line naming it (reads every byte; the sizes first): the surface table
+    against the manifest's sha256, the index's sections against its header's."""
+    from kg_platform.storage.digest import file_sha256
+
+    problem = published_problem(lake)
+    if problem is not None:
+        return [problem]
+    if not lake.exists(MANIFEST_KEY):
+        return []
+    problems = []
+    recorded = _recorded_files(lake).get(SURFACES_KEY)
+    if recorded is not None:
+        with lake.open(SURFACES_KEY) as f:
+            if file_sha256(f) != recorded["sha256"]:
+                problems.append(
+                    f"{lake.path(SURFACES_KEY)}: sha256 differs from the grounding manifest's "
+                    f"({recorded['sha256'][:12]}…); rebuild grounding_index"
+                )
+    try:
+        SurfaceIndex.open(lake).verify()
+    except GroundingIndexError as exc:
+        problems.append(f"{exc}; rebuild grounding_index")
+    return problems
 
 
 def sample_questions(surfaces: pl.DataFrame, every: int = SAMPLE_EVERY) -> list[str]:

@@ -210,6 +210,51 @@ def write_index(lake: Lake, key: str, sections: dict[str, np.ndarray], fields: d
     return start + data_bytes
 
 
+def read_header(f, size: int, where: str) -> tuple[dict, int, int]:
+    """(header, where the data starts, data bytes) of the index file ``f`` of ``size`` bytes,
+    checked against its size (``where`` names it in errors)."""
+    head = f.read(len(MAGIC) + 8)
+    if len(head) < len(MAGIC) + 8 or head[: len(MAGIC)] != MAGIC:
+        raise GroundingIndexError(f"{where}: not a grounding index (bad magic); rematerialise")
+    length = int.from_bytes(head[len(MAGIC) :], "little")
+    if length > size:
+        raise GroundingIndexError(f"{where}: truncated ({size} bytes, header of {length})")
+    try:
+        header = json.loads(f.read(length))
+        header["sections"].items()  # noqa: B018 (a mapping, or the error below)
+        data_bytes = int(header["data_bytes"])
+    except (ValueError, KeyError, TypeError, AttributeError) as error:
+        raise GroundingIndexError(f"{where}: unreadable header ({error}); rematerialise") from None
+    if header.get("format") != FORMAT or header.get("hash") != HASH:
+        raise GroundingIndexError(
+            f"{where}: format {header.get('format')}/{header.get('hash')}, this code "
+            f"reads {FORMAT}/{HASH}; rematerialise `grounding_index`"
+        )
+    start = -(-(len(MAGIC) + 8 + length) // ALIGN) * ALIGN
+    if size != start + data_bytes:
+        raise GroundingIndexError(
+            f"{where}: {size} bytes, the header says {start + data_bytes} "
+            "(truncated or appended to); rematerialise `grounding_index`"
+        )
+    return header, start, data_bytes
+
+
+def index_file_problem(lake: Lake, key: str = INDEX_KEY) -> str | None:
+    """Why the published index file does not match its own header (magic, header, size),
+    read through the lake without copying the file; None when it matches. Cheap: the
+    header's bytes and the object's size."""
+    where = lake.path(key)
+    try:
+        size = lake.size(key)
+        with lake.open(key) as f:
+            read_header(f, size, where)
+    except GroundingIndexError as exc:
+        return str(exc)
+    except FileNotFoundError:
+        return f"{where}: missing"
+    return None
+
+
 class _FixedWidth(Sequence[bytes]):
     """A sorted fixed-width bytes array read one item at a time (NUL padding stripped), so
     ``bisect`` can search it."""
@@ -272,34 +317,8 @@ class SurfaceIndex:
         """Map the file at ``path`` (``where`` names it in errors: the lake path)."""
         where = where or path
         with open(path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            head = f.read(len(MAGIC) + 8)
-            if len(head) < len(MAGIC) + 8 or head[: len(MAGIC)] != MAGIC:
-                raise GroundingIndexError(
-                    f"{where}: not a grounding index (bad magic); rematerialise"
-                )
-            length = int.from_bytes(head[len(MAGIC) :], "little")
-            if length > size:
-                raise GroundingIndexError(f"{where}: truncated ({size} bytes, header of {length})")
-            try:
-                header = json.loads(f.read(length))
-                sections = header["sections"]
-                data_bytes = int(header["data_bytes"])
-            except (ValueError, KeyError, TypeError) as error:
-                raise GroundingIndexError(
-                    f"{where}: unreadable header ({error}); rematerialise"
-                ) from None
-            if header.get("format") != FORMAT or header.get("hash") != HASH:
-                raise GroundingIndexError(
-                    f"{where}: format {header.get('format')}/{header.get('hash')}, this code "
-                    f"reads {FORMAT}/{HASH}; rematerialise `grounding_index`"
-                )
-            start = -(-(len(MAGIC) + 8 + length) // ALIGN) * ALIGN
-            if size != start + data_bytes:
-                raise GroundingIndexError(
-                    f"{where}: {size} bytes, the header says {start + data_bytes} "
-                    "(truncated or appended to); rematerialise `grounding_index`"
-                )
+            header, start, data_bytes = read_header(f, os.fstat(f.fileno()).st_size, where)
+            sections = header["sections"]
             mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
         arrays = {}
         for name, s in sections.items():

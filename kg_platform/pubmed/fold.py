@@ -33,6 +33,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from kg_platform.storage.digest import file_sha256
 from kg_platform.storage.lake import Lake
 
 # rows per row group of corpus/articles.parquet: small enough that an answer's title lookup
@@ -392,9 +393,33 @@ def previous_fold(lake: Lake, files: list[str], stamps: dict[str, str]) -> tuple
         expected = manifest.get("corpus_bytes", {}).get(table)
         if not lake.exists(key) or lake.size(key) != expected:
             return None, f"{lake.path(key)} is not the table the previous fold wrote"
+    changed_table = _table_changed_since(lake, manifest)
+    if changed_table is not None:
+        return None, f"{lake.path(changed_table)} is not the table the previous fold wrote"
     if not lake.exists(FOLD_DELETIONS):
         return None, f"{lake.path(FOLD_DELETIONS)}: missing"
     return manifest, f"{len(folded)} files folded before"
+
+
+def _table_changed_since(lake: Lake, manifest: dict) -> str | None:
+    """The first corpus table overwritten since the fold at its size: written after the
+    fold's manifest (which the fold writes last) and no longer of the sha256 the manifest
+    records. Only such a table is read, so an untouched corpus costs a stat per table."""
+    recorded = manifest.get("corpus_sha256", {})
+    written = lake.modified(FOLD_MANIFEST)
+    for table in CORPUS_TABLES:
+        key = corpus_key(table)
+        if table not in recorded or lake.modified(key) <= written:
+            continue
+        with lake.open(key) as f:
+            if file_sha256(f) != recorded[table]:
+                return key
+    return None
+
+
+def _sha256(path: str) -> str:
+    with open(path, "rb") as f:
+        return file_sha256(f)
 
 
 def _publish(
@@ -410,6 +435,7 @@ def _publish(
         "corpus_bytes": {
             t: os.path.getsize(os.path.join(staging, f"{t}.parquet")) for t in CORPUS_TABLES
         },
+        "corpus_sha256": {t: _sha256(os.path.join(staging, f"{t}.parquet")) for t in CORPUS_TABLES},
         "rows": result.rows,
         "deleted": result.deleted,
         "deletions_listed": result.deletions_listed,

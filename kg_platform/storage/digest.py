@@ -1,10 +1,12 @@
 """The sha256 a published array's manifest records: of its data bytes in C order, not of
 the .npy header, so an array hashes the same however it was written. Shared by the graph
-build and the embedding index."""
+build and the embedding index; ``file_sha256`` for a published file recorded whole (the
+grounding index's surface table)."""
 
 from __future__ import annotations
 
 import hashlib
+from typing import BinaryIO
 
 import numpy as np
 
@@ -18,4 +20,12 @@ def array_sha256(array: np.ndarray) -> str:
     flat = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
     for start in range(0, flat.size, _STEP):
         digest.update(flat[start : start + _STEP])
+    return digest.hexdigest()
+
+
+def file_sha256(f: BinaryIO) -> str:
+    """sha256 of every byte read from the open binary file ``f``."""
+    digest = hashlib.sha256()
+    while chunk := f.read(1 << 22):
+        digest.update(chunk)
     return digest.hexdigest()

@@ -209,6 +209,19 @@ class Lake:
         with self._named(path):
             return int(self.fs.size(path))
 
+    def modified(self, key: str) -> float:
+        """When the object was last written (seconds since the epoch): a local file's mtime,
+        an S3 object's LastModified."""
+        path = self.path(key)
+        if self.is_local:
+            return os.stat(path).st_mtime
+        with self._named(path):
+            info = self.fs.info(path)
+        stamp = info.get("LastModified") or info.get("mtime")
+        if stamp is None:
+            raise LakeError(f"{path}: the store gives no modification time")
+        return stamp.timestamp() if hasattr(stamp, "timestamp") else float(stamp)
+
     def sizes(self, prefix: str) -> dict[str, int]:
         """name -> bytes of each object directly under ``prefix`` (one listing; {} when
         there is none)."""

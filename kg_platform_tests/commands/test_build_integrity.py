@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from kg_platform.cli import main
 from kg_platform_tests.conftest import require_reference, use_kg_home
 
 QUESTION = "Does aspirin prevent myocardial infarction?"
+TIME = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC"
 
 
 def build(mirror: Path, *extra: str) -> int:
@@ -67,16 +69,25 @@ def test_a_damaged_graph_and_corpus_are_reported_and_rebuilt(built, capsys) -> N
     good = array.read_bytes()
     assert manifest["arrays"]["art2mesh_indices"]["size"] == len(good)
 
-    # an array changed in place at its size: only the hashes (`kg status --verify`) see it
+    # an array changed in place at its size: written after the graph's materialisation, so
+    # plain `kg status` hashes it (as `kg build` does) and names it
     array.write_bytes(good[:-1] + bytes([good[-1] ^ 0xFF]))
+    hashed = (
+        f"{array}: array art2mesh_indices of graph build {build_id}: sha256 differs from "
+        "its manifest"
+    )
     assert main(["status"]) == 0
-    assert "corrupt" not in capsys.readouterr().out
+    assert re.search(
+        re.escape(
+            f"  2024|pubmed26: corrupt: {hashed} (written after graph[2024|pubmed26] was "
+            "materialised at "
+        )
+        + TIME
+        + re.escape(": art2mesh_indices.npy)\n"),
+        capsys.readouterr().out,
+    )
     assert main(["status", "--verify"]) == 0
-    out = capsys.readouterr().out
-    assert (
-        f"  2024|pubmed26: corrupt: {array}: array art2mesh_indices of graph build "
-        f"{build_id}: sha256 differs from its manifest\n"
-    ) in out
+    assert f"  2024|pubmed26: corrupt: {hashed}\n" in capsys.readouterr().out
 
     # half an array: named by status and by ask
     array.write_bytes(good[: len(good) // 2])
@@ -125,6 +136,43 @@ def test_a_damaged_graph_and_corpus_are_reported_and_rebuilt(built, capsys) -> N
     assert "2 of 7 asset partitions to materialise; the rest are fresh" in out
     assert table.read_bytes() == table_bytes
     assert array.read_bytes() == good
+
+
+def test_a_table_changed_in_place_at_its_size_is_found_and_rebuilt(built, capsys) -> None:
+    """A corpus table overwritten with other bytes of its length keeps a readable footer and
+    its size; written after the corpus's materialisation, it is hashed against the data
+    version the instance records, named by plain `kg status`, and a plain `kg build` redoes
+    the corpus and the graph. The same bytes written again are not corrupt."""
+    home, mirror = built
+    lake = home / "lake"
+    table = lake / "corpus" / "pubmed26" / "mesh_edges.parquet"
+    good = table.read_bytes()
+    table.write_bytes(good)
+    assert main(["status"]) == 0
+    out = capsys.readouterr().out
+    assert "corrupt" not in out and "stale" not in out
+
+    middle = len(good) // 2
+    table.write_bytes(good[:middle] + bytes([good[middle] ^ 0xFF]) + good[middle + 1 :])
+    assert main(["status"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(
+        re.escape(f"  pubmed26: corrupt: {lake / 'corpus' / 'pubmed26'}: the tables (")
+        + r"[a-z_, .]+\) no longer hash to the data version of corpus\[pubmed26\] "
+        + r"\([0-9a-f]{16} != [0-9a-f]{16}\) "
+        + re.escape("(written after corpus[pubmed26] was materialised at ")
+        + TIME
+        + re.escape(": mesh_edges.parquet)\n"),
+        out,
+    )
+    assert "  2024|pubmed26: stale: upstream corpus[pubmed26] corrupt\n" in out
+    assert build(mirror) == 0
+    out = capsys.readouterr().out
+    assert "2 of 7 asset partitions to materialise; the rest are fresh" in out
+    assert table.read_bytes() == good
+    assert main(["status", "--verify"]) == 0
+    out = capsys.readouterr().out
+    assert "corrupt" not in out and "stale" not in out
 
 
 def test_a_failed_file_leaves_what_is_built_from_it_stale(built, capsys) -> None:

@@ -200,6 +200,20 @@ def test_the_fold_is_full_when_the_previous_fold_cannot_be_used(
     assert fold_release(lake, names).reason == (
         f"{lake.path(corpus_key('pubtypes'))} is not the table the previous fold wrote"
     )
+    # a corpus table overwritten at its size after the fold (a second after its manifest):
+    # hashed against the manifest's sha256, so the next fold is a full one, not "unchanged"
+    table = lake.path(corpus_key("mesh_edges"))
+    good = Path(table).read_bytes()
+    middle = len(good) // 2
+    Path(table).write_bytes(good[:middle] + bytes([good[middle] ^ 0xFF]) + good[middle + 1 :])
+    later = os.stat(lake.path(FOLD_MANIFEST)).st_mtime_ns + 1_000_000_000
+    os.utime(table, ns=(later, later))
+    assert fold_release(lake, names).reason == f"{table} is not the table the previous fold wrote"
+    assert Path(table).read_bytes() == good
+    # the same bytes written again: hashed, and folded into as before
+    later = os.stat(lake.path(FOLD_MANIFEST)).st_mtime_ns + 1_000_000_000
+    os.utime(table, ns=(later, later))
+    assert fold_release(lake, names).mode == "unchanged"
     lake.write_bytes(FOLD_MANIFEST, b"{not json")
     reason = fold_release(lake, names).reason
     assert reason.startswith(f"{lake.path(FOLD_MANIFEST)}: unreadable (")
