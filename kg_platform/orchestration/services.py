@@ -251,7 +251,11 @@ def spawn_worker(
     )
     args = [sys.executable, "-m", "celery", "-A", "dagster_celery.app", "worker"]
     args += ["-n", name, "-Q", ",".join(queues), "--concurrency", str(concurrency)]
-    args += ["--prefetch-multiplier", "1", "-I", WORKER_PRELOAD, "--loglevel", "INFO"]
+    # a worker takes a task only when it has a free process: without --disable-prefetch a busy
+    # worker reserves the next step too (early acks free its prefetch slot) while another
+    # worker idles, so two batches of files ran one after the other on one worker
+    args += ["--prefetch-multiplier", "1", "--disable-prefetch"]
+    args += ["-I", WORKER_PRELOAD, "--loglevel", "INFO"]
     args += ["--without-gossip", "--without-mingle"]
     proc = _spawn(args, log, env=worker_env)
     return Process(name=name, pid=proc.pid, log=str(log), queues=tuple(queues)), proc
