@@ -2,7 +2,7 @@
 
 One file is served corrupt: its partition fails with the md5 error, the others succeed and
 `corpus` does not run on partial input. The file is fixed and only the failed partitions are
-backfilled through the webserver's GraphQL (`reexecutePartitionBackfill`, FROM_FAILURE). The
+backfilled from the UI in headless Chromium (the backfill page's "Re-execute from failure"). The
 final lake must equal, by content hash, a clean run; and every check must have passed (a
 backfill reports success even when a check failed, so the checks are asserted separately).
 """
@@ -10,6 +10,7 @@ backfill reports success even when a check failed, so the checks are asserted se
 from __future__ import annotations
 
 import hashlib
+import re
 import shutil
 from pathlib import Path
 
@@ -34,16 +35,6 @@ CORPUS_CHECKS = [
     "polars_recount",
     "edge_sources_in_articles",
 ]
-
-
-REEXECUTE = """
-mutation Reexecute($params: ReexecutionParams!) {
-  reexecutePartitionBackfill(reexecutionParams: $params) {
-    __typename
-    ... on LaunchBackfillSuccess { backfillId }
-    ... on PythonError { message stack }
-  }
-}"""
 
 
 def make_mirror(root: Path) -> None:
@@ -92,6 +83,43 @@ def check_statuses(instance: dg.DagsterInstance, asset: str, names: list[str]) -
                 partition = run.tags.get("dagster/partition") if run else None
             statuses.setdefault((name, partition), record.status.value)
     return statuses
+
+
+def reexecute_from_failure_in_browser(platform, backfill: dict) -> str:
+    """Headless Chromium on the backfill's page: open its actions menu, choose "Re-execute
+    from failure"; the id of the backfill the UI says it created."""
+    from playwright.sync_api import sync_playwright
+
+    from kg_platform_tests.e2e.test_ui import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, WAIT_MS
+
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"{CHROMIUM} is missing: apt-get install -y chromium (.ci/run does this)")
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True
+        )
+        page = browser.new_page(viewport={"width": 1400, "height": 900})
+        try:
+            page.set_default_timeout(WAIT_MS)
+            page.goto(f"{platform.url}/runs/b/{backfill['backfillId']}")
+            page.get_by_text("Partition selection").wait_for()
+            # the page's one icon-only button opens the backfill's actions menu
+            [menu] = [
+                b
+                for b in page.locator("button").all()
+                if b.is_visible() and not b.inner_text().strip()
+            ]
+            menu.click()
+            page.get_by_text("Re-execute from failure", exact=True).click()
+            toast = page.get_by_text(re.compile(r"Created backfill \w+"))
+            toast.wait_for()
+            return re.search(r"Created backfill (\w+)", toast.inner_text()).group(1)
+        except BaseException:
+            ARTIFACTS.mkdir(exist_ok=True)
+            page.screenshot(path=str(ARTIFACTS / "ui_backfill_failure.png"), full_page=True)
+            raise
+        finally:
+            browser.close()
 
 
 def clean_run(root: Path, url: str) -> dict[str, str]:
@@ -173,11 +201,9 @@ def test_failed_shard_is_backfilled_from_failure(tmp_path: Path) -> None:
 
                 # the file is fixed upstream; re-execute the backfill from failure
                 mirror_state.corrupt.clear()
-                second = platform.graphql(
-                    REEXECUTE,
-                    {"params": {"parentRunId": first["backfillId"], "strategy": "FROM_FAILURE"}},
-                )["reexecutePartitionBackfill"]
-                assert second["__typename"] == "LaunchBackfillSuccess", second
+                # from the UI, in a browser: the backfill's page, its menu, "Re-execute from
+                # failure" (the webserver's reexecutePartitionBackfill, FROM_FAILURE)
+                second = {"backfillId": reexecute_from_failure_in_browser(platform, first)}
                 assert platform.wait_for_backfill(second["backfillId"]) in (
                     "COMPLETED",
                     "COMPLETED_SUCCESS",
