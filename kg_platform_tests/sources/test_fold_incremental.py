@@ -19,6 +19,7 @@ from kg_platform.pubmed.fold import (
     FoldResult,
     check_incremental_sample,
     corpus_key,
+    files_holding,
     fold_checks,
     fold_release,
     table_key,
@@ -84,10 +85,14 @@ def test_the_mirror_update_folded_into_the_baseline_corpus_is_the_full_fold(
     assert (second.rows["articles"], second.deleted, second.deletions_listed) == (60, 0, 6)
     assert second.dangling_citations == 1348
     lake = Lake(str(tmp_path / "incremental"))
-    recount = fold_checks(lake, ["pubmed26n1334", "pubmed26n1335"], second)[2]
-    assert recount.details.endswith(
-        "incremental fold equals a full fold on 1 of 1 PMID windows (1904 rows)"
+    checks = fold_checks(lake, ["pubmed26n1334", "pubmed26n1335"], second)
+    assert checks[2].details.endswith(
+        "incremental fold equals a full fold on 1 of 1 PMID windows (1904 rows, "
+        "refolded from the 2 of 2 files holding their PMIDs)"
     )
+    # each check records its own wall seconds (the corpus step's checks show in the UI)
+    assert [list(c.metadata) for c in checks] == [["seconds"]] * 4
+    assert all(isinstance(c.metadata["seconds"], float) for c in checks)
     # folding the same files again reads nothing and writes nothing
     before = lake.read_bytes(corpus_key("articles"))
     again = fold_release(lake, ["pubmed26n1334", "pubmed26n1335"])
@@ -176,6 +181,43 @@ def test_a_synthetic_release_folded_file_by_file_is_the_full_fold(tmp_path: Path
     assert results[-1].deleted > 0 and results[-1].rows["articles"] > 3600
 
 
+def test_the_sampled_refold_reads_only_the_files_holding_its_windows(tmp_path: Path) -> None:
+    """A synthetic release's baseline files hold consecutive PMID ranges, its update files
+    PMIDs from all over: a window inside one baseline file is refolded from that file and
+    the updates touching it (worked out here from every table's PMIDs, not footers), and
+    the check over the pruned files still passes after each incremental fold."""
+    paths = write_synthetic_release(
+        tmp_path / "release", 4000, n_baseline_files=4, n_update_files=3
+    )
+    lake = Lake(str(tmp_path / "lake"))
+    names = load_tables(lake, paths)
+
+    def pmids(file: str) -> set[int]:
+        return {
+            int(p)
+            for table, col in [*CORPUS_TABLES.items(), ("deletions", "pmid")]
+            for p in pl.read_parquet(lake.path(table_key(table, file)))[col]
+        }
+
+    held = {f: pmids(f) for f in names}
+    second = sorted(held[names[1]])
+    window = (second[10], second[20])
+    expected = [f for f in names if any(window[0] <= p <= window[1] for p in held[f])]
+    # the footers' ranges never miss a file holding a PMID of the window
+    got = files_holding(lake, names, [window])
+    assert set(expected) <= set(got)
+    # the baseline files other than the second hold none of it, by range
+    assert [f for f in got if f in names[:4]] == [names[1]]
+    assert files_holding(lake, names, [(-(2**62), 2**62)]) == names
+    assert files_holding(lake, names, [(0, 0)]) == []
+    fold_release(lake, names[:4])
+    for n in range(5, len(names) + 1):
+        result = fold_release(lake, names[:n])
+        assert result.mode == "incremental"
+        passed, details = check_incremental_sample(lake, names[:n], result)
+        assert passed, details
+
+
 def test_the_fold_is_full_when_the_previous_fold_cannot_be_used(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -243,7 +285,8 @@ def test_the_check_fails_when_the_incremental_corpus_differs_from_a_full_fold(
     passed, details = check_incremental_sample(lake, names, result)
     assert (passed, details) == (
         False,
-        "incremental fold differs from a full fold on 1 of 1 PMID windows (1904 rows): "
+        "incremental fold differs from a full fold on 1 of 1 PMID windows (1904 rows, "
+        "refolded from the 2 of 2 files holding their PMIDs): "
         f"articles PMIDs {-(2**62)}..{2**62}: 60 rows written, a full fold gives 60 "
         "(same count, other rows)",
     )
