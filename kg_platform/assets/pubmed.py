@@ -53,12 +53,19 @@ def pubmed_source_file(
     """One file as NLM publishes it, observed (never copied) through its ``.md5``: the md5
     is the file's data version. Partitioned by **file**. When a file changes at the source,
     its `pubmed_xml` partition turns stale, so a rebuild fetches that file again and only
-    that file; `kg build` observes the source before it asks for anything."""
+    that file; `kg build` observes the source before it asks for anything. Only a file whose
+    md5 is new or changed is recorded: the latest observation of every other one stands (a
+    daily build adds one event, not one per file of the release)."""
     source = pubmed_source.get()
     wanted = set(context.instance.get_dynamic_partitions(pubmed_files.name))
     files = [f for f in source.list_files() if f.name in wanted]
+    recorded = versions.latest_observed(context.instance, "pubmed_source_file")
     return dg.DataVersionsByPartition(
-        {name: dg.DataVersion(md5) for name, md5 in source.published_md5s(files).items()}
+        {
+            name: dg.DataVersion(md5)
+            for name, md5 in source.published_md5s(files).items()
+            if recorded.get(name) != md5
+        }
     )
 
 

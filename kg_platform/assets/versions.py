@@ -59,6 +59,25 @@ def latest(instance, asset: str, partition: str, observation: bool = False) -> R
     )
 
 
+def latest_observed(instance, asset: str) -> dict[str, str | None]:
+    """partition -> the data version of its latest observation, for every observed partition
+    of ``asset``, in two queries (the latest event id per partition, then those events)."""
+    key = dg.AssetKey(asset)
+    ids = instance.event_log_storage.get_latest_storage_id_by_partition(
+        key, dg.DagsterEventType.ASSET_OBSERVATION
+    )
+    if not ids:
+        return {}
+    records = instance.fetch_observations(
+        dg.AssetRecordsFilter(asset_key=key, storage_ids=list(ids.values())), limit=len(ids)
+    ).records
+    return {
+        r.partition_key: (r.asset_observation.tags or {}).get(DATA_VERSION_TAG)
+        for r in records
+        if r.asset_observation is not None
+    }
+
+
 def partitions_version(versions: list[str]) -> str:
     """What Dagster records as the data version of a partitioned input: the sha256 of the
     input partitions' versions joined in partition order (the staleness resolver then follows

@@ -137,3 +137,55 @@ def test_broken_xml_with_right_md5_fails_in_parse_naming_the_file(tmp_path, mirr
     message = failure_message(result)
     assert message.startswith("pubmed26n1335")
     assert not list((tmp_path / "lake" / "tables").rglob("pubmed26n1335*"))
+
+
+def test_the_source_is_observed_only_where_an_md5_is_new_or_changed(mirror) -> None:
+    """A file's md5 is recorded the first time it is observed and again only when it
+    changes at the source: an observation of an unchanged release records nothing (the
+    instance does not grow by one event per file per build), and the latest observation of
+    each file stays the one Dagster's staleness compares."""
+    from kg_platform.assets import versions
+    from kg_platform.assets.partitions import pubmed_files
+    from kg_platform.assets.pubmed import observe_pubmed_source, pubmed_source_file
+
+    instance = new_instance()
+    assert instance.get_dynamic_partitions(pubmed_files.name) == FILES
+    defs = dg.Definitions(
+        assets=[pubmed_source_file],
+        jobs=[observe_pubmed_source],
+        resources={"pubmed_source": PubmedSourceResource(base=str(mirror))},
+    )
+    job = defs.resolve_job_def("observe_pubmed_source")
+
+    def observe() -> dict[str, str]:
+        result = job.execute_in_process(instance=instance)
+        assert result.success
+        return {
+            e.partition: e.asset_observation_data.asset_observation.data_version
+            for e in result.get_asset_observation_events()
+        }
+
+    published = {
+        "pubmed26n1334": "3cf53ba34ff73126e42d1d8391330e73",
+        "pubmed26n1335": "88b74979343252faa848a06d7c6aa3ea",
+    }
+    assert {f: md5_of(mirror, f) for f in FILES} == published
+    assert observe() == published
+    assert observe() == {}
+    assert versions.latest_observed(instance, "pubmed_source_file") == published
+    # NLM republishes n1335: only it is observed again
+    update = mirror / "updatefiles" / "pubmed26n1335.xml.gz"
+    update.write_bytes((mirror / "baseline" / "pubmed26n1334.xml.gz").read_bytes())
+    (mirror / "updatefiles" / "pubmed26n1335.xml.gz.md5").write_text(
+        f"MD5(pubmed26n1335.xml.gz)= {published['pubmed26n1334']}\n"
+    )
+    assert observe() == {"pubmed26n1335": published["pubmed26n1334"]}
+    assert versions.latest_observed(instance, "pubmed_source_file") == {
+        "pubmed26n1334": published["pubmed26n1334"],
+        "pubmed26n1335": published["pubmed26n1334"],
+    }
+
+
+def md5_of(mirror: Path, name: str) -> str:
+    [path] = mirror.rglob(f"{name}.xml.gz.md5")
+    return path.read_text().split("= ")[1].strip()
