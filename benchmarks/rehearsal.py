@@ -30,6 +30,12 @@ Phases, each printed as one JSON line (the last line is one JSON object with all
     benchmarks/rehearsal.py --files 84 --work /tmp/kg-rehearsal                # 2.5M records
     benchmarks/rehearsal.py --files 334 --work /tmp/kg-rehearsal --update      # 10M records
 
+Each build also reports its ``timeline`` from the instance (backfill submitted; per run
+created, started, ended, each step's seconds, the corpus checks' own seconds) and
+``output_at_s`` (when each line of its output came). With ``--update`` the built home and
+lake are kept (``built-<files>x<records>`` under ``--work``); ``--reuse-build`` starts from
+that copy and measures the update and the refold again.
+
 The machine's load is printed with each phase: wall time on a shared machine is inflated
 by the load, CPU seconds much less.
 """
@@ -178,16 +184,26 @@ class ProcessTree:
 
 def measured(command: list[str], env: dict, log: Path) -> dict:
     """``command`` run to its end with its output in ``log``: wall, CPU of the whole tree
-    (the children's rusage) and the process tree's figures by role. (``wait4``'s ru_maxrss
-    is not used: a forked child starts with its parent's high-water mark, which survives
-    its exec, so it reports at least this script's own RSS.)"""
+    (the children's rusage), the process tree's figures by role, and when each line of its
+    output came (seconds after the start: where a command's own phases end). (``wait4``'s
+    ru_maxrss is not used: a forked child starts with its parent's high-water mark, which
+    survives its exec, so it reports at least this script's own RSS.)"""
     cpu = _children_cpu()
     started = time.perf_counter()
+    lines: list[list] = []
     with open(log, "ab") as out:
         out.write(f"\n$ {' '.join(command)}\n".encode())
         out.flush()
-        child = subprocess.Popen(command, env=env, cwd=REPO, stdout=out, stderr=subprocess.STDOUT)
+        child = subprocess.Popen(
+            command, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+        )
         tree = ProcessTree(child.pid)
+        for line in child.stdout:
+            at = round(time.perf_counter() - started, 2)
+            out.write(f"[{at:7.2f}] ".encode() + line)
+            out.flush()
+            if text := line.decode(errors="replace").strip():
+                lines.append([at, text[:120]])
         _, status, _ = os.wait4(child.pid, 0)
     wall = time.perf_counter() - started
     roles = tree.stop()
@@ -203,6 +219,7 @@ def measured(command: list[str], env: dict, log: Path) -> dict:
         "cpu_s_reaped": round(_children_cpu() - cpu, 1),
         "cpu_s_tree": round(sum(r["cpu_s"] for r in roles.values()), 1),
         "processes": roles,
+        "output_at_s": lines[:40],
         "load_after": _load(),
     }
 
@@ -332,6 +349,57 @@ def runs_by_asset(dagster_home: str, since: float) -> dict:
     return out
 
 
+def timeline(dagster_home: str, since: float) -> dict:
+    """Where a build's wall went, from the instance, in seconds after ``since`` (the command's
+    start): when the backfill was submitted, and per run (in creation order) when it was
+    created, started and ended, each step's own seconds (STEP_START to its end) and the
+    seconds each check recorded (the corpus checks time themselves)."""
+    import dagster as dg
+    from dagster._core.instance.ref import InstanceRef
+
+    step_events = {
+        dg.DagsterEventType.STEP_START,
+        dg.DagsterEventType.STEP_SUCCESS,
+        dg.DagsterEventType.STEP_FAILURE,
+    }
+    out: dict = {"backfills_submitted_s": [], "runs": []}
+    with dg.DagsterInstance.from_ref(InstanceRef.from_dir(dagster_home)) as instance:
+        for backfill in instance.get_backfills():
+            if backfill.backfill_timestamp >= since:
+                out["backfills_submitted_s"].append(round(backfill.backfill_timestamp - since, 2))
+        records = [
+            r
+            for r in instance.get_run_records()
+            if r.create_timestamp.timestamp() >= since and r.end_time
+        ]
+        for record in sorted(records, key=lambda r: r.create_timestamp):
+            run = record.dagster_run
+            keys = sorted(k.to_user_string() for k in run.asset_selection or [])
+            entry = {
+                "run": "+".join(keys) or run.job_name,
+                "created_s": round(record.create_timestamp.timestamp() - since, 2),
+                "started_s": round((record.start_time or since) - since, 2),
+                "ended_s": round(record.end_time - since, 2),
+            }
+            steps: dict[str, list[float]] = {}
+            for e in instance.all_logs(run.run_id, of_type=step_events):
+                steps.setdefault(e.step_key, []).append(e.timestamp)
+            if steps:  # each step's seconds from its start to its end
+                entry["steps_s"] = {k: round(max(t) - min(t), 2) for k, t in steps.items()}
+            checks = {}
+            for e in instance.all_logs(
+                run.run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION
+            ):
+                data = e.dagster_event.event_specific_data
+                seconds = data.metadata.get("seconds")
+                if seconds is not None:
+                    checks[data.check_name] = seconds.value
+            if checks:
+                entry["checks_s"] = checks
+            out["runs"].append(entry)
+    return out
+
+
 # -- the commands -----------------------------------------------------------------------------
 def kg(*args: str) -> list[str]:
     return [os.path.join(BIN, "kg"), *args]
@@ -360,6 +428,7 @@ def build(env: dict, log: Path, source: str, lake: str, select: str, jobs: int, 
     return {
         **got,
         "runs_by_asset": runs_by_asset(home, since),
+        "timeline": timeline(home, since),
         "disk": disk(lake, home),
         "instance": instance_counts(home),
     }
@@ -490,6 +559,13 @@ def main() -> int:
     parser.add_argument("--update", action="store_true", help="the update and full phases")
     parser.add_argument("--update-records", type=int, default=30_000)
     parser.add_argument("--update-deleted", type=int, default=500)
+    parser.add_argument(
+        "--reuse-build",
+        action="store_true",
+        help="start from the copy of the built home and lake an earlier run kept (its build "
+        "phase is not measured again; status and the UI are skipped): for measuring the "
+        "update again",
+    )
     args = parser.parse_args()
 
     work = Path(args.work).resolve()
@@ -515,8 +591,14 @@ def main() -> int:
     names = sorted(p.name.removesuffix(".xml.gz") for p in Path(source, "baseline").glob("*.gz"))
 
     run = work / f"run-{args.files}x{args.records_per_file}"
+    kept = work / f"built-{args.files}x{args.records_per_file}"
+    if args.reuse_build and not kept.is_dir():
+        raise SystemExit(f"--reuse-build: {kept} is missing; run once without it")
     shutil.rmtree(run, ignore_errors=True)
-    run.mkdir()
+    if args.reuse_build:
+        shutil.copytree(kept, run, symlinks=True)
+    else:
+        run.mkdir()
     lake = str(run / "lake")
     env = {
         **os.environ,
@@ -528,10 +610,17 @@ def main() -> int:
     env.pop("KG_EXECUTOR", None)
     env.pop(FULL_FOLD_ENV, None)
     log = run / "commands.log"
-    phase("build", build(env, log, source, lake, args.select, args.jobs))
+    if args.reuse_build:
+        phase("build", {"reused": str(kept)})
+    else:
+        phase("build", build(env, log, source, lake, args.select, args.jobs))
+        if args.update:  # the built state, for measuring the update again (--reuse-build)
+            shutil.rmtree(kept, ignore_errors=True)
+            shutil.copytree(run, kept, symlinks=True)
     phase("ask", ask(env, lake, args.runs, args.questions))
-    phase("status", status(env, lake, log))
-    if not args.no_ui:
+    if not args.reuse_build:
+        phase("status", status(env, lake, log))
+    if not args.no_ui and not args.reuse_build:
         try:
             phase("ui", ui(env, run, names))
         except Exception as exc:  # noqa: BLE001 - a phase that cannot run is reported

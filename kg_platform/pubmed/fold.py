@@ -989,13 +989,16 @@ def files_holding(lake: Lake, files: list[str], bounds: list[tuple[int, int]]) -
     return held
 
 
-def check_incremental_sample(lake: Lake, files: list[str], result: FoldResult) -> tuple[bool, str]:
+def check_incremental_sample(
+    lake: Lake, files: list[str], result: FoldResult, prune: bool = True
+) -> tuple[bool, str]:
     """An incremental fold's tables against a full fold of every file, row for row, on a few
     PMID windows: those of the first, middle and last touched PMIDs and one chosen by the
     file list. The windows are refolded in DuckDB from the per-file tables alone, with the
     full fold's own SQL restricted to their PMIDs and to the files that hold any of them
     (NLM's files hold consecutive PMID ranges, so a window reads about one baseline file
-    and the updates, not the release)."""
+    and the updates, not the release; ``prune=False`` reads every file, the reference
+    benchmarks/fold_sample_check.py times it against)."""
     windows = _windows(lake)
     starts = np.array([lo for lo, _ in windows])
     picked = {int(np.searchsorted(starts, p, side="right")) - 1 for p in result.sample_pmids}
@@ -1011,7 +1014,7 @@ def check_incremental_sample(lake: Lake, files: list[str], result: FoldResult) -
         _run(con, "SET parquet_metadata_cache = true")
         # one refold for all the windows: their PMIDs only, from every file that holds any
         window = " OR ".join(f"pmid BETWEEN {lo} AND {hi}" for lo, hi in bounds)
-        holding = files_holding(lake, files, bounds)
+        holding = files_holding(lake, files, bounds) if prune else list(files)
         per_file = _fold_tables(con, lake, files, window=f"({window})", only=set(holding))
         for table in CORPUS_TABLES:
             query = _rows_query(per_file, table).format(lo=bounds[0][0], hi=bounds[-1][1])

@@ -216,6 +216,10 @@ def test_the_sampled_refold_reads_only_the_files_holding_its_windows(tmp_path: P
         assert result.mode == "incremental"
         passed, details = check_incremental_sample(lake, names[:n], result)
         assert passed, details
+        # the same windows and rows as refolding them from every file
+        every, every_details = check_incremental_sample(lake, names[:n], result, prune=False)
+        assert every and every_details.endswith(f"the {n} of {n} files holding their PMIDs)")
+        assert details.split(", refolded")[0] == every_details.split(", refolded")[0]
 
 
 def test_the_fold_is_full_when_the_previous_fold_cannot_be_used(
