@@ -117,3 +117,15 @@ def kg(question_lake):
     from kg_platform.answer.api import KnowledgeGraph
 
     return KnowledgeGraph.open(question_lake)
+
+
+def materialised_partitions(instance, runs, asset: str) -> set[str]:
+    """The partitions of ``asset`` that ``runs`` materialised, as the instance records them."""
+    import dagster as dg
+
+    return {
+        e.dagster_event.partition
+        for run in runs
+        for e in instance.all_logs(run.run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION)
+        if e.dagster_event.asset_key == dg.AssetKey(asset)
+    }

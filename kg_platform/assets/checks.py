@@ -133,6 +133,23 @@ def evaluations(
     ]
 
 
+def files_failure(failed: Mapping[str, str], n_files: int) -> dg.Failure:
+    """A step over ``n_files`` file partitions whose ``failed`` ones ({file: cause}) failed:
+    how many, then one line per file naming it; the causes as ``failed_files`` metadata,
+    which `kg build` prints per file."""
+    lines = [
+        cause if cause.startswith(name) else f"{name}: {cause}"
+        for name, cause in sorted(failed.items())
+    ]
+    if n_files > 1:
+        lines.insert(0, f"{len(failed)} of {n_files} files failed:")
+    return dg.Failure(
+        description="\n".join(lines),
+        metadata={"failed_files": dg.MetadataValue.json(dict(sorted(failed.items())))},
+        allow_retries=False,
+    )
+
+
 def data_version(digest: str) -> dg.DataVersion:
     """A data version from a content digest (Lake.digest), so an unchanged output leaves
     everything downstream fresh and a changed one marks it stale."""

@@ -5,6 +5,7 @@ import json
 import dagster as dg
 
 from kg_platform.assets import versions
+from kg_platform.assets.checks import files_failure
 from kg_platform.assets.partitions import (
     FILES_TO_RELEASE,
     mesh_years,
@@ -105,14 +106,7 @@ def embedding_shards(
                 target_materialization_data=target.target if target else None,
             )
     if failed:
-        raise dg.Failure(
-            description="\n".join(
-                ([f"{len(failed)} of {len(files)} files failed:"] if len(files) > 1 else [])
-                + [failed[f] for f in sorted(failed)]
-            ),
-            metadata={"failed_files": dg.MetadataValue.json(dict(sorted(failed.items())))},
-            allow_retries=False,
-        )
+        raise files_failure(failed, len(files))
 
 
 def shard_version(lake, file: str) -> str:

@@ -7,7 +7,13 @@ from collections.abc import Iterator
 import dagster as dg
 
 from kg_platform.assets import versions
-from kg_platform.assets.checks import check_results, check_specs, data_version, evaluations
+from kg_platform.assets.checks import (
+    check_results,
+    check_specs,
+    data_version,
+    evaluations,
+    files_failure,
+)
 from kg_platform.assets.partitions import (
     FILES_TO_RELEASE,
     files_of_release,
@@ -247,17 +253,7 @@ class FileBatch:
 
     def failure(self) -> dg.Failure:
         """The step's failure: how many files failed, then one line per file."""
-        lines = [
-            cause if cause.startswith(name) else f"{name}: {cause}"
-            for name, cause in sorted(self.failed.items())
-        ]
-        if len(self.files) > 1:
-            lines.insert(0, f"{len(self.failed)} of {len(self.files)} files failed:")
-        return dg.Failure(
-            description="\n".join(lines),
-            metadata={"failed_files": dg.MetadataValue.json(dict(sorted(self.failed.items())))},
-            allow_retries=False,
-        )
+        return files_failure(self.failed, len(self.files))
 
 
 def _one_line(error: Exception) -> str:

@@ -19,7 +19,7 @@ import pytest
 
 from kg_platform.assets.partitions import pubmed_files
 from kg_platform.commands.build_run import partition_label
-from kg_platform_tests.conftest import require_reference
+from kg_platform_tests.conftest import materialised_partitions, require_reference
 from kg_platform_tests.e2e.platform import LAUNCH_BACKFILL, content_hashes, running_platform
 from kg_platform_tests.sources.mirror_server import serve_mirror
 
@@ -58,16 +58,6 @@ def failed_files(instance: dg.DagsterInstance, run_id: str) -> list[dict[str, st
         record.dagster_event.step_failure_data.user_failure_data.metadata["failed_files"].value
         for record in instance.all_logs(run_id, of_type=dg.DagsterEventType.STEP_FAILURE)
     ]
-
-
-def materialised_in(instance: dg.DagsterInstance, runs, asset: str) -> set[str]:
-    """The partitions of ``asset`` that ``runs`` materialised."""
-    return {
-        e.dagster_event.partition
-        for run in runs
-        for e in instance.all_logs(run.run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION)
-        if e.dagster_event.asset_key == dg.AssetKey(asset)
-    }
 
 
 def check_statuses(instance: dg.DagsterInstance, asset: str, names: list[str]) -> dict:
@@ -211,7 +201,7 @@ def test_failed_shard_is_backfilled_from_failure(tmp_path: Path) -> None:
                 # only the failed partition ran again
                 rerun = runs_of_backfill(instance, second["backfillId"])
                 assert [partition_label(r.tags) for r in rerun] == [CORRUPT]
-                assert materialised_in(instance, rerun, "pubmed_tables") == {CORRUPT}
+                assert materialised_partitions(instance, rerun, "pubmed_tables") == {CORRUPT}
                 assert (
                     sorted(instance.get_materialized_partitions(dg.AssetKey("pubmed_tables")))
                     == FILES

@@ -29,7 +29,7 @@ import dagster as dg
 import pyarrow.parquet as pq
 import pytest
 
-from kg_platform_tests.conftest import REPO_ROOT, require_reference
+from kg_platform_tests.conftest import REPO_ROOT, materialised_partitions, require_reference
 from kg_platform_tests.storage.lake_content import content, lake_keys
 
 pytestmark = pytest.mark.slow
@@ -248,16 +248,6 @@ def steps(instance: dg.DagsterInstance, runs, kind: dg.DagsterEventType) -> set[
     }
 
 
-def partitions_of(instance: dg.DagsterInstance, runs, asset: str) -> set[str]:
-    """The partitions of ``asset`` that ``runs`` materialised."""
-    return {
-        e.dagster_event.partition
-        for run in runs
-        for e in instance.all_logs(run.run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION)
-        if e.dagster_event.asset_key == dg.AssetKey(asset)
-    }
-
-
 def in_process_lake(tmp_path: Path, mirror: Path) -> Path:
     """The reference: the same assets in process, on an ephemeral instance, into a folder."""
     from kg_platform.assets.pubmed import corpus, pubmed_file_batch
@@ -401,8 +391,8 @@ def test_reference_build_on_celery_into_s3_survives_a_killed_worker(
         assert f"  failed: pubmed_tables+pubmed_xml [{FILES[1]}]: {line}" in out, out[-4000:]
         failed_at = instance.get_run_record_by_id(run.run_id).end_time
         assert failed_at - killed_at < PING_EVERY_S * (PINGS_MISSED + 3)
-        assert partitions_of(instance, first, "pubmed_xml") == {FILES[0]}
-        assert partitions_of(instance, first, "pubmed_tables") == {FILES[0]}
+        assert materialised_partitions(instance, first, "pubmed_xml") == {FILES[0]}
+        assert materialised_partitions(instance, first, "pubmed_tables") == {FILES[0]}
         # the lost step gave its `ncbi` slot back (it writes no step event that would)
         assert instance.event_log_storage.get_concurrency_info("ncbi").active_slot_count == 0
 
@@ -420,8 +410,8 @@ def test_reference_build_on_celery_into_s3_survives_a_killed_worker(
         second = [r.dagster_run for r in build_run.backfill_runs(instance, result.backfill_id)]
         assert {r.status for r in second} == {dg.DagsterRunStatus.SUCCESS}
         # it redid only what was not recorded: the second file's tables, and the fold
-        assert partitions_of(instance, second, "pubmed_tables") == {FILES[1]}
-        assert partitions_of(instance, second, "corpus") == {RELEASE}
+        assert materialised_partitions(instance, second, "pubmed_tables") == {FILES[1]}
+        assert materialised_partitions(instance, second, "corpus") == {RELEASE}
 
         # every step ran on a worker of its queue, in a fresh child of that worker; the
         # killed worker ran nothing after
