@@ -69,7 +69,7 @@ from kg_platform.answer.ladder import (  # noqa: E402
     decide,
     path_counts,
 )
-from kg_platform.evaluation.grounding_eval import load_pubmedqa  # noqa: E402
+from kg_platform.evaluation.grounding.evaluation import load_pubmedqa  # noqa: E402
 from kg_platform.graph import layout  # noqa: E402
 from kg_platform.graph.build import build_graph  # noqa: E402
 from kg_platform.mesh.tables import build_mesh_tables  # noqa: E402

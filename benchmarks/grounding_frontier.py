@@ -20,7 +20,7 @@ from pathlib import Path
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks.grounding_versions import folds, mesh_frames  # noqa: E402
-from kg_platform.evaluation.grounding_eval import (  # noqa: E402
+from kg_platform.evaluation.grounding.evaluation import (  # noqa: E402
     evaluate_grounding,
     heading_index,
     load_pubmedqa,

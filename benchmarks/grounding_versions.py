@@ -32,7 +32,7 @@ import polars as pl
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from kg_platform.evaluation.grounding_eval import (  # noqa: E402
+from kg_platform.evaluation.grounding.evaluation import (  # noqa: E402
     evaluate_grounding,
     heading_index,
     load_pubmedqa,
@@ -130,7 +130,7 @@ def hybrid(
     The index comes from (and its vectors go to) ``concept_cache``; ``dense_rules`` names
     the vocabulary rules applied to the dense links (``hybrid.DENSE_RULES``)."""
     from kg_platform.embeddings.encoder import Encoder
-    from kg_platform.evaluation.hybrid_eval import (
+    from kg_platform.evaluation.grounding.hybrid import (
         evaluate_hybrid,
         link_questions,
         provide_concept_index,

@@ -145,8 +145,8 @@ def build_lake(args: argparse.Namespace) -> dict:
 def evaluate(args: argparse.Namespace, built: dict) -> dict:
     from kg_platform.answer.api import KnowledgeGraph
     from kg_platform.answer.readers.base import load_pubmedqa
-    from kg_platform.evaluation.refusal_eval import evaluate_refusal
-    from kg_platform.evaluation.stats import bootstrap_rd_ci
+    from kg_platform.evaluation.common.stats import bootstrap_rd_ci
+    from kg_platform.evaluation.refusal.evaluation import evaluate_refusal
 
     name = Path(args.pubmedqa).name.split(".")[0]
     root = Lake(args.out)

@@ -20,7 +20,7 @@ from pathlib import Path
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from kg_platform.answer.verifier import read_claims, read_corpus, scifact_pairs  # noqa: E402
-from kg_platform.evaluation.scifact_eval import claim_folds  # noqa: E402
+from kg_platform.evaluation.scifact.evaluation import claim_folds  # noqa: E402
 
 REFERENCE = Path(os.environ.get("KG_REFERENCE_DATA", "../shared/data"))
 

@@ -25,14 +25,14 @@ def allocation_report(
     with random-neighbour and shuffled-graph controls: markdown report, plot and JSON.
     Partitioned by **question set x configuration** (matched_ceilings: the study's budgets)."""
     # the step's own libraries (numpy, matplotlib): loaded here, not with the definitions
-    from kg_platform.evaluation.allocation_eval import (
+    from kg_platform.evaluation.allocation.evaluation import (
         CONFIGURATIONS,
         render_markdown,
         run_allocation_eval,
         summary,
         write_report,
     )
-    from kg_platform.evaluation.question_sets import question_set_object
+    from kg_platform.evaluation.common.question_sets import question_set_object
     from kg_platform.pubmed.tables import local_copy
 
     scope = scope_for(context)

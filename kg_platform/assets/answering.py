@@ -1,5 +1,5 @@
 """Answering: the trained reader of a configuration, its posterior caches per question set
-and the PubMedQA report (kg_platform.evaluation.pubmedqa_answering holds the rules)."""
+and the PubMedQA report (kg_platform.evaluation.pubmedqa.answering holds the rules)."""
 
 import dagster as dg
 
@@ -10,7 +10,7 @@ from kg_platform.assets.checks import (
     published_report,
 )
 from kg_platform.assets.partitions import answering_evaluations, dims_of, reader_configs
-from kg_platform.evaluation.contracts import CACHE_CHECKS, READER_CHECKS, REPORT_CHECKS
+from kg_platform.evaluation.common.contracts import CACHE_CHECKS, READER_CHECKS, REPORT_CHECKS
 from kg_platform.resources.lake import LakeResource
 
 # each step imports the evaluation modules it runs (numpy, scikit-learn, torch, matplotlib)
@@ -27,12 +27,13 @@ def reader_model(context: dg.AssetExecutionContext, lake: LakeResource) -> dg.Ma
     """The configuration's reader trained on its DEV question set, saved under
     readers/models/<content hash>/. Partitioned by **reader configuration**: a model is a
     function of (training set, recipe, seed), all of which the configuration names."""
-    from kg_platform.evaluation import pubmedqa_answering as answering
-    from kg_platform.evaluation.reader_configs import load_reader_config
+    from kg_platform.evaluation.common.question_sets import open_question_set
+    from kg_platform.evaluation.pubmedqa import answering
+    from kg_platform.evaluation.pubmedqa.reader_configs import load_reader_config
 
     root = lake.get()
     config = load_reader_config(root, context.partition_key)
-    with answering.open_question_set(root, config.training_set) as training:
+    with open_question_set(root, config.training_set) as training:
         reader = answering.train_config_reader(config, training.questions)
         with root.transaction() as staged:
             record = answering.save_trained_reader(staged, config, reader)
@@ -72,21 +73,24 @@ def posterior_cache(context: dg.AssetExecutionContext, lake: LakeResource) -> dg
     posteriors/<config>/<question set>/. Partitioned by **reader configuration x question
     set**: the configuration fixes the reader, the set the questions; on the configuration's
     own training set every arm is K-fold cross-fitted."""
-    from kg_platform.evaluation import pubmedqa_answering as answering
-    from kg_platform.evaluation.reader_configs import load_reader_config
+    from kg_platform.evaluation.common.posteriors import cache_prefix
+    from kg_platform.evaluation.common.question_sets import open_question_set
+    from kg_platform.evaluation.common.trained import read_trained_reader
+    from kg_platform.evaluation.pubmedqa import answering
+    from kg_platform.evaluation.pubmedqa.reader_configs import load_reader_config
 
     dims = dims_of(context)
     root = lake.get()
     config = load_reader_config(root, dims["reader_config"])
-    record = answering.read_trained(root, config.key)
+    record = read_trained_reader(root, config.key)
     reader = answering.load_trained_reader(root, record)
     pool = answering.candidate_pool(root)
     with (
-        answering.open_question_set(root, config.training_set) as training,
-        answering.open_question_set(root, dims["question_set"]) as target,
+        open_question_set(root, config.training_set) as training,
+        open_question_set(root, dims["question_set"]) as target,
     ):
         built = answering.build_cache_tables(config, reader, training, target, pool)
-        prefix = answering.cache_prefix(config.key, target.key)
+        prefix = cache_prefix(config.key, target.key)
         manifest = {"config": config.key, "question_set": target.key, "model": record["model"]}
         with root.transaction() as staged:
             keys = answering.write_cache_tables(staged, prefix, built, manifest)
@@ -124,19 +128,21 @@ def pubmedqa_report(context: dg.AssetExecutionContext, lake: LakeResource) -> dg
     key is one (DEV, TEST) pair x reader. The declared dependency (identity) is the TEST
     cache; the DEV cache is the posterior_cache partition (config, DEV), which no built-in
     partition mapping expresses, so it is read by name from the lake (as FILES_TO_RELEASE)."""
-    from kg_platform.evaluation import pubmedqa_answering as answering
-    from kg_platform.evaluation.pubmedqa_report import write_pubmedqa_report
-    from kg_platform.evaluation.reader_configs import load_reader_config
+    from kg_platform.evaluation.common.posteriors import read_cache_tables
+    from kg_platform.evaluation.common.question_sets import open_question_set
+    from kg_platform.evaluation.pubmedqa import answering
+    from kg_platform.evaluation.pubmedqa.reader_configs import load_reader_config
+    from kg_platform.evaluation.pubmedqa.report import write_pubmedqa_report
 
     dims = dims_of(context)
     root = lake.get()
     config = load_reader_config(root, dims["reader_config"])
     with (
-        answering.open_question_set(root, config.training_set) as dev,
-        answering.open_question_set(root, dims["question_set"]) as test,
+        open_question_set(root, config.training_set) as dev,
+        open_question_set(root, dims["question_set"]) as test,
     ):
-        dev_caches = answering.read_cache_tables(root, config.key, dev.key)
-        test_caches = answering.read_cache_tables(root, config.key, test.key)
+        dev_caches = read_cache_tables(root, config.key, dev.key)
+        test_caches = read_cache_tables(root, config.key, test.key)
         report = answering.pubmedqa_report(dev, test, dev_caches, test_caches)
         outcomes = answering.check_report(report, dev, test, dev_caches, test_caches)
     store = root.scoped(answering.report_scope(dev.key, test.key, config.key))

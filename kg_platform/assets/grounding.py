@@ -4,7 +4,7 @@ import dagster as dg
 
 from kg_platform.assets.checks import Outcome, check_results, data_version
 from kg_platform.assets.partitions import grounding_evaluations, mesh_years, scope_for
-from kg_platform.evaluation.contracts import MIN_PRECISION
+from kg_platform.evaluation.common.contracts import MIN_PRECISION
 from kg_platform.resources.lake import LakeResource
 
 # each step imports the grounding and evaluation modules it runs (polars, numpy) itself: the
@@ -110,8 +110,8 @@ def grounding_report(context: dg.AssetExecutionContext, lake: LakeResource) -> d
     the worst spurious matches: reports/grounding/<question set>/<year>/{report.md, .json}.
     Partitioned by **question set x configuration**, the configuration being the MeSH year
     grounded against (roles from MeSH structure, as `kg eval grounding`)."""
-    from kg_platform.evaluation.grounding_eval import write_grounding_report
-    from kg_platform.evaluation.question_sets import question_set_object
+    from kg_platform.evaluation.common.question_sets import question_set_object
+    from kg_platform.evaluation.grounding.evaluation import write_grounding_report
     from kg_platform.pubmed.tables import local_copy
 
     scope = scope_for(context)

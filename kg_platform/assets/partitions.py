@@ -11,14 +11,14 @@
   name's stem plus a content-hash prefix (``pqal_dev400-1a2b3c4d``);
 - reader configuration (``cues-1a2b3c4d``): a reader kind, recipe, seed, folds, truncations
   and training (DEV) question set, registered as ``readers/configs/<key>.json``
-  (kg_platform.evaluation.reader_configs); posterior caches and PubMedQA reports are
+  (kg_platform.evaluation.pubmedqa.reader_configs); posterior caches and PubMedQA reports are
   reader configuration x question set;
 - verifier configuration (``minilm-1a2b3c4d``): a verifier kind, recipe, seed, folds and the
   SciFact claim set and corpus it trains on (``verifiers/configs/<key>.json``,
-  kg_platform.evaluation.verifier_training);
+  kg_platform.evaluation.scifact.verifier_training);
 - SciFact claim set (``claims_train-1a2b3c4d``): a claims CSV registered like a question set;
 - ladder configuration (``ladder-1a2b3c4d``): min_paths, seed, graph build, gate 7's verifier
-  and the reader whose posterior cache is compared (kg_platform.evaluation.refusal_report);
+  and the reader whose posterior cache is compared (kg_platform.evaluation.refusal.report);
   refusal reports are question set x ladder configuration.
 """
 
@@ -28,7 +28,7 @@ import re
 
 import dagster as dg
 
-from kg_platform.evaluation.contracts import ALLOCATION_CONFIGURATIONS
+from kg_platform.evaluation.common.contracts import ALLOCATION_CONFIGURATIONS
 from kg_platform.storage.scope import Scope
 
 FILE_KEY = re.compile(r"^(pubmed\d{2})n\d{4}$")

@@ -63,22 +63,22 @@ STEP_MODULES = (
     # grounding
     "kg_platform.grounding.index",
     "kg_platform.grounding.surface_index",
-    "kg_platform.evaluation.grounding_eval",
+    "kg_platform.evaluation.grounding.evaluation",
     # embeddings
     "kg_platform.embeddings.encoder",
     "kg_platform.embeddings.concepts",
     "kg_platform.embeddings.index",
     "kg_platform.embeddings.shards",
     # evaluation, answering and verification reports
-    "kg_platform.evaluation.allocation_eval",
-    "kg_platform.evaluation.question_sets",
-    "kg_platform.evaluation.pubmedqa_answering",
-    "kg_platform.evaluation.pubmedqa_report",
-    "kg_platform.evaluation.reader_configs",
-    "kg_platform.evaluation.verifier_training",
-    "kg_platform.evaluation.scifact_report",
-    "kg_platform.evaluation.scifact_transfer",
-    "kg_platform.evaluation.refusal_report",
+    "kg_platform.evaluation.allocation.evaluation",
+    "kg_platform.evaluation.common.question_sets",
+    "kg_platform.evaluation.pubmedqa.answering",
+    "kg_platform.evaluation.pubmedqa.report",
+    "kg_platform.evaluation.pubmedqa.reader_configs",
+    "kg_platform.evaluation.scifact.verifier_training",
+    "kg_platform.evaluation.scifact.report",
+    "kg_platform.evaluation.scifact.transfer",
+    "kg_platform.evaluation.refusal.report",
 )
 
 

@@ -1,6 +1,6 @@
 """Verification: the evidence verifier of a configuration (gate 7, with its tau), the SciFact
 report of a claim set, and the refusal report of a question set under a ladder
-configuration (kg_platform.evaluation.verifier_training, scifact_report and refusal_report
+configuration (kg_platform.evaluation.scifact.verifier_training, scifact_report and refusal_report
 hold the rules)."""
 
 import dagster as dg
@@ -18,7 +18,7 @@ from kg_platform.assets.partitions import (
     scifact_heldout_sets,
     verifier_configs,
 )
-from kg_platform.evaluation.contracts import (
+from kg_platform.evaluation.common.contracts import (
     HELDOUT_CHECKS,
     REFUSAL_REPORT_CHECKS,
     SCIFACT_REPORT_CHECKS,
@@ -45,7 +45,8 @@ def verifier_model(context: dg.AssetExecutionContext, lake: LakeResource) -> dg.
     set, with gate 7's tau fitted on the out-of-fold scores of those claims, under
     verifiers/models/<content hash>/. Partitioned by **verifier configuration**: a model is a
     function of (claim set, corpus, recipe, seed, folds), all of which the configuration names."""
-    from kg_platform.evaluation import verifier_training as training
+    from kg_platform.evaluation.common.trained import verifier_trained_key
+    from kg_platform.evaluation.scifact import verifier_training as training
 
     root = lake.get()
     config = training.load_verifier_config(root, context.partition_key)
@@ -55,7 +56,7 @@ def verifier_model(context: dg.AssetExecutionContext, lake: LakeResource) -> dg.
             record = training.save_trained_verifier(staged, config, claims, trained)
             outcomes = training.check_verifier_model(staged, record, trained, claims, config)
             results = check_results(context, outcomes, f"verifier_model[{config.key}]")
-            digest = staged.digest([training.trained_key(config.key), record["oof"]])
+            digest = staged.digest([verifier_trained_key(config.key), record["oof"]])
     return dg.MaterializeResult(
         metadata={
             "model": record["model"],
@@ -85,8 +86,8 @@ def scifact_report(context: dg.AssetExecutionContext, lake: LakeResource) -> dg.
     set (out of fold), beside the untrained-encoder baseline on the same folds: markdown, PNG
     and JSON under reports/scifact/<claim set>/. Partitioned by **claim set**; the verifiers
     are every verifier_model partition whose configuration trains on it."""
-    from kg_platform.evaluation import scifact_report as scifact
-    from kg_platform.evaluation import verifier_training as training
+    from kg_platform.evaluation.scifact import report as scifact
+    from kg_platform.evaluation.scifact import verifier_training as training
 
     root = lake.get()
     key = context.partition_key
@@ -135,15 +136,18 @@ def refusal_report(context: dg.AssetExecutionContext, lake: LakeResource) -> dg.
     reports/refusal/<question set>/<ladder config>/. Partitioned by **question set x ladder configuration**; the configuration names
     the graph build, gate 7's verifier and the reader configuration whose posterior cache is
     read, each by name from the lake."""
-    from kg_platform.evaluation import pubmedqa_answering as answering
-    from kg_platform.evaluation import refusal_report as refusal
+    from kg_platform.evaluation.common.question_sets import (
+        check_question_set_matches_key,
+        open_question_set,
+    )
+    from kg_platform.evaluation.refusal import report as refusal
 
     dims = dims_of(context)
     root = lake.get()
     config = refusal.load_ladder_config(root, dims["ladder_config"])
-    with answering.open_question_set(root, dims["question_set"]) as questions:
+    with open_question_set(root, dims["question_set"]) as questions:
         doc, evaluated = refusal.refusal_report(root, questions, config)
-        matches_key = answering.check_question_set_matches_key(questions)
+        matches_key = check_question_set_matches_key(questions)
         outcomes = refusal.check_refusal_report(
             doc, evaluated, len(questions.questions), matches_key
         )
@@ -175,8 +179,8 @@ def scifact_heldout_report(
     baseline fitted there) scored once on this one: NOINFO AUROC, macro-F1, the decision at
     the saved tau and the shuffled-label control, under reports/scifact_heldout/<claim set>/.
     Partitioned by **held-out claim set**; a shared claim id fails the check."""
-    from kg_platform.evaluation import scifact_transfer as transfer
-    from kg_platform.evaluation import verifier_training as training
+    from kg_platform.evaluation.scifact import transfer
+    from kg_platform.evaluation.scifact import verifier_training as training
 
     root = lake.get()
     key = context.partition_key

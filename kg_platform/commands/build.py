@@ -147,7 +147,7 @@ def register_question_sets(lake, selected: set) -> tuple[list[str], list[str]]:
     """The reference question sets the selected reports read, copied into the lake."""
     import dagster as dg
 
-    from kg_platform.evaluation.question_sets import register_question_set
+    from kg_platform.evaluation.common.question_sets import register_question_set
 
     pubmedqa, hotpotqa = [], []
     base = reference_data_dir()

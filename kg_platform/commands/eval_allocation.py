@@ -8,7 +8,7 @@ import json
 import sys
 from pathlib import Path
 
-from kg_platform.evaluation.allocation_eval import (
+from kg_platform.evaluation.allocation.evaluation import (
     AllocationEvalConfig,
     render_markdown,
     run_allocation_eval,

@@ -9,7 +9,7 @@ import sys
 import polars as pl
 
 from kg_platform.commands.partition_args import add_partition_args, may_hold_graph, scoped_lake
-from kg_platform.evaluation.grounding_eval import (
+from kg_platform.evaluation.grounding.evaluation import (
     evaluate_with_mesh,
     graph_linkable,
     load_pubmedqa,

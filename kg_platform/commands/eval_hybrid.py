@@ -10,8 +10,8 @@ from dataclasses import replace
 
 from kg_platform.commands.eval_grounding import mesh_frames
 from kg_platform.commands.partition_args import add_partition_args, may_hold_graph
-from kg_platform.evaluation.grounding_eval import heading_index, load_pubmedqa
-from kg_platform.evaluation.hybrid_eval import (
+from kg_platform.evaluation.grounding.evaluation import heading_index, load_pubmedqa
+from kg_platform.evaluation.grounding.hybrid import (
     DEFAULT_THRESHOLDS,
     evaluate_hybrid,
     provide_concept_index,

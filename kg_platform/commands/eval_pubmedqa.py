@@ -10,8 +10,8 @@ import json
 import sys
 from pathlib import Path
 
-from kg_platform.evaluation.pubmedqa_candidates import MAX_CANDIDATES, TRUNCATIONS
-from kg_platform.evaluation.reader_configs import ReaderConfig
+from kg_platform.evaluation.pubmedqa.candidates import MAX_CANDIDATES, TRUNCATIONS
+from kg_platform.evaluation.pubmedqa.reader_configs import ReaderConfig
 
 READERS = ("cues", "minilm", "probe")
 
@@ -61,7 +61,7 @@ def add_eval_parser(subparsers: argparse._SubParsersAction) -> argparse.Argument
 
 def reader_config(args: argparse.Namespace, dev_key: str) -> ReaderConfig:
     """The configuration of ``--reader``; a ValueError naming it when it is unknown."""
-    from kg_platform.evaluation.reader_configs import folder_config, recipe_of
+    from kg_platform.evaluation.pubmedqa.reader_configs import folder_config, recipe_of
 
     options = {
         "seed": args.seed,
@@ -89,8 +89,8 @@ def reader_config(args: argparse.Namespace, dev_key: str) -> ReaderConfig:
 
 
 def run_eval_pubmedqa(args: argparse.Namespace) -> int:
-    from kg_platform.evaluation.pubmedqa_answering import check_split
-    from kg_platform.evaluation.question_sets import question_set_key
+    from kg_platform.evaluation.common.question_sets import question_set_key
+    from kg_platform.evaluation.pubmedqa.answering import check_split
     from kg_platform.settings import Settings
     from kg_platform.storage.lake import Lake
 
@@ -119,9 +119,9 @@ def materialise(settings, lake, config: ReaderConfig, dev: str, test: str) -> tu
     from kg_platform.assets.partitions import pubmedqa_sets, reader_configs
     from kg_platform.commands.build import prepare_instance
     from kg_platform.commands.build_run import materialise_in_order
-    from kg_platform.evaluation.pubmedqa_answering import read_report
-    from kg_platform.evaluation.question_sets import register_question_set
-    from kg_platform.evaluation.reader_configs import register_reader_config
+    from kg_platform.evaluation.common.question_sets import register_question_set
+    from kg_platform.evaluation.pubmedqa.answering import read_report
+    from kg_platform.evaluation.pubmedqa.reader_configs import register_reader_config
 
     dev_key = register_question_set(lake, "pubmedqa", dev)
     test_key = register_question_set(lake, "pubmedqa", test)
@@ -147,7 +147,7 @@ def materialise(settings, lake, config: ReaderConfig, dev: str, test: str) -> tu
 
 
 def print_report(report: dict, as_json: bool) -> None:
-    from kg_platform.evaluation.pubmedqa_answering import report_summary
+    from kg_platform.evaluation.pubmedqa.answering import report_summary
 
     summary = report_summary(report) | {"partition": report["partition"]}
     if as_json:

@@ -14,8 +14,12 @@ from kg_platform.answer.ladder import LadderConfig
 from kg_platform.answer.readers.base import load_pubmedqa
 from kg_platform.commands.ask import gate_tau, open_verifier
 from kg_platform.commands.partition_args import add_partition_args, scoped_lake
-from kg_platform.evaluation.agent_eval import evaluate_agent, render_agent
-from kg_platform.evaluation.refusal_eval import evaluate_refusal, render_report, with_min_paths
+from kg_platform.evaluation.refusal.agent import evaluate_agent, render_agent
+from kg_platform.evaluation.refusal.evaluation import (
+    evaluate_refusal,
+    render_report,
+    with_min_paths,
+)
 
 
 def add_eval_parser(subparsers: argparse._SubParsersAction) -> None:

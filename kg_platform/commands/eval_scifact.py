@@ -1,7 +1,7 @@
 """`kg eval scifact --claims FILE [--corpus FILE] [--json] [--kind minilm|probe] [--save DIR]
 [--folds 5] [--seed 0] [--epochs 3] [--max-length L] [--max-claims N] [--baseline-only]
 [--device auto]`, or `--train FILE --test FILE` instead of `--claims`: train on one claim set
-(tau on its out-of-fold scores) and score the other once (``evaluation/scifact_transfer.py``)."""
+(tau on its out-of-fold scores) and score the other once (``evaluation/scifact/transfer.py``)."""
 
 from __future__ import annotations
 
@@ -90,8 +90,8 @@ def run_eval_scifact(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from kg_platform.embeddings.encoder import Encoder
-    from kg_platform.evaluation.scifact_eval import evaluate_scifact
-    from kg_platform.evaluation.verifier_training import (
+    from kg_platform.evaluation.scifact.evaluation import evaluate_scifact
+    from kg_platform.evaluation.scifact.verifier_training import (
         VerifierConfig,
         claim_set_from_files,
         train_config_verifier,
@@ -181,8 +181,8 @@ def run_transfer(args: argparse.Namespace, started: float) -> int:
     other (errors are raised to ``run_eval_scifact``'s handler)."""
     from pathlib import Path
 
-    from kg_platform.evaluation.scifact_transfer import check_disjoint, evaluate_transfer
-    from kg_platform.evaluation.verifier_training import (
+    from kg_platform.evaluation.scifact.transfer import check_disjoint, evaluate_transfer
+    from kg_platform.evaluation.scifact.verifier_training import (
         VerifierConfig,
         claim_set_from_files,
         train_config_verifier,

@@ -6,7 +6,7 @@ question set and a ladder configuration whose gate 7 is that verifier), then mat
 verifier_model, scifact_report and refusal_report through the persistent Dagster instance,
 so the runs and their checks show in the UI (as `kg eval pubmedqa` does for the reader).
 With ``--test``, that claim set too, and scifact_heldout_report scores it once with every
-verifier trained on another claim set (``evaluation/scifact_transfer.py``)."""
+verifier trained on another claim set (``evaluation/scifact/transfer.py``)."""
 
 from __future__ import annotations
 
@@ -79,9 +79,12 @@ def configurations(args: argparse.Namespace, lake) -> dict:
     """Check every option, then register the files and configurations; the partition keys.
     A ValueError (or OSError) names a bad option before anything is registered."""
     from kg_platform.answer.readers.base import load_pubmedqa
-    from kg_platform.evaluation.question_sets import question_set_key, register_question_set
-    from kg_platform.evaluation.refusal_report import LadderEvalConfig, register_ladder_config
-    from kg_platform.evaluation.verifier_training import VerifierConfig, register_verifier_config
+    from kg_platform.evaluation.common.question_sets import question_set_key, register_question_set
+    from kg_platform.evaluation.refusal.report import LadderEvalConfig, register_ladder_config
+    from kg_platform.evaluation.scifact.verifier_training import (
+        VerifierConfig,
+        register_verifier_config,
+    )
 
     try:
         recipe = json.loads(args.recipe)
@@ -101,8 +104,8 @@ def configurations(args: argparse.Namespace, lake) -> dict:
     if args.pubmedqa is not None:
         load_pubmedqa(args.pubmedqa)  # a file that is no PubMedQA set is named here
     if args.test is not None:
-        from kg_platform.evaluation.scifact_transfer import check_disjoint
-        from kg_platform.evaluation.verifier_training import claim_set_from_files
+        from kg_platform.evaluation.scifact.transfer import check_disjoint
+        from kg_platform.evaluation.scifact.verifier_training import claim_set_from_files
 
         check_disjoint(
             claim_set_from_files(args.claims, corpus), claim_set_from_files(args.test, corpus)
@@ -193,11 +196,11 @@ def materialise(settings, lake, keys: dict) -> str:
 def read_reports(lake, keys: dict) -> dict:
     """The trained verifier's record, its row of the SciFact report and the refusal report's
     figures, as the assets published them."""
-    from kg_platform.evaluation import refusal_report as refusal
-    from kg_platform.evaluation.scifact_report import REPORT_PREFIX
-    from kg_platform.evaluation.verifier_training import read_trained
+    from kg_platform.evaluation.common.trained import read_trained_verifier
+    from kg_platform.evaluation.refusal import report as refusal
+    from kg_platform.evaluation.scifact.report import REPORT_PREFIX
 
-    record = read_trained(lake, keys["verifier_config"])
+    record = read_trained_verifier(lake, keys["verifier_config"])
     scifact = json.loads(lake.read_bytes(f"{REPORT_PREFIX}/{keys['claim_set']}/report.json"))
     (row,) = [v for v in scifact["verifiers"] if v["config"] == keys["verifier_config"]]
     out = {
@@ -214,7 +217,7 @@ def read_reports(lake, keys: dict) -> dict:
         "partition": dict(keys),
     }
     if "heldout_set" in keys:
-        from kg_platform.evaluation.scifact_transfer import HELDOUT_PREFIX
+        from kg_platform.evaluation.scifact.transfer import HELDOUT_PREFIX
 
         doc = json.loads(lake.read_bytes(f"{HELDOUT_PREFIX}/{keys['heldout_set']}/report.json"))
         (held,) = [v for v in doc["verifiers"] if v["config"] == keys["verifier_config"]]

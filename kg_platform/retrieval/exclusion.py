@@ -1,6 +1,6 @@
 """Evidence deletion: the question path as if some articles were not in the graph.
 
-The refusal evaluation's evidence-deletion tiers (``evaluation/evidence_deletion.py``) ask
+The refusal evaluation's evidence-deletion tiers (``evaluation/refusal/evidence_deletion.py``) ask
 each question again with an exclusion set of articles (node indices): a concept whose every
 article is excluded is one the graph does not know, a pair's co-annotations leave the
 excluded articles out, and a candidate path whose source or terminal is excluded is gone.

@@ -91,7 +91,7 @@ def test_assets_materialise_index_and_report(tmp_path) -> None:
     import polars as pl
 
     from kg_platform.assets.grounding import grounding_index, grounding_report
-    from kg_platform.evaluation.question_sets import register_question_set
+    from kg_platform.evaluation.common.question_sets import register_question_set
     from kg_platform.resources.lake import LakeResource
     from kg_platform.storage.lake import Lake
     from kg_platform_tests.answer.graph_fixture import build_question_graph

@@ -30,7 +30,7 @@ from kg_platform.answer.verifier import (
     train_probe_verifier,
 )
 from kg_platform.embeddings.encoder import Encoder
-from kg_platform.evaluation.scifact_eval import claim_folds, evaluate_scifact
+from kg_platform.evaluation.scifact.evaluation import claim_folds, evaluate_scifact
 from kg_platform_tests.answer.readers import conftest as reader_fixtures
 from kg_platform_tests.assets.test_verification import write_scifact_slice
 

@@ -20,10 +20,11 @@ from kg_platform.answer.readers.cues import CueRecipe
 from kg_platform.answer.readers.registry import train_reader
 from kg_platform.assets import answering
 from kg_platform.commands.build_run import failure_message
-from kg_platform.evaluation import contracts
-from kg_platform.evaluation import pubmedqa_answering as domain
-from kg_platform.evaluation.question_sets import lake_key, register_question_set
-from kg_platform.evaluation.reader_configs import ReaderConfig, register_reader_config
+from kg_platform.evaluation.common import contracts
+from kg_platform.evaluation.common.posteriors import cache_prefix
+from kg_platform.evaluation.common.question_sets import lake_key, register_question_set
+from kg_platform.evaluation.common.trained import read_trained_reader
+from kg_platform.evaluation.pubmedqa.reader_configs import ReaderConfig, register_reader_config
 from kg_platform.resources.lake import LakeResource
 from kg_platform.storage.lake import Lake
 from kg_platform_tests.conftest import require_reference
@@ -113,7 +114,7 @@ def test_reader_model_is_trained_on_dev_only(pipeline) -> None:
     assert metadata["training_set_hash"].value == dev_hash
     assert dev_hash != training_set_hash(load_pubmedqa(pipeline.test_file))
     assert metadata["n_train"].value == DEV_N
-    record = domain.read_trained(pipeline.lake, pipeline.key)
+    record = read_trained_reader(pipeline.lake, pipeline.key)
     # the model folder is named by the content hash of exactly its files
     folder = Path(pipeline.lake.path(record["model_prefix"]))
     assert sorted(p.name for p in folder.iterdir()) == ["cues.pkl", "reader.json"]
@@ -125,7 +126,7 @@ def test_posterior_cache_tables_and_checks(pipeline, split, n) -> None:
     result = getattr(pipeline, f"{split}_run")
     assert result.success
     assert checks_of(result) == dict.fromkeys(contracts.CACHE_CHECKS, True)
-    prefix = domain.cache_prefix(pipeline.key, pipeline.dev if split == "dev" else pipeline.test)
+    prefix = cache_prefix(pipeline.key, pipeline.dev if split == "dev" else pipeline.test)
     manifest = json.loads(pipeline.lake.read_bytes(f"{prefix}/manifest.json"))
     assert manifest["tables"] == sorted(f"{a}-t{t}" for a in ARMS for t in TRUNCATIONS)
     readers = set()
@@ -149,7 +150,7 @@ def test_dev_posteriors_come_from_the_fold_that_did_not_see_the_label(pipeline) 
     )
     full_model = train_reader(questions, 0, CueRecipe())
     table = pq.read_table(
-        pipeline.lake.path(f"{domain.cache_prefix(pipeline.key, pipeline.dev)}/cues-t3000.parquet")
+        pipeline.lake.path(f"{cache_prefix(pipeline.key, pipeline.dev)}/cues-t3000.parquet")
     ).to_pylist()
     row = next(r for r in table if r["question_id"] == question.qid and r["setting"] == "oracle")
     cached = np.array([row["p_yes"], row["p_no"], row["p_maybe"]], dtype=np.float32)
@@ -187,7 +188,7 @@ def test_a_report_of_dev_against_itself_fails(pipeline) -> None:
 
 
 def test_tampered_question_file_fails_its_check_and_keeps_the_published_cache(pipeline) -> None:
-    published = pipeline.folder / "lake" / domain.cache_prefix(pipeline.key, pipeline.test)
+    published = pipeline.folder / "lake" / cache_prefix(pipeline.key, pipeline.test)
     before = hashes(published)
     question_file = Path(pipeline.lake.path(lake_key("pubmedqa", pipeline.test)))
     original = question_file.read_bytes()

@@ -11,7 +11,7 @@ import dagster as dg
 from kg_platform.assets.allocation import allocation_report
 from kg_platform.assets.embeddings import concept_index, embedding_index, embedding_shards
 from kg_platform.embeddings.concepts import MESH_TERMS
-from kg_platform.evaluation.question_sets import register_question_set
+from kg_platform.evaluation.common.question_sets import register_question_set
 from kg_platform.mesh.tables import build_mesh_tables
 from kg_platform.resources.encoder import EncoderResource
 from kg_platform.resources.lake import LakeResource

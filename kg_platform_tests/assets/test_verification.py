@@ -32,14 +32,15 @@ from kg_platform.answer.verifier import (
 from kg_platform.assets import answering, verification
 from kg_platform.commands.ask import add_parser
 from kg_platform.commands.build_run import failure_message
-from kg_platform.evaluation import contracts
-from kg_platform.evaluation import refusal_report as refusal
-from kg_platform.evaluation import scifact_report as scifact
-from kg_platform.evaluation import verifier_training as training
-from kg_platform.evaluation.pubmedqa_answering import cache_prefix
-from kg_platform.evaluation.question_sets import lake_key, register_question_set
-from kg_platform.evaluation.reader_configs import ReaderConfig, register_reader_config
-from kg_platform.evaluation.scifact_eval import claim_folds
+from kg_platform.evaluation.common import contracts
+from kg_platform.evaluation.common.posteriors import cache_prefix
+from kg_platform.evaluation.common.question_sets import lake_key, register_question_set
+from kg_platform.evaluation.common.trained import read_trained_verifier, verifier_trained_key
+from kg_platform.evaluation.pubmedqa.reader_configs import ReaderConfig, register_reader_config
+from kg_platform.evaluation.refusal import report as refusal
+from kg_platform.evaluation.scifact import report as scifact
+from kg_platform.evaluation.scifact import verifier_training as training
+from kg_platform.evaluation.scifact.evaluation import claim_folds
 from kg_platform.resources.lake import LakeResource
 from kg_platform_tests.answer.readers import conftest as reader_fixtures
 from kg_platform_tests.conftest import require_reference
@@ -217,7 +218,7 @@ def pipeline(question_lake, tiny_bert, tmp_path_factory):
 
 
 def oof_of(pipeline, config) -> tuple[dict, np.ndarray, np.ndarray, np.ndarray]:
-    record = training.read_trained(pipeline.lake, config.key)
+    record = read_trained_verifier(pipeline.lake, config.key)
     table = pq.read_table(pipeline.lake.path(record["oof"]))
     scores = np.column_stack([table[f"p_{v.lower()}"].to_numpy() for v in VERDICTS])
     labels = np.array([VERDICTS.index(v) for v in table["label"].to_pylist()])
@@ -392,7 +393,7 @@ def test_refusal_report_with_gate_seven_uses_the_saved_tau(pipeline) -> None:
     assert pipeline.gated_run.success
     assert checks_of(pipeline.gated_run) == dict.fromkeys(contracts.REFUSAL_REPORT_CHECKS, True)
     summary = metadata_of(pipeline.gated_run, "refusal_report")["summary"].value
-    record = training.read_trained(pipeline.lake, pipeline.saved.key)
+    record = read_trained_verifier(pipeline.lake, pipeline.saved.key)
     doc = json.loads(
         Path(
             pipeline.lake.path(f"reports/refusal/{pipeline.asked}/{pipeline.gated.key}/report.json")
@@ -416,7 +417,7 @@ def test_refusal_report_with_gate_seven_uses_the_saved_tau(pipeline) -> None:
 
 
 def test_kg_ask_takes_the_tau_saved_with_the_verifier(pipeline, capsys) -> None:
-    record = training.read_trained(pipeline.lake, pipeline.trained.key)
+    record = read_trained_verifier(pipeline.lake, pipeline.trained.key)
     folder = pipeline.lake.path(record["model_prefix"])
     parser = argparse.ArgumentParser()
     add_parser(parser.add_subparsers())
@@ -431,7 +432,7 @@ def test_kg_ask_takes_the_tau_saved_with_the_verifier(pipeline, capsys) -> None:
 
 
 def test_an_altered_claims_file_fails_its_check_and_keeps_the_published_model(pipeline) -> None:
-    trained = Path(pipeline.lake.path(training.trained_key(pipeline.trained.key)))
+    trained = Path(pipeline.lake.path(verifier_trained_key(pipeline.trained.key)))
     before = trained.read_bytes()
     claims = Path(pipeline.lake.path(lake_key("scifact", pipeline.claims)))
     original = claims.read_bytes()

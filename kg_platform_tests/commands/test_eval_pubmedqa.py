@@ -14,7 +14,7 @@ import pytest
 
 from kg_platform.answer.readers.base import load_pubmedqa, training_set_hash
 from kg_platform.cli import main
-from kg_platform.evaluation.pubmedqa_answering import read_trained
+from kg_platform.evaluation.common.trained import read_trained_reader
 from kg_platform.storage.lake import Lake
 from kg_platform_tests.conftest import require_reference, use_kg_home
 
@@ -99,7 +99,7 @@ def test_runs_are_on_the_persistent_instance(evaluated) -> None:
 
 def test_the_reader_trains_on_dev_only(evaluated) -> None:
     partition = json.loads(evaluated.lines[-1])["partition"]
-    record = read_trained(Lake(str(evaluated.home / "lake")), partition["reader_config"])
+    record = read_trained_reader(Lake(str(evaluated.home / "lake")), partition["reader_config"])
     assert record["training_set"] == partition["dev"]
     assert record["training_set_hash"] == training_set_hash(load_pubmedqa(evaluated.dev))
     assert record["training_set_hash"] != training_set_hash(load_pubmedqa(evaluated.test))
@@ -193,7 +193,7 @@ def test_the_probe_reader_runs_through_the_instance(tmp_path) -> None:
     only, saved under its content hash and read back by `kg ask --reader`'s loader."""
     from kg_platform.answer.readers.base import content_hash
     from kg_platform.answer.readers.loading import load_reader
-    from kg_platform.evaluation.pubmedqa_answering import reader_folder
+    from kg_platform.evaluation.common.trained import reader_folder
 
     pmids = sorted_pmids()
     dev = write_questions(tmp_path / "dev.json", pmids[:30])
@@ -218,7 +218,7 @@ def test_the_probe_reader_runs_through_the_instance(tmp_path) -> None:
     # 1 seed x 2 selectable settings x 1 truncation x 3 rules
     assert summary["controls"]["shuffled_label_n"] == 6
     lake = Lake(str(home / "lake"))
-    record = read_trained(lake, summary["partition"]["reader_config"])
+    record = read_trained_reader(lake, summary["partition"]["reader_config"])
     assert record["reader"] == "probe" and record["n_train"] == 30
     assert record["training_set_hash"] == training_set_hash(load_pubmedqa(dev))
     assert sorted(record["files"]) == ["probe.json", "reader.json"]

@@ -20,8 +20,8 @@ from sklearn.metrics import roc_auc_score
 from kg_platform.answer.readers.base import content_hash
 from kg_platform.answer.verifier import NOINFO, VERDICTS, ProbeVerifier, load_verifier, read_tau
 from kg_platform.cli import main
-from kg_platform.evaluation.question_sets import question_set_key
-from kg_platform.evaluation.verifier_training import read_trained
+from kg_platform.evaluation.common.question_sets import question_set_key
+from kg_platform.evaluation.common.trained import read_trained_verifier
 from kg_platform_tests.answer.readers import conftest as reader_fixtures
 from kg_platform_tests.assets.test_verification import write_questions, write_scifact_slice
 from kg_platform_tests.conftest import use_kg_home
@@ -61,7 +61,7 @@ def test_the_probe_is_trained_saved_and_reported(evaluated) -> None:
     assert partition["claim_set"] == question_set_key(evaluated.claims)
     assert partition["corpus"] == question_set_key(evaluated.corpus)
     assert partition["verifier_config"].startswith("probe-")
-    record = read_trained(evaluated.lake, partition["verifier_config"])
+    record = read_trained_verifier(evaluated.lake, partition["verifier_config"])
     folder = Path(evaluated.lake.path(record["model_prefix"]))
     model = summary["verifier_model"]
     assert model["model"] == record["model"] == content_hash(folder)

@@ -13,11 +13,11 @@ import json
 import pytest
 
 from kg_platform.cli import main
-from kg_platform.evaluation.question_sets import question_set_key
+from kg_platform.evaluation.common.question_sets import question_set_key
 from kg_platform_tests.answer.readers import conftest as reader_fixtures
 from kg_platform_tests.assets.test_verification import write_scifact_slice
 from kg_platform_tests.conftest import use_kg_home
-from kg_platform_tests.evaluation.test_scifact_transfer import split_claims
+from kg_platform_tests.evaluation.scifact.test_transfer import split_claims
 
 one_torch_thread = reader_fixtures.one_torch_thread
 tiny_bert = reader_fixtures.tiny_bert

@@ -178,7 +178,7 @@ def test_partitions_reports_and_one_mesh_year_from_the_ui(tmp_path: Path, monkey
 
     expect.set_options(timeout=WAIT_MS)
 
-    from kg_platform.evaluation.question_sets import register_question_set
+    from kg_platform.evaluation.common.question_sets import register_question_set
     from kg_platform.storage.lake import Lake
 
     # the nine-descriptor NLM XML sample: MeSH 2020, built in seconds

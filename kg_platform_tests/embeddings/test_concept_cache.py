@@ -25,7 +25,7 @@ from kg_platform.embeddings.concepts import (
     encoder_key,
 )
 from kg_platform.embeddings.feeder import FeederSettings
-from kg_platform.evaluation.hybrid_eval import provide_concept_index
+from kg_platform.evaluation.grounding.hybrid import provide_concept_index
 from kg_platform.storage.lake import Lake
 from kg_platform.text.normalise import normalise
 from kg_platform_tests.embeddings.models import TEST_MAX_LENGTH, packaged_encoder, tiny_encoder

@@ -22,7 +22,7 @@ from kg_platform.embeddings.concepts import (
     concept_surfaces,
 )
 from kg_platform.embeddings.feeder import FeederSettings
-from kg_platform.evaluation.hybrid_eval import provide_concept_index, surfaces_digest
+from kg_platform.evaluation.grounding.hybrid import provide_concept_index, surfaces_digest
 from kg_platform.grounding.grounder import Grounder, build_surface_table
 from kg_platform.grounding.hybrid import (
     DENSE_KIND,

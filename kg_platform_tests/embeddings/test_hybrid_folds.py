@@ -7,8 +7,8 @@ from dataclasses import replace
 
 import pytest
 
-from kg_platform.evaluation.grounding_eval import PubmedqaQuestion, heading_index
-from kg_platform.evaluation.hybrid_eval import evaluate_hybrid, link_questions
+from kg_platform.evaluation.grounding.evaluation import PubmedqaQuestion, heading_index
+from kg_platform.evaluation.grounding.hybrid import evaluate_hybrid, link_questions
 from kg_platform.grounding.roles import Role
 from kg_platform_tests.embeddings.test_hybrid_grounder import DESCRIPTORS, _hybrid, _terms
 

@@ -44,7 +44,7 @@ def unguarded(mesh_frames, surface_table) -> Grounder:
 
 @pytest.fixture(scope="session")
 def dev_questions():
-    from kg_platform.evaluation.grounding_eval import load_pubmedqa
+    from kg_platform.evaluation.grounding.evaluation import load_pubmedqa
 
     questions = load_pubmedqa(require_reference("pubmedqa", "pqal_dev400.json"))
     return {q.pmid: q for q in questions}
@@ -61,7 +61,7 @@ def roles(mesh_frames) -> dict[str, str]:
 
 @pytest.fixture(scope="session")
 def headings(mesh_frames) -> dict[str, str]:
-    from kg_platform.evaluation.grounding_eval import heading_index
+    from kg_platform.evaluation.grounding.evaluation import heading_index
 
     return heading_index(mesh_frames["terms"])
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from kg_platform.evaluation.grounding_eval import (
+from kg_platform.evaluation.grounding.evaluation import (
     PubmedqaQuestion,
     evaluate_grounding,
     load_pubmedqa,
@@ -152,7 +152,7 @@ def test_graph_linkable_on_the_question_graph(tmp_path) -> None:
     """The linker pairs Aspirin and Myocardial Infarction (a DIRECT path and two BRIDGE
     paths); Heparin indexes articles but no path joins it to either; an unknown UI is
     never paired."""
-    from kg_platform.evaluation.grounding_eval import graph_linkable
+    from kg_platform.evaluation.grounding.evaluation import graph_linkable
     from kg_platform.graph.store import KGStore
     from kg_platform.storage.lake import Lake
     from kg_platform_tests.answer.graph_fixture import ASPIRIN, HEPARIN, MI, build_question_graph

@@ -90,9 +90,9 @@ def test_the_worker_preloads_what_the_steps_import_when_they_run(tmp_path):
     assert {
         "duckdb",
         "kg_platform.embeddings.encoder",
-        "kg_platform.evaluation.allocation_eval",
-        "kg_platform.evaluation.pubmedqa_answering",
-        "kg_platform.evaluation.verifier_training",
+        "kg_platform.evaluation.allocation.evaluation",
+        "kg_platform.evaluation.pubmedqa.answering",
+        "kg_platform.evaluation.scifact.verifier_training",
         "kg_platform.graph.build",
         "kg_platform.grounding.index",
         "kg_platform.mesh.tables",

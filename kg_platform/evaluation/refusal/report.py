@@ -1,0 +1,471 @@
+"""The refusal report of a question set under a ladder configuration (no dagster): the
+refusal evaluation (``evaluation.py``: controls, the min_paths sweep, refusal under
+evidence deletion T0-T3, the gate-class tables)
+on the graph build the configuration names, and graph certification against reader
+confidence as predictors of the reader's correctness, read from a posterior cache.
+
+A ladder configuration (``refusal/configs/<key>.json``, key ``ladder-1a2b3c4d``) fixes
+min_paths, the seed, the ablation's set size, the graph build (release x MeSH year; none:
+the newest, or the plain lake), optionally a verifier configuration whose trained model and
+tau switch gate 7 on, and optionally a reader configuration whose posterior cache on the
+question set gives the reader's answers (setting, rule and truncation named here).
+
+Certification: the ladder answers the real question at min_paths. Correctness: the reader's
+argmax (no class bias) is the gold label. Both signals are scored by AUROC for correctness
+and by selective accuracy at the certified share of the questions (``common/posteriors.py``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import pyarrow
+
+from kg_platform.answer.api import AskConfig, KnowledgeGraph
+from kg_platform.answer.ladder import DEFAULT_VERIFIER_TAU, LadderConfig
+from kg_platform.answer.readers.base import LABEL_INDEX, LabelledQuestion
+from kg_platform.evaluation.common.checks import CacheCheck
+from kg_platform.evaluation.common.posteriors import (
+    Configuration,
+    configurations_of,
+    question_posteriors,
+    read_cache_tables,
+    selective_accuracy,
+)
+from kg_platform.evaluation.common.question_sets import QuestionSet
+from kg_platform.evaluation.common.report_files import plot_lines, write_report_files
+from kg_platform.evaluation.common.trained import (
+    load_trained_verifier,
+    read_trained_reader,
+    read_trained_verifier,
+)
+from kg_platform.evaluation.refusal.evaluation import (
+    FAILURE_CLASSES,
+    SWEEP_KS,
+    RefusalReport,
+    evaluate_refusal,
+    is_monotone,
+)
+from kg_platform.graph.layout import CURRENT_POINTER, choose_pair, published_pairs
+from kg_platform.storage.lake import Lake
+from kg_platform.storage.scope import Scope
+
+REPORT_PREFIX = "reports/refusal"
+CONFIGS_PREFIX = "refusal/configs"
+
+
+@dataclass(frozen=True)
+class LadderEvalConfig:
+    """One ladder configuration of the refusal report."""
+
+    min_paths: int = 1
+    seed: int = 0
+    per_class: int = 50
+    release: str | None = None
+    mesh_year: str | None = None
+    verifier_config: str = ""  # gate 7 with this configuration's verifier and tau
+    reader_config: str = ""  # the posterior cache read for certification vs confidence
+    reader_setting: str = "retrieved"
+    reader_rule: str = "mean@1"
+    reader_truncation: int = 0  # 0: the longest the cache holds
+    resamples: int = 10_000
+
+    def __post_init__(self) -> None:
+        if self.min_paths < 1 or self.per_class < 1 or self.resamples < 1:
+            raise ValueError(f"{self}: min_paths, per_class and resamples must be at least 1")
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @property
+    def key(self) -> str:
+        blob = json.dumps(self.to_json(), sort_keys=True).encode()
+        return f"ladder-{hashlib.sha256(blob).hexdigest()[:8]}"
+
+
+def config_lake_key(key: str) -> str:
+    return f"{CONFIGS_PREFIX}/{key}.json"
+
+
+def register_ladder_config(lake: Lake, config: LadderEvalConfig) -> str:
+    target = config_lake_key(config.key)
+    if not lake.exists(target):
+        lake.write_bytes(target, json.dumps(config.to_json(), indent=2, sort_keys=True).encode())
+    return config.key
+
+
+def load_ladder_config(lake: Lake, key: str) -> LadderEvalConfig:
+    target = config_lake_key(key)
+    if not lake.exists(target):
+        raise FileNotFoundError(
+            f"ladder configuration {key}: {lake.path(target)} is missing; register it first"
+        )
+    config = LadderEvalConfig(**json.loads(lake.read_bytes(target)))
+    if config.key != key:
+        raise ValueError(f"{lake.path(target)}: its content hashes to {config.key}, not {key}")
+    return config
+
+
+def graph_view(root: Lake, config: LadderEvalConfig) -> tuple[Lake, dict[str, str | None]]:
+    """The lake seen from the configuration's graph build: a plain lake's own graph when it
+    names none and the lake has no partitioned builds, else the newest matching build."""
+    unnamed = config.release is None and config.mesh_year is None
+    if unnamed and not published_pairs(root) and root.exists(CURRENT_POINTER):
+        return root, {"release": None, "mesh_year": None}
+    release, year = choose_pair(root, config.release, config.mesh_year)
+    return root.scoped(release=release, mesh_year=year), {"release": release, "mesh_year": year}
+
+
+def open_graph(
+    root: Lake, config: LadderEvalConfig
+) -> tuple[KnowledgeGraph, dict[str, str | None], dict | None]:
+    """The configuration's graph opened for asking (gate 7 on with the trained verifier and
+    its tau when it names one), the graph build, and which verifier."""
+    view, build = graph_view(root, config)
+    verifier, tau, described = None, DEFAULT_VERIFIER_TAU, None
+    if config.verifier_config:
+        record = read_trained_verifier(root, config.verifier_config)
+        verifier = load_trained_verifier(root, record)
+        tau = DEFAULT_VERIFIER_TAU if verifier.tau is None else verifier.tau
+        described = {"config": config.verifier_config, "model": record["model"], "tau": tau}
+    ladder = LadderConfig(min_paths=config.min_paths, verifier_tau=tau)
+    kg = KnowledgeGraph.open(view, AskConfig(ladder=ladder), verifier=verifier)
+    return kg, build, described
+
+
+def refusal_report(
+    root: Lake, question_set: QuestionSet, config: LadderEvalConfig
+) -> tuple[dict, RefusalReport]:
+    """The report document and the evaluation it was made from."""
+    kg, build, verifier = open_graph(root, config)
+    questions = [(q.qid, q.question) for q in question_set.questions]
+    report = evaluate_refusal(
+        kg, questions, config.min_paths, config.seed, config.per_class, config.resamples
+    )
+    certification = None
+    if config.reader_config:
+        record = read_trained_reader(root, config.reader_config)
+        caches = read_cache_tables(root, config.reader_config, question_set.key)
+        certification = certification_vs_confidence(
+            report, question_set.questions, caches, record["reader"], config
+        )
+    doc = build_refusal_report(report, question_set.key, config, build, certification, verifier)
+    return doc, report
+
+
+# -- certification vs confidence ------------------------------------------------------------
+
+
+def reader_configuration(
+    table: pyarrow.Table, reader: str, config: LadderEvalConfig
+) -> Configuration:
+    """The cache's (reader, setting, truncation, rule) the configuration asks for."""
+    held = [c for c in configurations_of(table) if c.reader == reader and c.arm == "reader"]
+    held = [c for c in held if c.setting == config.reader_setting and c.rule == config.reader_rule]
+    truncations = sorted({c.truncation for c in held})
+    if not truncations:
+        raise ValueError(
+            f"posterior cache: no {reader} rows for setting {config.reader_setting} and rule "
+            f"{config.reader_rule}"
+        )
+    truncation = config.reader_truncation or truncations[-1]
+    if truncation not in truncations:
+        raise ValueError(f"posterior cache: truncation {truncation} not among {truncations}")
+    return Configuration(reader, config.reader_setting, truncation, config.reader_rule)
+
+
+def certification_vs_confidence(
+    report: RefusalReport,
+    questions: Sequence[LabelledQuestion],
+    caches: Sequence[pyarrow.Table],
+    reader: str,
+    config: LadderEvalConfig,
+) -> dict:
+    """AUROC for the reader's correctness of its confidence (max posterior) and of graph
+    certification (answered by the ladder at min_paths), and each one's accuracy on the
+    same number of questions (the certified share)."""
+    if len(report.controls.real) != len(questions):
+        raise ValueError(
+            f"certification: {len(report.controls.real)} ladder outcomes for "
+            f"{len(questions)} questions"
+        )
+    table = pyarrow.concat_tables(caches)
+    chosen = reader_configuration(table, reader, config)
+    posteriors = question_posteriors(table, chosen, [q.qid for q in questions])
+    gold = np.array([LABEL_INDEX[q.label] for q in questions], dtype=np.int64)
+    correct = (posteriors.argmax(axis=1) == gold).astype(np.int8)
+    certified = np.array([o.answered_at(config.min_paths) for o in report.controls.real])
+    selective = selective_accuracy(correct, posteriors.max(axis=1), certified)
+    return {
+        "reader_configuration": chosen.key,
+        "n": len(questions),
+        "reader_accuracy": float(correct.mean()),
+        "certified_share": float(certified.mean()),
+        **selective,
+        "finding": certification_finding(selective),
+    }
+
+
+def certification_finding(selective: dict) -> str:
+    """One plain sentence: where graph certification loses to reader confidence, if anywhere."""
+    conf, cert = selective["auroc_reader_confidence"], selective["auroc_graph_certification"]
+    row = selective["matched_coverage"][0]
+    at = (
+        f"at matched coverage {100 * row['coverage']:.1f}% (n={row['n']}), the certified "
+        f"questions are {_pct(row['graph_certification'])} correct, the most confident "
+        f"{_pct(row['reader_confidence'])}"
+    )
+    if conf is None or cert is None:
+        return (
+            "Graph certification and reader confidence cannot be ranked by AUROC here: "
+            "the reader is right on every question or on none, or the ladder certifies all "
+            f"or none; {at}."
+        )
+    loses_auroc = cert < conf
+    loses_accuracy = row["n"] > 0 and row["graph_certification"] < row["reader_confidence"]
+    where = []
+    if loses_auroc:
+        where.append(f"as a predictor of correctness (AUROC {cert:.3f} vs {conf:.3f})")
+    if loses_accuracy:
+        where.append(at)
+    if where:
+        return "Graph certification loses to reader confidence " + "; and ".join(where) + "."
+    return (
+        f"Graph certification does not lose to reader confidence: AUROC {cert:.3f} vs "
+        f"{conf:.3f}; {at}."
+    )
+
+
+def _deletion_lines(doc: dict | None) -> list[str]:
+    lines = ["## Refusal under evidence deletion", ""]
+    if doc is None or doc["tiers"] is None:
+        return [*lines, "Not measured: no question's source article is in the graph.", ""]
+    lines += [
+        f"{doc['n']} questions with their source article in the graph "
+        f"({doc['missing_sources']} without). T1 deletes the source article, T2 also the "
+        "chosen pair's DIRECT articles, T3 also its BRIDGE terminals; the control deletes as "
+        "many random articles.",
+        "",
+        "| tier | refused | 95% CI | random deletion | tier - previous (95% CI) | reasons |",
+        "|---|---|---|---|---|---|",
+    ]
+    for t in doc["tiers"]:
+        lo, hi = t["refusal_ci95"]
+        control = _pct(t["control_refusal_rate"]) if "control_refusal_rate" in t else ""
+        step = ""
+        if "minus_previous" in t:
+            d = t["minus_previous"]
+            step = f"{d['difference']:+.3f} [{d['ci95'][0]:+.3f}, {d['ci95'][1]:+.3f}]"
+        lines.append(
+            f"| {t['tier']} | {_pct(t['refusal_rate'])} | {_pct(lo)}-{_pct(hi)} | {control} "
+            f"| {step} | {t['reasons']} |"
+        )
+    return [*lines, ""]
+
+
+def _pct(value: float | None) -> str:
+    return "n/a" if value is None else f"{100 * value:.1f}%"
+
+
+# -- the report -----------------------------------------------------------------------------
+
+
+def build_refusal_report(
+    report: RefusalReport,
+    question_set: str,
+    config: LadderEvalConfig,
+    graph_build: dict,
+    certification: dict | None,
+    verifier: dict | None,
+) -> dict:
+    return {
+        **report.to_json(),
+        "question_set": question_set,
+        "ladder_config": config.key,
+        "configuration": config.to_json(),
+        "graph_build": dict(graph_build),
+        "verifier": verifier,
+        "certification": certification,
+    }
+
+
+def check_refusal_report(
+    doc: dict, report: RefusalReport, n_questions: int, question_check: CacheCheck
+) -> list[CacheCheck]:
+    reasons = sum(doc["real_reasons"].values())
+    asked = CacheCheck(
+        "every_question_asked",
+        doc["n"] == n_questions == reasons == len(report.controls.real),
+        f"{n_questions} questions in the set; report n {doc['n']}, reasons counted {reasons}, "
+        f"outcomes {len(report.controls.real)}",
+    )
+    monotone = CacheCheck(
+        "ablation_monotone",
+        is_monotone(report.ablation),
+        f"gate sets {doc['ablation']}; per class "
+        + ", ".join(
+            f"{c} {[t['per_class'][c] for t in doc['ablation_tiers']]}" for c in FAILURE_CLASSES
+        ),
+    )
+    k = doc["min_paths"]
+    row = next((r for r in doc["sweep"] if r["k"] == k), None)
+    matches = row is None or (
+        row["real_answered"] == doc["real_answered"]
+        and row["control_answered"] == doc["control_answered"]
+    )
+    sweep = CacheCheck(
+        "sweep_matches_headline",
+        matches,
+        f"min_paths {k}: headline {doc['real_answered']} / {doc['control_answered']}, sweep "
+        + (f"{row['real_answered']} / {row['control_answered']}" if row else "does not reach k"),
+    )
+    return [asked, monotone, sweep, question_check]
+
+
+def render_plots(doc: dict) -> dict[str, bytes]:
+    """sweep.png (coverage of the real questions and the leak vs k) and ablation.png
+    (refusal rate per tier and failure class)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+
+    def png(figure) -> bytes:
+        figure.tight_layout()
+        buffer = io.BytesIO()
+        figure.savefig(buffer, format="png", metadata={"Software": None})
+        return buffer.getvalue()
+
+    figure = Figure(figsize=(5, 3.5), dpi=100)
+    axis = figure.subplots()
+    ks = [r["k"] for r in doc["sweep"]]
+    axis.plot(ks, [r["real_answered"] for r in doc["sweep"]], marker="o", label="real answered")
+    axis.plot(
+        ks, [r["control_answered"] for r in doc["sweep"]], marker="s", label="controls (leak)"
+    )
+    axis.axvline(doc["min_paths"], color="grey", linestyle="--", linewidth=0.8)
+    axis.set_xticks(list(SWEEP_KS))
+    axis.set_ylim(0, 1)
+    axis.set_xlabel("min_paths k")
+    axis.set_ylabel("answered share")
+    axis.legend(fontsize=8)
+    plots = {"sweep.png": png(figure)}
+
+    figure = Figure(figsize=(6, 3.5), dpi=100)
+    axis = figure.subplots()
+    tiers = doc["ablation_tiers"]
+    width = 0.8 / (len(FAILURE_CLASSES) + 1)
+    for i, name in enumerate(("all", *FAILURE_CLASSES)):
+        values = [
+            (t["refusal_rate"] if name == "all" else t["per_class"][name]) or 0.0 for t in tiers
+        ]
+        axis.bar(np.arange(len(tiers)) + i * width, values, width, label=name)
+    axis.set_xticks(np.arange(len(tiers)) + 0.4 - width / 2, [t["tier"] for t in tiers])
+    axis.set_ylim(0, 1.05)
+    axis.set_ylabel("refusal rate")
+    axis.legend(fontsize=7)
+    plots["ablation.png"] = png(figure)
+    return plots
+
+
+def render_markdown(doc: dict, plots: dict[str, bytes]) -> str:
+    ci = doc["difference_ci95"]
+    ci_text = f" (95% CI {ci[0]:+.3f} to {ci[1]:+.3f})" if ci else ""
+    build = doc["graph_build"]
+    lines = [
+        f"# Refusal: {doc['question_set']} under {doc['ladder_config']}",
+        "",
+        f"- graph build: release {build['release']}, MeSH {build['mesh_year']}; "
+        f"verifier (gate 7): {doc['verifier']['config'] if doc['verifier'] else 'off'}",
+        f"- {doc['n']} questions, {doc['n_controls']} with a control twin; min_paths "
+        f"{doc['min_paths']}",
+        f"- answered: real {_pct(doc['real_answered'])}, controls (the leak) "
+        f"{_pct(doc['control_answered'])}; paired real - control {doc['difference']:+.3f}"
+        f"{ci_text}, {doc['paired_counts']}",
+        "",
+        "## min_paths sweep: coverage vs leak",
+        "",
+        "| k | real answered | controls answered (leak) | real answered (twinned) |",
+        "|---|---|---|---|",
+    ]
+    for r in doc["sweep"]:
+        lines.append(
+            f"| {r['k']} | {_pct(r['real_answered'])} | {_pct(r['control_answered'])} "
+            f"| {_pct(r['real_answered_paired'])} |"
+        )
+    lines += [
+        "",
+        *_deletion_lines(doc["evidence_deletion"]),
+        "## Gate-class tables (gates switched on cumulatively; a wiring check, monotone by "
+        "construction, not a test of evidence)",
+        "",
+        f"Built questions per failure class: {doc['ablation_sets']}; monotone: "
+        f"{doc['ablation_monotone']}",
+        "",
+        "| tier | all | " + " | ".join(FAILURE_CLASSES) + " |",
+        "|---|---|" + "---|" * len(FAILURE_CLASSES),
+    ]
+    for t in doc["ablation_tiers"]:
+        cells = [_pct(t["per_class"][c]) for c in FAILURE_CLASSES]
+        lines.append(f"| {t['tier']} | {_pct(t['refusal_rate'])} | " + " | ".join(cells) + " |")
+    lines += ["", "## Graph certification vs reader confidence", ""]
+    cert = doc["certification"]
+    if cert is None:
+        lines.append("Not measured: the ladder configuration names no reader configuration.")
+    else:
+        lines += [
+            f"**{cert['finding']}**",
+            "",
+            f"- reader `{cert['reader_configuration']}`: accuracy {_pct(cert['reader_accuracy'])}"
+            f" on {cert['n']} questions; the ladder certifies {_pct(cert['certified_share'])}",
+            f"- AUROC for correctness: reader confidence {cert['auroc_reader_confidence']}, "
+            f"graph certification {cert['auroc_graph_certification']}",
+            "",
+            "| coverage | n | reader confidence | graph certification |",
+            "|---|---|---|---|",
+        ]
+        for r in cert["matched_coverage"]:
+            lines.append(
+                f"| {_pct(r['coverage'])} | {r['n']} | {_pct(r['reader_confidence'])} "
+                f"| {_pct(r['graph_certification'])} |"
+            )
+    lines.append("")
+    lines += plot_lines(plots)
+    return "\n".join(lines) + "\n"
+
+
+def write_refusal_report(lake: Lake, doc: dict, prefix: str = REPORT_PREFIX) -> list[str]:
+    plots = render_plots(doc)
+    return write_report_files(lake, prefix, doc, render_markdown(doc, plots), plots)
+
+
+def report_scope(question_set: str, ladder_config: str) -> Scope:
+    """reports/refusal/<question set>/<ladder configuration>/."""
+    return Scope(report=f"{question_set}/{ladder_config}")
+
+
+def report_summary(doc: dict) -> dict:
+    """The ``kg eval refusal --json`` figures, plus the certification AUROCs."""
+    keys = (
+        "n",
+        "min_paths",
+        "real_answered",
+        "control_answered",
+        "difference",
+        "difference_ci95",
+        "ablation",
+    )
+    cert = doc["certification"]
+    return {
+        **{k: doc[k] for k in keys},
+        "certification": None
+        if cert is None
+        else {
+            k: cert[k] for k in ("auroc_reader_confidence", "auroc_graph_certification", "finding")
+        },
+    }

@@ -1,0 +1,290 @@
+"""The verifier on SciFact: K-fold cross-validation over the training claims (folds split by
+claim, so no claim's pairs sit on both sides), NOINFO AUROC, macro-F1 and the confusion
+matrix of the adapted verifier and of the untrained-encoder baseline, and the gate-7
+threshold tau fitted on the out-of-fold scores of the training claims only.
+
+The baseline: the encoder as shipped, not fine-tuned; claim and text vectors give the
+features [c, t, c*t, |c-t|] and a multinomial logistic regression learns the 3 verdicts on
+the same training folds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from kg_platform.answer.verifier import (
+    NOINFO,
+    RANDOM,
+    VERDICTS,
+    Embed,
+    VerifierPair,
+    VerifierProbeRecipe,
+    claim_text_features,
+    fit_probe_head,
+    train_verifier,
+)
+from kg_platform.evaluation.common.stats import auroc
+
+
+def claim_folds(pairs: Sequence[VerifierPair], k: int, seed: int) -> np.ndarray:
+    """Fold of each pair (0..k-1): the claims, sorted by id and shuffled with ``seed``, go
+    round robin; every pair follows its claim."""
+    claims = sorted({p.claim_id for p in pairs})
+    if k < 2 or len(claims) < k:
+        raise ValueError(f"k={k}: needs at least 2 folds and as many claims ({len(claims)})")
+    order = np.random.default_rng(seed).permutation(len(claims))
+    fold_of = {claims[int(i)]: n % k for n, i in enumerate(order)}
+    return np.array([fold_of[p.claim_id] for p in pairs], dtype=np.int64)
+
+
+def labels_of(pairs: Sequence[VerifierPair]) -> np.ndarray:
+    return np.array([VERDICTS.index(p.label) for p in pairs], dtype=np.int64)
+
+
+@dataclass(frozen=True)
+class VerdictMetrics:
+    n: int
+    noinfo_auroc: float | None
+    macro_f1: float
+    confusion: list[list[int]]  # rows gold, columns predicted, VERDICTS order
+    # NOINFO AUROC without the random documents: evidence vs cited non-evidence only
+    noinfo_auroc_hard: float | None = None
+
+    def to_json(self) -> dict:
+        return {
+            "n": self.n,
+            "noinfo_auroc": _r(self.noinfo_auroc),
+            "macro_f1": round(self.macro_f1, 6),
+            "confusion": self.confusion,
+            "noinfo_auroc_hard": _r(self.noinfo_auroc_hard),
+        }
+
+
+def _r(value: float | None) -> float | None:
+    return None if value is None else round(value, 6)
+
+
+def verdict_metrics(
+    posteriors: np.ndarray, labels: np.ndarray, hard: np.ndarray | None = None
+) -> VerdictMetrics:
+    """Metrics of the argmax decision and of P(NOINFO); ``hard`` marks the pairs the hard
+    AUROC is computed on (None: not computed)."""
+    posteriors = np.asarray(posteriors)
+    predicted = posteriors.argmax(axis=1)
+    confusion = np.zeros((3, 3), dtype=np.int64)
+    np.add.at(confusion, (labels, predicted), 1)
+    f1 = []
+    for c in range(3):
+        tp = confusion[c, c]
+        denominator = confusion[c].sum() + confusion[:, c].sum()
+        f1.append(0.0 if tp == 0 else 2 * tp / denominator)
+    return VerdictMetrics(
+        n=int(labels.size),
+        noinfo_auroc=auroc(posteriors[:, NOINFO], labels == NOINFO),
+        macro_f1=float(np.mean(f1)),
+        confusion=confusion.tolist(),
+        noinfo_auroc_hard=(
+            None if hard is None else auroc(posteriors[hard, NOINFO], labels[hard] == NOINFO)
+        ),
+    )
+
+
+def fit_tau(p_noinfo: np.ndarray, labels: np.ndarray) -> float:
+    """The threshold on P(NOINFO) that best separates NOINFO from the rest (balanced
+    accuracy of "P > tau"); ties to the smallest candidate. Fitted on training-claim
+    scores only."""
+    p = np.asarray(p_noinfo, dtype=np.float64)
+    positive = labels == NOINFO
+    if positive.all() or not positive.any():
+        raise ValueError("fit_tau: needs NOINFO and other pairs")
+    candidates = np.unique(np.concatenate([[0.0], p]))
+    best, best_tau = -1.0, 0.5
+    for tau in candidates:
+        above = p > tau
+        balanced = (above[positive].mean() + (~above[~positive]).mean()) / 2
+        if balanced > best + 1e-12:
+            best, best_tau = balanced, float(tau)
+    return best_tau
+
+
+def cross_validate_verifier(
+    pairs: Sequence[VerifierPair],
+    folds: np.ndarray,
+    seed: int,
+    recipe: Any,
+    on_fold: Callable[[int], None] | None = None,
+) -> np.ndarray:
+    """Out-of-fold (n, 3) scores: fold f is scored by a verifier trained (seed + f) on the
+    other folds."""
+    out = np.zeros((len(pairs), 3), dtype=np.float32)
+    for fold in range(int(folds.max()) + 1):
+        held = np.flatnonzero(folds == fold)
+        train = [pairs[i] for i in np.flatnonzero(folds != fold)]
+        if {pairs[i].claim_id for i in held} & {p.claim_id for p in train}:
+            raise AssertionError(f"fold {fold}: a held-out claim is in its training set")
+        verifier = train_verifier(train, seed + fold, recipe)
+        out[held] = verifier.score_pairs(
+            [pairs[i].claim for i in held], [pairs[i].text for i in held]
+        )
+        if on_fold is not None:
+            on_fold(fold)
+    return out
+
+
+def baseline_features(pairs: Sequence[VerifierPair], embed: Embed) -> np.ndarray:
+    """[c, t, c*t, |c-t|] of each pair from the untrained encoder's vectors."""
+    return claim_text_features([p.claim for p in pairs], [p.text for p in pairs], embed)
+
+
+def baseline_posteriors(
+    pairs: Sequence[VerifierPair],
+    folds: np.ndarray,
+    embed: Embed | None,
+    seed: int,
+    shuffle_seed: int | None = None,
+    features: np.ndarray | None = None,
+    c: float = 1.0,
+    max_iter: int = 2000,
+) -> np.ndarray:
+    """Out-of-fold (n, 3) scores of the untrained-encoder baseline, which is the probe
+    verifier's head (``fit_probe_head``) on each fold: the probe's out-of-fold scores. With
+    ``shuffle_seed`` the control: each training fold's labels are permuted before the fit,
+    so the scores can carry no signal about the held-out labels (expect NOINFO AUROC near
+    0.5)."""
+    if features is None:
+        if embed is None:
+            raise ValueError("baseline_posteriors: neither features nor an encoder given")
+        features = baseline_features(pairs, embed)
+    labels = labels_of(pairs)
+    out = np.zeros((len(pairs), 3), dtype=np.float32)
+    shuffler = None if shuffle_seed is None else np.random.default_rng(shuffle_seed)
+    for fold in range(int(folds.max()) + 1):
+        train, held = folds != fold, folds == fold
+        fit_labels = labels[train]
+        if shuffler is not None:
+            fit_labels = shuffler.permutation(fit_labels)
+        head = fit_probe_head(features[train], fit_labels, seed, c, max_iter)
+        out[held] = head.posteriors(features[held])
+    return out
+
+
+def out_of_fold_scores(
+    pairs: Sequence[VerifierPair],
+    folds: np.ndarray,
+    seed: int,
+    recipe: Any,
+    features: np.ndarray | None = None,
+    on_fold: Callable[[int], None] | None = None,
+) -> np.ndarray:
+    """The out-of-fold scores of the verifier ``recipe`` makes: a ``VerifierProbeRecipe``'s head on
+    the probe features (``features``, or computed with its encoder), any other recipe
+    fine-tuned per fold (``cross_validate_verifier``)."""
+    if isinstance(recipe, VerifierProbeRecipe):
+        if features is None:
+            encoder = recipe.encoder()
+            features = baseline_features(pairs, encoder.encode)
+        return baseline_posteriors(
+            pairs, folds, None, seed, features=features, c=recipe.c, max_iter=recipe.max_iter
+        )
+    return cross_validate_verifier(pairs, folds, seed, recipe, on_fold)
+
+
+@dataclass(frozen=True)
+class ScifactReport:
+    n_claims: int
+    n_claims_scored: int
+    n_pairs: int
+    pair_sources: dict[str, int]
+    folds: int
+    seed: int
+    verifier: VerdictMetrics | None
+    baseline: VerdictMetrics
+    tau: float | None
+    recipe: dict[str, Any]
+    # the baseline fitted on shuffled training labels: the control that cannot carry signal
+    shuffled_control: VerdictMetrics | None = None
+
+    def to_json(self) -> dict:
+        v = self.verifier
+        return {
+            "n_claims": self.n_claims,
+            "n_claims_scored": self.n_claims_scored,
+            "n_pairs": self.n_pairs,
+            "pair_sources": dict(self.pair_sources),
+            "folds": self.folds,
+            "seed": self.seed,
+            "noinfo_auroc": None if v is None else v.to_json()["noinfo_auroc"],
+            "macro_f1": None if v is None else v.to_json()["macro_f1"],
+            "confusion": None if v is None else v.confusion,
+            "noinfo_auroc_hard": None if v is None else v.to_json()["noinfo_auroc_hard"],
+            "tau": self.tau,
+            "baseline": self.baseline.to_json(),
+            "controls": {
+                "baseline_shuffled_labels": None
+                if self.shuffled_control is None
+                else self.shuffled_control.to_json()
+            },
+            "recipe": dict(self.recipe),
+        }
+
+
+def evaluate_scifact(
+    pairs: Sequence[VerifierPair],
+    folds: int,
+    seed: int,
+    recipe: Any | None,
+    embed: Embed | None,
+    on_fold: Callable[[int], None] | None = None,
+    scores: np.ndarray | None = None,
+    features: np.ndarray | None = None,
+) -> ScifactReport:
+    """Cross-validated verifier (skipped when ``recipe`` is None: a ``ClassifierRecipe`` is
+    fine-tuned per fold, a ``VerifierProbeRecipe`` fits its head on the frozen encoder's features)
+    and baseline. ``scores``: the verifier's out-of-fold scores on these claim folds when
+    already computed; ``features``: the baseline's features when already computed."""
+    pairs = list(pairs)
+    fold_of = claim_folds(pairs, folds, seed)
+    labels = labels_of(pairs)
+    hard = np.array([p.source != RANDOM for p in pairs])
+    verifier = tau = None
+    if recipe is not None:
+        if scores is None:
+            scores = out_of_fold_scores(pairs, fold_of, seed, recipe, on_fold=on_fold)
+        scores = np.asarray(scores, dtype=np.float32)
+        if scores.shape != (len(pairs), 3):
+            raise ValueError(f"verifier scores of shape {scores.shape} for {len(pairs)} pairs")
+        verifier = verdict_metrics(scores, labels, hard)
+        tau = round(fit_tau(scores[:, NOINFO], labels), 6)
+    if features is None:
+        features = baseline_features(pairs, embed)
+    baseline = verdict_metrics(
+        baseline_posteriors(pairs, fold_of, embed, seed, features=features), labels, hard
+    )
+    shuffled = baseline_posteriors(
+        pairs, fold_of, embed, seed, shuffle_seed=seed + 1, features=features
+    )
+    shuffled_control = verdict_metrics(shuffled, labels, hard)
+    sources: dict[str, int] = {}
+    for p in pairs:
+        sources[p.source] = sources.get(p.source, 0) + 1
+    claims = {p.claim_id for p in pairs}
+    kind = (
+        None if recipe is None else "probe" if isinstance(recipe, VerifierProbeRecipe) else "minilm"
+    )
+    return ScifactReport(
+        n_claims=len(claims),
+        n_claims_scored=len({p.claim_id for p, f in zip(pairs, fold_of, strict=True) if f >= 0}),
+        n_pairs=len(pairs),
+        pair_sources=dict(sorted(sources.items())),
+        folds=folds,
+        seed=seed,
+        verifier=verifier,
+        baseline=baseline,
+        tau=tau,
+        recipe={"kind": kind, **recipe.to_dict()} if recipe is not None else {},
+        shuffled_control=shuffled_control,
+    )
