@@ -1,21 +1,18 @@
-"""`kg eval allocation --hotpotqa PATH [--json] [--budgets K ...] [--out DIR]`: flat vs
-relational allocation at matched object and token ceilings, with paired statistics."""
+"""`kg eval allocation --hotpotqa PATH [--json] [--lake DIR] [--out DIR]`: flat vs
+relational allocation at matched object and token ceilings, with paired statistics,
+materialising allocation_report (the question set x matched_ceilings) through the persistent
+Dagster instance, as `kg eval pubmedqa` does, so the run and its checks show in the UI."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
-from pathlib import Path
 
-from kg_platform.evaluation.allocation.evaluation import (
-    AllocationEvalConfig,
-    render_markdown,
-    run_allocation_eval,
-    summary,
-    write_report,
-)
-from kg_platform.storage.lake import Lake
+from kg_platform.evaluation.common.contracts import ALLOCATION_CONFIGURATIONS
+
+# the allocation_report configuration the command runs: the study's object ceilings
+CONFIGURATION = ALLOCATION_CONFIGURATIONS[0]
 
 
 def add_eval_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -24,24 +21,17 @@ def add_eval_parser(subparsers: argparse._SubParsersAction) -> argparse.Argument
         help="dual-bounded relational recall on a HotpotQA distractor file",
         description=(
             "Rank every paragraph with BM25, allocate flat / relational / random-neighbour / "
-            "shuffled-graph under an object ceiling K and a token ceiling T = K x median "
-            "paragraph tokens, and compare complete supporting-evidence recovery."
+            "shuffled-graph under an object ceiling K (2 and 4) and a token ceiling T = K x "
+            "median paragraph tokens, and compare complete supporting-evidence recovery."
         ),
     )
     parser.add_argument("--hotpotqa", required=True, help="HotpotQA distractor-format JSON file")
     parser.add_argument(
         "--json", action="store_true", help="print the per-budget summary as one JSON object"
     )
+    parser.add_argument("--lake", default=None, help="lake to register and write into")
     parser.add_argument(
-        "--budgets",
-        type=int,
-        nargs="+",
-        default=list(AllocationEvalConfig().budgets),
-        metavar="K",
-        help="object ceilings to evaluate (default: 2 4)",
-    )
-    parser.add_argument(
-        "--out", help="folder (or lake URL) to write report.md, recovery.png and the JSON files"
+        "--out", help="also copy report.md, recovery.png and the JSON files to this folder or URL"
     )
     # accepted like every kg eval; the study builds its own graph from HotpotQA paragraphs
     parser.add_argument("--release", help="ignored: the allocation study reads no PubMed graph")
@@ -51,17 +41,53 @@ def add_eval_parser(subparsers: argparse._SubParsersAction) -> argparse.Argument
 
 
 def run(args: argparse.Namespace) -> int:
+    from kg_platform.assets.allocation import REPORT_PREFIX
+    from kg_platform.evaluation.allocation.hotpotqa import load_hotpotqa
+    from kg_platform.evaluation.common.question_sets import register_question_set
+    from kg_platform.settings import Settings
+    from kg_platform.storage.lake import Lake
+    from kg_platform.storage.scope import Scope
+
+    settings = Settings.load()
+    lake = Lake(args.lake or settings.lake)
     try:
-        config = AllocationEvalConfig(budgets=tuple(args.budgets))
-        result = run_allocation_eval(Path(args.hotpotqa), config)
-        if args.out:
-            lake = Lake(args.out)
-            write_report(result, lake.write_bytes)
-    except ValueError as exc:
+        load_hotpotqa(args.hotpotqa)  # a file that is no HotpotQA set is named here
+        question_set = register_question_set(lake, "hotpotqa", args.hotpotqa)
+    except (OSError, ValueError) as exc:
         print(f"kg eval allocation: {exc}", file=sys.stderr)
         return 2
+    failure = materialise(settings, lake, question_set)
+    if failure:
+        print(f"kg eval allocation: {failure}", file=sys.stderr)
+        return 1
+    report = lake.scoped(Scope(report=f"{question_set}/{CONFIGURATION}"))
+    if args.out:
+        out = Lake(args.out)
+        for key in report.list(REPORT_PREFIX):
+            out.write_bytes(key.removeprefix(f"{REPORT_PREFIX}/"), report.read_bytes(key))
     if args.json:
-        print(json.dumps({**summary(result), "partition": None}))
+        summary = json.loads(report.read_bytes(f"{REPORT_PREFIX}/summary.json"))
+        partition = {"question_set": question_set, "configuration": CONFIGURATION}
+        print(json.dumps({**summary, "partition": partition}))
     else:
-        print(render_markdown(result))
+        print(report.read_bytes(f"{REPORT_PREFIX}/report.md").decode())
     return 0
+
+
+def materialise(settings, lake, question_set: str) -> str:
+    """allocation_report of (question set, matched_ceilings) on the persistent instance; its
+    failure in one line, or ""."""
+    import dagster as dg
+
+    from kg_platform.assets import allocation
+    from kg_platform.assets.partitions import hotpotqa_sets
+    from kg_platform.commands.build import prepare_instance
+    from kg_platform.commands.build_run import materialise_in_order
+
+    instance = prepare_instance(settings)
+    instance.add_dynamic_partitions(hotpotqa_sets.name, [question_set])
+    key = dg.MultiPartitionKey({"question_set": question_set, "configuration": CONFIGURATION})
+    steps = [("allocation_report", key)]
+    return materialise_in_order(
+        allocation.defs.assets, steps, instance, lake.root, "eval allocation"
+    )

@@ -157,6 +157,15 @@ def png_data_uri(png: bytes) -> str:
     return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
 
 
+def figure_png(figure) -> bytes:
+    """A matplotlib figure laid out tight, as PNG bytes without the Software stamp (the
+    same plot gives the same bytes whatever matplotlib wrote it)."""
+    figure.tight_layout()
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", metadata={"Software": None})
+    return buffer.getvalue()
+
+
 def render_png(profile: CorpusProfile) -> bytes:
     """PNG plot; deterministic (no Software metadata) so re-rendering yields the same bytes."""
     import matplotlib
@@ -174,11 +183,9 @@ def render_png(profile: CorpusProfile) -> bytes:
     right.set_ylim(0, 100)
     right.set_ylabel("% of reference rows citing a corpus article")
     right.set_title("in-corpus citation retention")
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=100, metadata={"Software": None})
+    png = figure_png(fig)  # at the figure's dpi, pyplot's default 100
     plt.close(fig)
-    return buf.getvalue()
+    return png
 
 
 def render_json(profile: CorpusProfile) -> bytes:

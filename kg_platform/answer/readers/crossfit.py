@@ -7,9 +7,9 @@ cross-fitting loop serves them all, controls included.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -24,6 +24,8 @@ from kg_platform.answer.readers.controls import shuffle_labels
 from kg_platform.answer.readers.registry import train_reader
 
 CandidatesFn = Callable[[LabelledQuestion], Sequence[str]]
+Item = TypeVar("Item")
+Model = TypeVar("Model")
 
 
 def assign_folds(examples: Sequence[LabelledQuestion], k: int, seed: int) -> np.ndarray:
@@ -47,6 +49,26 @@ def assign_folds(examples: Sequence[LabelledQuestion], k: int, seed: int) -> np.
         folds[members] = (np.arange(len(members)) + offset) % k
         offset += len(members)
     return folds
+
+
+def fit_folds(
+    items: Sequence[Item],
+    folds: np.ndarray,
+    seed: int,
+    fit: Callable[[list[Item], int], Model],
+    group: Callable[[Item], str],
+) -> Iterator[tuple[int, Model, list[Item], np.ndarray]]:
+    """The cross-fitting loop: for each fold f, ``fit(the items of the other folds, seed +
+    f)``, yielded with f, those training items and the indices of the held-out ones, one
+    model at a time. An AssertionError when a held-out ``group`` (a question, a claim) is
+    also trained on."""
+    for fold in range(int(folds.max()) + 1):
+        held_out = np.flatnonzero(folds == fold)
+        train = [items[i] for i in np.flatnonzero(folds != fold)]
+        held_groups = {group(items[i]) for i in held_out}
+        if any(group(item) in held_groups for item in train):
+            raise AssertionError(f"fold {fold}: a held-out item is in its training set")
+        yield fold, fit(train, seed + fold), train, held_out
 
 
 @dataclass(frozen=True)
@@ -79,13 +101,10 @@ def cross_fit_posteriors(
     folds = assign_folds(examples, k, seed)
     posteriors: list[np.ndarray | None] = [None] * len(examples)
     names = []
-    for fold in range(k):
-        held_out = np.flatnonzero(folds == fold)
-        train = [examples[i] for i in np.flatnonzero(folds != fold)]
-        held_qids = {examples[i].qid for i in held_out}
-        if any(ex.qid in held_qids for ex in train):
-            raise AssertionError(f"fold {fold}: a held-out question is in its training set")
-        reader = train_reader(train, seed + fold, recipe)
+    fitted = fit_folds(
+        examples, folds, seed, lambda train, s: train_reader(train, s, recipe), lambda q: q.qid
+    )
+    for fold, reader, _, held_out in fitted:
         names.append(reader.name)
         for i, scored in zip(
             held_out, _score_fold(reader, examples, held_out, candidates_fn), strict=True
@@ -156,14 +175,17 @@ def accuracy(posteriors: np.ndarray, examples: Sequence[LabelledQuestion]) -> fl
 
 
 def macro_f1(posteriors: np.ndarray, examples: Sequence[LabelledQuestion]) -> float:
-    """Mean over the three labels of F1 of the argmax decision (0 for a label never
-    predicted nor present)."""
-    gold = np.array([LABEL_INDEX[ex.label] for ex in examples])
-    predicted = np.asarray(posteriors).argmax(axis=1)
-    scores = []
-    for c in range(len(LABELS)):
-        tp = int(((predicted == c) & (gold == c)).sum())
-        fp = int(((predicted == c) & (gold != c)).sum())
-        fn = int(((predicted != c) & (gold == c)).sum())
-        scores.append(0.0 if tp == 0 else 2 * tp / (2 * tp + fp + fn))
-    return float(np.mean(scores))
+    """Macro-F1 of the argmax decision over the three labels."""
+    gold = np.array([LABEL_INDEX[ex.label] for ex in examples], dtype=np.int64)
+    confusion = np.zeros((len(LABELS), len(LABELS)), dtype=np.int64)
+    np.add.at(confusion, (gold, np.asarray(posteriors).argmax(axis=1)), 1)
+    return macro_f1_of(confusion)
+
+
+def macro_f1_of(confusion: np.ndarray) -> float:
+    """Mean over the classes of F1 = 2 tp / (gold + predicted), from a confusion matrix
+    (rows gold, columns predicted); 0 for a class with no true positive."""
+    confusion = np.asarray(confusion)
+    tp = np.diag(confusion)
+    both = confusion.sum(axis=1) + confusion.sum(axis=0)
+    return float(np.mean(np.where(tp > 0, 2 * tp / np.maximum(both, 1), 0.0)))

@@ -11,9 +11,7 @@ length of the resident corpus (see ``hotpotqa.count_tokens``), the same for ever
 
 from __future__ import annotations
 
-import base64
 import hashlib
-import io
 import json
 import math
 from collections.abc import Callable
@@ -35,6 +33,7 @@ from kg_platform.evaluation.common.stats import (
     outcomes_sha256,
     stratify,
 )
+from kg_platform.graph.profile import figure_png, png_data_uri
 from kg_platform.retrieval.allocation import (
     ARM_FLAT,
     ARM_RANDOM_NEIGHBOUR,
@@ -433,7 +432,7 @@ def render_markdown(result: AllocationEvalResult, png: bytes | None = None) -> s
         "34.5% (+23.8; bridge +28.7, comparison +4.2 inconclusive), 192 harmed; vs "
         "random-neighbour +16.5, vs shuffled +30.9.",
         "",
-        f"![recovery by budget](data:image/png;base64,{base64.b64encode(png).decode('ascii')})",
+        f"![recovery by budget]({png_data_uri(png)})",
         "",
     ]
     return "\n".join(lines)
@@ -467,10 +466,7 @@ def render_plot(result: AllocationEvalResult) -> bytes:
         axis.grid(alpha=0.3)
     np.atleast_1d(axes)[0].set_ylabel("complete recovery")
     np.atleast_1d(axes)[0].legend(fontsize=8)
-    figure.tight_layout()
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", metadata={"Software": None})
-    return buffer.getvalue()
+    return figure_png(figure)
 
 
 def write_report(

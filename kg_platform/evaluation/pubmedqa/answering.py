@@ -32,7 +32,7 @@ import pyarrow.compute as pc
 from kg_platform.answer.readers.base import LabelledQuestion, Reader, content_hash, load_pubmedqa
 from kg_platform.answer.readers.base import training_set_hash as examples_hash
 from kg_platform.answer.readers.controls import BlindReader, shuffle_labels, train_majority
-from kg_platform.answer.readers.crossfit import assign_folds
+from kg_platform.answer.readers.crossfit import assign_folds, fit_folds
 from kg_platform.answer.readers.registry import train_reader
 from kg_platform.evaluation.common.checks import CacheCheck
 from kg_platform.evaluation.common.question_sets import (
@@ -297,12 +297,14 @@ def fold_models(
     """(model, its training questions, the held-out fold it scores) per fold; folds and
     seeds as ``crossfit.cross_fit_posteriors``."""
     folds = assign_folds(examples, config.folds, seed)
-    out = []
-    for fold in range(config.folds):
-        train = [examples[i] for i in np.flatnonzero(folds != fold)]
-        held_out = [examples[i] for i in np.flatnonzero(folds == fold)]
-        out.append((train_reader(train, seed + fold, recipe_of(config)), train, held_out))
-    return out
+    fitted = fit_folds(
+        examples,
+        folds,
+        seed,
+        lambda train, s: train_reader(train, s, recipe_of(config)),
+        lambda q: q.qid,
+    )
+    return [(reader, train, [examples[i] for i in held]) for _, reader, train, held in fitted]
 
 
 @dataclass(frozen=True)

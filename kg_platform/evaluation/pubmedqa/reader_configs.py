@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from kg_platform.answer.readers.base import content_hash
+from kg_platform.evaluation.common.configs import load_config, register_config
 from kg_platform.evaluation.pubmedqa.candidates import MAX_CANDIDATES, TRUNCATIONS
 from kg_platform.storage.lake import Lake
 
@@ -94,30 +95,15 @@ def recipe_of(config: ReaderConfig) -> Any:
     return None
 
 
-def config_lake_key(key: str) -> str:
-    return f"{CONFIGS_PREFIX}/{key}.json"
-
-
 def register_reader_config(lake: Lake, config: ReaderConfig) -> str:
-    """Write the configuration under its key (once); returns the key."""
-    target = config_lake_key(config.key)
-    if not lake.exists(target):
-        lake.write_bytes(target, json.dumps(config.to_json(), indent=2, sort_keys=True).encode())
-    return config.key
+    return register_config(lake, CONFIGS_PREFIX, config)
 
 
 def load_reader_config(lake: Lake, key: str) -> ReaderConfig:
-    """The registered configuration ``key``; a clear error when it is missing or altered."""
-    target = config_lake_key(key)
-    if not lake.exists(target):
-        raise FileNotFoundError(
-            f"reader configuration {key}: {lake.path(target)} is missing; "
-            "register it with `kg eval pubmedqa`"
-        )
-    config = ReaderConfig.from_json(json.loads(lake.read_bytes(target)))
-    if config.key != key:
-        raise ValueError(f"{lake.path(target)}: its content hashes to {config.key}, not {key}")
-    return config
+    hint = "register it with `kg eval pubmedqa`"
+    return load_config(
+        lake, CONFIGS_PREFIX, key, ReaderConfig.from_json, "reader configuration", hint
+    )
 
 
 def folder_config(folder: str | Path, training_set: str, **options: Any) -> ReaderConfig:

@@ -13,8 +13,6 @@
 
 from __future__ import annotations
 
-import base64
-import io
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -24,6 +22,7 @@ import numpy as np
 import pyarrow
 
 from kg_platform.answer.readers.base import LABEL_INDEX, LABELS
+from kg_platform.answer.readers.crossfit import macro_f1_of
 from kg_platform.evaluation.common.posteriors import (
     SETTINGS,
     Configuration,
@@ -31,7 +30,9 @@ from kg_platform.evaluation.common.posteriors import (
     question_posteriors,
     selective_accuracy,
 )
+from kg_platform.evaluation.common.report_files import draw_confusion, percent, plot_lines
 from kg_platform.evaluation.common.stats import BOOTSTRAP_RESAMPLES, auroc, bootstrap_rd_ci
+from kg_platform.graph.profile import figure_png
 from kg_platform.storage.lake import Lake
 
 # the calibration's per-label bias grid: -3 to 3 in steps of 0.05
@@ -104,16 +105,15 @@ def score(
     lo, hi = bootstrap_rd_ci(correct, np.zeros_like(correct), 0.95, resamples, seed)
     confusion = np.zeros((3, 3), dtype=np.int64)
     np.add.at(confusion, (gold, predicted), 1)
-    recall, f1 = {}, []
+    recall = {}
     for i, label in enumerate(LABELS):
-        tp, gold_n, pred_n = confusion[i, i], confusion[i].sum(), confusion[:, i].sum()
+        tp, gold_n = confusion[i, i], confusion[i].sum()
         recall[label] = float(tp / gold_n) if gold_n else 0.0
-        f1.append(2 * tp / (gold_n + pred_n) if gold_n + pred_n else 0.0)
     return Scores(
         n=int(gold.size),
         accuracy=float(correct.mean()),
         ci95=(lo, hi),
-        macro_f1=float(np.mean(f1)),
+        macro_f1=macro_f1_of(confusion),
         recall=recall,
         confusion=confusion.tolist(),
     )
@@ -291,10 +291,6 @@ def build_pubmedqa_report(
 # -- rendering ------------------------------------------------------------------------------
 
 
-def _pct(value: float | None) -> str:
-    return "n/a" if value is None else f"{100 * value:.1f}%"
-
-
 def render_plots(report: dict) -> dict[str, bytes]:
     """PNGs: settings with CIs, DEV vs TEST per configuration, the truncation sweep and the
     confusion matrix."""
@@ -302,12 +298,6 @@ def render_plots(report: dict) -> dict[str, bytes]:
 
     matplotlib.use("Agg")
     from matplotlib.figure import Figure
-
-    def png(figure: Figure) -> bytes:
-        figure.tight_layout()
-        buffer = io.BytesIO()
-        figure.savefig(buffer, format="png", metadata={"Software": None})
-        return buffer.getvalue()
 
     plots = {}
     figure = Figure(figsize=(5, 3.5), dpi=100)
@@ -323,7 +313,7 @@ def render_plots(report: dict) -> dict[str, bytes]:
     axis.set_ylim(0, 1)
     axis.set_ylabel("TEST accuracy")
     axis.legend(fontsize=8)
-    plots["settings.png"] = png(figure)
+    plots["settings.png"] = figure_png(figure)
 
     figure = Figure(figsize=(4, 4), dpi=100)
     axis = figure.subplots()
@@ -332,7 +322,7 @@ def render_plots(report: dict) -> dict[str, bytes]:
     axis.plot([0, 1], [0, 1], color="grey", linewidth=0.5)
     axis.set_xlabel("DEV accuracy (calibrated)")
     axis.set_ylabel("TEST accuracy")
-    plots["dev_vs_test.png"] = png(figure)
+    plots["dev_vs_test.png"] = figure_png(figure)
 
     figure = Figure(figsize=(5, 3.5), dpi=100)
     axis = figure.subplots()
@@ -344,19 +334,12 @@ def render_plots(report: dict) -> dict[str, bytes]:
     axis.set_xlabel("truncation (characters)")
     axis.set_ylabel("accuracy")
     axis.legend(fontsize=8)
-    plots["truncation_sweep.png"] = png(figure)
+    plots["truncation_sweep.png"] = figure_png(figure)
 
     figure = Figure(figsize=(4, 3.5), dpi=100)
     axis = figure.subplots()
-    confusion = np.asarray(report["test"]["confusion"])
-    axis.imshow(confusion, cmap="Blues")
-    for (i, j), value in np.ndenumerate(confusion):
-        axis.text(j, i, str(value), ha="center", va="center")
-    axis.set_xticks(range(3), LABELS)
-    axis.set_yticks(range(3), LABELS)
-    axis.set_xlabel("predicted")
-    axis.set_ylabel("gold")
-    plots["confusion.png"] = png(figure)
+    draw_confusion(axis, report["test"]["confusion"], LABELS)
+    plots["confusion.png"] = figure_png(figure)
     return plots
 
 
@@ -369,9 +352,9 @@ def render_markdown(report: dict, plots: Mapping[str, bytes] | None = None) -> s
         "# PubMedQA evaluation",
         "",
         f"- selected on DEV ({report['dev']['n']} questions): `{report['selected']}`",
-        f"- TEST (n={test['n']}, {test['setting']}): accuracy {_pct(test['accuracy'])} "
-        f"[{_pct(lo)}, {_pct(hi)}], macro-F1 {test['macro_f1']:.3f}",
-        "- recall: " + ", ".join(f"{k} {_pct(v)}" for k, v in test["recall"].items()),
+        f"- TEST (n={test['n']}, {test['setting']}): accuracy {percent(test['accuracy'])} "
+        f"[{percent(lo)}, {percent(hi)}], macro-F1 {test['macro_f1']:.3f}",
+        "- recall: " + ", ".join(f"{k} {percent(v)}" for k, v in test["recall"].items()),
         f"- class bias (DEV): {cal['bias']}" + (" **at grid edge**" if cal["at_grid_edge"] else ""),
         f"- DEV->TEST Pearson over {report['dev_test_correlation']['configurations']} "
         f"configurations: {report['dev_test_correlation']['pearson']}",
@@ -384,17 +367,17 @@ def render_markdown(report: dict, plots: Mapping[str, bytes] | None = None) -> s
     ]
     for name, s in report["settings"].items():
         lines.append(
-            f"| {name} | {_pct(s['accuracy'])} | [{_pct(s['ci95'][0])}, {_pct(s['ci95'][1])}] "
+            f"| {name} | {percent(s['accuracy'])} | [{percent(s['ci95'][0])}, {percent(s['ci95'][1])}] "
             f"| {s['macro_f1']:.3f} |"
         )
     lines += [
         "",
         "## Controls (TEST)",
         "",
-        f"- majority ({controls['majority_label']}): {_pct(controls['majority'])}",
-        f"- blind: {_pct(controls['blind'])}",
+        f"- majority ({controls['majority_label']}): {percent(controls['majority'])}",
+        f"- blind: {percent(controls['blind'])}",
         f"- shuffled-label best of {controls['shuffled_label_n']}: "
-        f"{_pct(controls['shuffled_label_best'])}",
+        f"{percent(controls['shuffled_label_best'])}",
         "",
         "## Truncation sweep",
         "",
@@ -403,7 +386,7 @@ def render_markdown(report: dict, plots: Mapping[str, bytes] | None = None) -> s
     ]
     for r in report["truncation_sweep"]:
         lines.append(
-            f"| {r['truncation']} | {_pct(r['dev_accuracy'])} | {_pct(r['test_accuracy'])} |"
+            f"| {r['truncation']} | {percent(r['dev_accuracy'])} | {percent(r['test_accuracy'])} |"
         )
     lines += [
         "",
@@ -432,13 +415,12 @@ def render_markdown(report: dict, plots: Mapping[str, bytes] | None = None) -> s
         ]
         for r in sel["matched_coverage"]:
             lines.append(
-                f"| {r['coverage']:.3f} | {r['n']} | {_pct(r['reader_confidence'])} "
-                f"| {_pct(r['graph_certification'])} |"
+                f"| {r['coverage']:.3f} | {r['n']} | {percent(r['reader_confidence'])} "
+                f"| {percent(r['graph_certification'])} |"
             )
     lines.append("")
-    for name, data in plots.items():
-        lines.append(f"![{name}](data:image/png;base64,{base64.b64encode(data).decode('ascii')})")
-        lines.append("")
+    for line in plot_lines(plots):
+        lines += [line, ""]
     return "\n".join(lines)
 
 

@@ -18,7 +18,6 @@ and by selective accuracy at the certified share of the questions (``common/post
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -30,6 +29,7 @@ from kg_platform.answer.api import AskConfig, KnowledgeGraph
 from kg_platform.answer.ladder import DEFAULT_VERIFIER_TAU, LadderConfig
 from kg_platform.answer.readers.base import LABEL_INDEX, LabelledQuestion
 from kg_platform.evaluation.common.checks import CacheCheck
+from kg_platform.evaluation.common.configs import load_config, register_config
 from kg_platform.evaluation.common.posteriors import (
     Configuration,
     configurations_of,
@@ -38,7 +38,7 @@ from kg_platform.evaluation.common.posteriors import (
     selective_accuracy,
 )
 from kg_platform.evaluation.common.question_sets import QuestionSet
-from kg_platform.evaluation.common.report_files import plot_lines, write_report_files
+from kg_platform.evaluation.common.report_files import percent, plot_lines, write_report_files
 from kg_platform.evaluation.common.trained import (
     load_trained_verifier,
     read_trained_reader,
@@ -52,6 +52,7 @@ from kg_platform.evaluation.refusal.evaluation import (
     is_monotone,
 )
 from kg_platform.graph.layout import CURRENT_POINTER, choose_pair, published_pairs
+from kg_platform.graph.profile import figure_png
 from kg_platform.storage.lake import Lake
 from kg_platform.storage.scope import Scope
 
@@ -88,27 +89,15 @@ class LadderEvalConfig:
         return f"ladder-{hashlib.sha256(blob).hexdigest()[:8]}"
 
 
-def config_lake_key(key: str) -> str:
-    return f"{CONFIGS_PREFIX}/{key}.json"
-
-
 def register_ladder_config(lake: Lake, config: LadderEvalConfig) -> str:
-    target = config_lake_key(config.key)
-    if not lake.exists(target):
-        lake.write_bytes(target, json.dumps(config.to_json(), indent=2, sort_keys=True).encode())
-    return config.key
+    return register_config(lake, CONFIGS_PREFIX, config)
 
 
 def load_ladder_config(lake: Lake, key: str) -> LadderEvalConfig:
-    target = config_lake_key(key)
-    if not lake.exists(target):
-        raise FileNotFoundError(
-            f"ladder configuration {key}: {lake.path(target)} is missing; register it first"
-        )
-    config = LadderEvalConfig(**json.loads(lake.read_bytes(target)))
-    if config.key != key:
-        raise ValueError(f"{lake.path(target)}: its content hashes to {config.key}, not {key}")
-    return config
+    parse = lambda fields: LadderEvalConfig(**fields)  # noqa: E731
+    return load_config(
+        lake, CONFIGS_PREFIX, key, parse, "ladder configuration", "register it first"
+    )
 
 
 def graph_view(root: Lake, config: LadderEvalConfig) -> tuple[Lake, dict[str, str | None]]:
@@ -216,9 +205,9 @@ def certification_finding(selective: dict) -> str:
     conf, cert = selective["auroc_reader_confidence"], selective["auroc_graph_certification"]
     row = selective["matched_coverage"][0]
     at = (
-        f"at matched coverage {100 * row['coverage']:.1f}% (n={row['n']}), the certified "
-        f"questions are {_pct(row['graph_certification'])} correct, the most confident "
-        f"{_pct(row['reader_confidence'])}"
+        f"at matched coverage {percent(row['coverage'])} (n={row['n']}), the certified "
+        f"questions are {percent(row['graph_certification'])} correct, the most confident "
+        f"{percent(row['reader_confidence'])}"
     )
     if conf is None or cert is None:
         return (
@@ -256,20 +245,16 @@ def _deletion_lines(doc: dict | None) -> list[str]:
     ]
     for t in doc["tiers"]:
         lo, hi = t["refusal_ci95"]
-        control = _pct(t["control_refusal_rate"]) if "control_refusal_rate" in t else ""
+        control = percent(t["control_refusal_rate"]) if "control_refusal_rate" in t else ""
         step = ""
         if "minus_previous" in t:
             d = t["minus_previous"]
             step = f"{d['difference']:+.3f} [{d['ci95'][0]:+.3f}, {d['ci95'][1]:+.3f}]"
         lines.append(
-            f"| {t['tier']} | {_pct(t['refusal_rate'])} | {_pct(lo)}-{_pct(hi)} | {control} "
+            f"| {t['tier']} | {percent(t['refusal_rate'])} | {percent(lo)}-{percent(hi)} | {control} "
             f"| {step} | {t['reasons']} |"
         )
     return [*lines, ""]
-
-
-def _pct(value: float | None) -> str:
-    return "n/a" if value is None else f"{100 * value:.1f}%"
 
 
 # -- the report -----------------------------------------------------------------------------
@@ -335,12 +320,6 @@ def render_plots(doc: dict) -> dict[str, bytes]:
     matplotlib.use("Agg")
     from matplotlib.figure import Figure
 
-    def png(figure) -> bytes:
-        figure.tight_layout()
-        buffer = io.BytesIO()
-        figure.savefig(buffer, format="png", metadata={"Software": None})
-        return buffer.getvalue()
-
     figure = Figure(figsize=(5, 3.5), dpi=100)
     axis = figure.subplots()
     ks = [r["k"] for r in doc["sweep"]]
@@ -354,7 +333,7 @@ def render_plots(doc: dict) -> dict[str, bytes]:
     axis.set_xlabel("min_paths k")
     axis.set_ylabel("answered share")
     axis.legend(fontsize=8)
-    plots = {"sweep.png": png(figure)}
+    plots = {"sweep.png": figure_png(figure)}
 
     figure = Figure(figsize=(6, 3.5), dpi=100)
     axis = figure.subplots()
@@ -369,7 +348,7 @@ def render_plots(doc: dict) -> dict[str, bytes]:
     axis.set_ylim(0, 1.05)
     axis.set_ylabel("refusal rate")
     axis.legend(fontsize=7)
-    plots["ablation.png"] = png(figure)
+    plots["ablation.png"] = figure_png(figure)
     return plots
 
 
@@ -384,8 +363,8 @@ def render_markdown(doc: dict, plots: dict[str, bytes]) -> str:
         f"verifier (gate 7): {doc['verifier']['config'] if doc['verifier'] else 'off'}",
         f"- {doc['n']} questions, {doc['n_controls']} with a control twin; min_paths "
         f"{doc['min_paths']}",
-        f"- answered: real {_pct(doc['real_answered'])}, controls (the leak) "
-        f"{_pct(doc['control_answered'])}; paired real - control {doc['difference']:+.3f}"
+        f"- answered: real {percent(doc['real_answered'])}, controls (the leak) "
+        f"{percent(doc['control_answered'])}; paired real - control {doc['difference']:+.3f}"
         f"{ci_text}, {doc['paired_counts']}",
         "",
         "## min_paths sweep: coverage vs leak",
@@ -395,8 +374,8 @@ def render_markdown(doc: dict, plots: dict[str, bytes]) -> str:
     ]
     for r in doc["sweep"]:
         lines.append(
-            f"| {r['k']} | {_pct(r['real_answered'])} | {_pct(r['control_answered'])} "
-            f"| {_pct(r['real_answered_paired'])} |"
+            f"| {r['k']} | {percent(r['real_answered'])} | {percent(r['control_answered'])} "
+            f"| {percent(r['real_answered_paired'])} |"
         )
     lines += [
         "",
@@ -411,8 +390,8 @@ def render_markdown(doc: dict, plots: dict[str, bytes]) -> str:
         "|---|---|" + "---|" * len(FAILURE_CLASSES),
     ]
     for t in doc["ablation_tiers"]:
-        cells = [_pct(t["per_class"][c]) for c in FAILURE_CLASSES]
-        lines.append(f"| {t['tier']} | {_pct(t['refusal_rate'])} | " + " | ".join(cells) + " |")
+        cells = [percent(t["per_class"][c]) for c in FAILURE_CLASSES]
+        lines.append(f"| {t['tier']} | {percent(t['refusal_rate'])} | " + " | ".join(cells) + " |")
     lines += ["", "## Graph certification vs reader confidence", ""]
     cert = doc["certification"]
     if cert is None:
@@ -421,8 +400,8 @@ def render_markdown(doc: dict, plots: dict[str, bytes]) -> str:
         lines += [
             f"**{cert['finding']}**",
             "",
-            f"- reader `{cert['reader_configuration']}`: accuracy {_pct(cert['reader_accuracy'])}"
-            f" on {cert['n']} questions; the ladder certifies {_pct(cert['certified_share'])}",
+            f"- reader `{cert['reader_configuration']}`: accuracy {percent(cert['reader_accuracy'])}"
+            f" on {cert['n']} questions; the ladder certifies {percent(cert['certified_share'])}",
             f"- AUROC for correctness: reader confidence {cert['auroc_reader_confidence']}, "
             f"graph certification {cert['auroc_graph_certification']}",
             "",
@@ -431,8 +410,8 @@ def render_markdown(doc: dict, plots: dict[str, bytes]) -> str:
         ]
         for r in cert["matched_coverage"]:
             lines.append(
-                f"| {_pct(r['coverage'])} | {r['n']} | {_pct(r['reader_confidence'])} "
-                f"| {_pct(r['graph_certification'])} |"
+                f"| {percent(r['coverage'])} | {r['n']} | {percent(r['reader_confidence'])} "
+                f"| {percent(r['graph_certification'])} |"
             )
     lines.append("")
     lines += plot_lines(plots)

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from kg_platform.answer.readers.crossfit import fit_folds, macro_f1_of
 from kg_platform.answer.verifier import (
     NOINFO,
     RANDOM,
@@ -77,15 +78,10 @@ def verdict_metrics(
     predicted = posteriors.argmax(axis=1)
     confusion = np.zeros((3, 3), dtype=np.int64)
     np.add.at(confusion, (labels, predicted), 1)
-    f1 = []
-    for c in range(3):
-        tp = confusion[c, c]
-        denominator = confusion[c].sum() + confusion[:, c].sum()
-        f1.append(0.0 if tp == 0 else 2 * tp / denominator)
     return VerdictMetrics(
         n=int(labels.size),
         noinfo_auroc=auroc(posteriors[:, NOINFO], labels == NOINFO),
-        macro_f1=float(np.mean(f1)),
+        macro_f1=macro_f1_of(confusion),
         confusion=confusion.tolist(),
         noinfo_auroc_hard=(
             None if hard is None else auroc(posteriors[hard, NOINFO], labels[hard] == NOINFO)
@@ -121,12 +117,10 @@ def cross_validate_verifier(
     """Out-of-fold (n, 3) scores: fold f is scored by a verifier trained (seed + f) on the
     other folds."""
     out = np.zeros((len(pairs), 3), dtype=np.float32)
-    for fold in range(int(folds.max()) + 1):
-        held = np.flatnonzero(folds == fold)
-        train = [pairs[i] for i in np.flatnonzero(folds != fold)]
-        if {pairs[i].claim_id for i in held} & {p.claim_id for p in train}:
-            raise AssertionError(f"fold {fold}: a held-out claim is in its training set")
-        verifier = train_verifier(train, seed + fold, recipe)
+    fitted = fit_folds(
+        pairs, folds, seed, lambda train, s: train_verifier(train, s, recipe), lambda p: p.claim_id
+    )
+    for fold, verifier, _, held in fitted:
         out[held] = verifier.score_pairs(
             [pairs[i].claim for i in held], [pairs[i].text for i in held]
         )

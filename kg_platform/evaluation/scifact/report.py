@@ -9,7 +9,6 @@ source recounted independently from the CSV with Polars (not by ``scifact_pairs`
 
 from __future__ import annotations
 
-import io
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +19,11 @@ import pyarrow
 
 from kg_platform.answer.verifier import CITED, EVIDENCE, RANDOM, VERDICTS, VerifierPair
 from kg_platform.evaluation.common.checks import CacheCheck
-from kg_platform.evaluation.common.report_files import plot_lines, write_report_files
+from kg_platform.evaluation.common.report_files import (
+    draw_confusion,
+    plot_lines,
+    write_report_files,
+)
 from kg_platform.evaluation.common.trained import read_trained_verifier, verifier_trained_key
 from kg_platform.evaluation.scifact.evaluation import (
     Embed,
@@ -34,6 +37,7 @@ from kg_platform.evaluation.scifact.verifier_training import (
     VerifierConfig,
     verifier_configs,
 )
+from kg_platform.graph.profile import figure_png
 from kg_platform.storage.lake import Lake
 
 REPORT_PREFIX = "reports/scifact"
@@ -199,13 +203,6 @@ def check_scifact_report(
 # -- rendering ------------------------------------------------------------------------------
 
 
-def _png(figure) -> bytes:
-    figure.tight_layout()
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", metadata={"Software": None})
-    return buffer.getvalue()
-
-
 def render_plots(report: dict) -> dict[str, bytes]:
     """confusion.png: verifier and baseline confusion matrices, one row per configuration."""
     import matplotlib
@@ -226,16 +223,9 @@ def render_plots(report: dict) -> dict[str, bytes]:
             ),
             strict=True,
         ):
-            matrix = np.asarray(confusion)
-            axis.imshow(matrix, cmap="Blues")
-            for (i, j), value in np.ndenumerate(matrix):
-                axis.text(j, i, str(value), ha="center", va="center")
-            axis.set_xticks(range(3), short)
-            axis.set_yticks(range(3), short)
-            axis.set_xlabel("predicted")
-            axis.set_ylabel("gold")
+            draw_confusion(axis, confusion, short)
             axis.set_title(title, fontsize=9)
-    return {"confusion.png": _png(figure)}
+    return {"confusion.png": figure_png(figure)}
 
 
 def _fmt(value: float | None) -> str:

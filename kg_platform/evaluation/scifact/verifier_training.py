@@ -55,6 +55,7 @@ from kg_platform.answer.verifier import (
     write_tau,
 )
 from kg_platform.evaluation.common.checks import CacheCheck
+from kg_platform.evaluation.common.configs import load_config, register_config
 from kg_platform.evaluation.common.question_sets import question_set_key, question_set_object
 from kg_platform.evaluation.common.trained import (
     VERIFIERS_TRAINED,
@@ -142,28 +143,15 @@ class VerifierConfig:
         return None
 
 
-def config_lake_key(key: str) -> str:
-    return f"{CONFIGS_PREFIX}/{key}.json"
-
-
 def register_verifier_config(lake: Lake, config: VerifierConfig) -> str:
-    target = config_lake_key(config.key)
-    if not lake.exists(target):
-        lake.write_bytes(target, json.dumps(config.to_json(), indent=2, sort_keys=True).encode())
-    return config.key
+    return register_config(lake, CONFIGS_PREFIX, config)
 
 
 def load_verifier_config(lake: Lake, key: str) -> VerifierConfig:
-    """The registered configuration ``key``; a clear error when it is missing or altered."""
-    target = config_lake_key(key)
-    if not lake.exists(target):
-        raise FileNotFoundError(
-            f"verifier configuration {key}: {lake.path(target)} is missing; register it first"
-        )
-    config = VerifierConfig(**json.loads(lake.read_bytes(target)))
-    if config.key != key:
-        raise ValueError(f"{lake.path(target)}: its content hashes to {config.key}, not {key}")
-    return config
+    parse = lambda fields: VerifierConfig(**fields)  # noqa: E731
+    return load_config(
+        lake, CONFIGS_PREFIX, key, parse, "verifier configuration", "register it first"
+    )
 
 
 def verifier_configs(lake: Lake) -> list[VerifierConfig]:

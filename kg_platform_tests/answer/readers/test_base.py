@@ -17,6 +17,7 @@ from kg_platform.answer.readers import (
     training_set_hash,
     truncate,
 )
+from kg_platform.answer.readers.crossfit import fit_folds, macro_f1_of
 from kg_platform_tests.answer.readers.conftest import synthetic_questions
 from kg_platform_tests.conftest import require_reference
 
@@ -131,6 +132,23 @@ def test_folds_refuse_bad_inputs():
         assign_folds(synthetic_questions(6), 1, 0)
     with pytest.raises(ValueError, match="not unique"):
         assign_folds(synthetic_questions(3) * 2, 2, 0)
+
+
+def test_fit_folds_trains_each_fold_on_the_others_and_refuses_a_shared_group():
+    items = ["a1", "a2", "b1", "c1"]  # a group is the letter
+    folds = np.array([0, 0, 1, 1])
+    fitted = list(fit_folds(items, folds, 7, lambda train, s: (train, s), lambda x: x[0]))
+    assert [(f, model, held.tolist()) for f, model, _, held in fitted] == [
+        (0, (["b1", "c1"], 7), [0, 1]),
+        (1, (["a1", "a2"], 8), [2, 3]),
+    ]
+    with pytest.raises(AssertionError, match="fold 0: a held-out item is in its training set"):
+        list(fit_folds(items, np.array([0, 1, 1, 0]), 0, lambda t, s: s, lambda x: x[0]))
+
+
+def test_macro_f1_of_a_confusion_matrix():
+    # F1 per class: 2*2/(3+2) = 0.8, no true positive, no true positive
+    assert macro_f1_of(np.array([[2, 1, 0], [0, 0, 1], [0, 0, 0]])) == pytest.approx(0.8 / 3)
 
 
 def test_accuracy_and_macro_f1_exact():

@@ -1,4 +1,3 @@
-import argparse
 import base64
 import hashlib
 import json
@@ -8,7 +7,7 @@ import dagster as dg
 import numpy as np
 import pytest
 
-from kg_platform.commands.eval_allocation import add_eval_parser
+from kg_platform.cli import main
 from kg_platform.evaluation.allocation.evaluation import (
     REPORT_FILES,
     render_markdown,
@@ -25,7 +24,7 @@ from kg_platform.evaluation.allocation.hotpotqa import (
 )
 from kg_platform.evaluation.common.stats import outcomes_sha256
 from kg_platform.retrieval.allocation import ARMS
-from kg_platform_tests.conftest import require_reference
+from kg_platform_tests.conftest import require_reference, use_kg_home
 
 QUESTIONS_SHA256 = "258b930b1ea56569a877134598cb13da9c79e6110c4ed3e8d39027c49b61d76b"
 GRAPH_SHA256 = "30c5ce252af6f8604889e9e948eaed665676fa8021e3095257df9de40a2a03f5"
@@ -197,16 +196,15 @@ def test_loader_reads_python_literal_fields_and_names_bad_input(hotpotqa_path, t
         load_hotpotqa(tmp_path / "nope.json")
 
 
-def _cli(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="kg eval")
-    add_eval_parser(parser.add_subparsers(dest="command"))
-    return parser.parse_args(argv)
-
-
-def test_cli_prints_json_writes_files_and_keeps_them_on_failure(hotpotqa_path, tmp_path, capsys):
+def test_kg_eval_allocation_materialises_the_report_on_the_instance(
+    hotpotqa_path, tmp_path, capsys, monkeypatch
+):
+    use_kg_home(monkeypatch, tmp_path / "kg")
+    # prepare_instance sets DAGSTER_HOME for the process: restored after the test
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "kg" / "dagster"))
     out = tmp_path / "report"
-    args = _cli(["allocation", "--hotpotqa", str(hotpotqa_path), "--json", "--out", str(out)])
-    assert args.func(args) == 0
+    assert main(["eval", "allocation", "--hotpotqa", str(hotpotqa_path), "--json",
+                 "--out", str(out)]) == 0  # fmt: skip
     printed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert printed["budgets"][0]["recovery"]["flat"]["recovered"] == 6
     assert printed["budgets"][1]["rd_relational_minus_flat"]["all"]["improve_tie_harm"] == [
@@ -214,48 +212,39 @@ def test_cli_prints_json_writes_files_and_keeps_them_on_failure(hotpotqa_path, t
         38,
         3,
     ]
-    assert sorted(p.name for p in out.iterdir()) == sorted(REPORT_FILES)
-    before = (out / "report.md").read_bytes()
+    question_set = f"hotpot_dev_distractor_first60-{QUESTIONS_SHA256[:8]}"
+    partition = {"question_set": question_set, "configuration": "matched_ceilings"}
+    assert printed["partition"] == partition
 
-    bad = _cli(["allocation", "--hotpotqa", str(tmp_path / "nope.json"), "--out", str(out)])
-    assert bad.func(bad) == 2
-    assert "HotpotQA file not found" in capsys.readouterr().err
-    assert (out / "report.md").read_bytes() == before
-
-
-def test_report_asset_writes_through_the_lake(hotpotqa_path, tmp_path):
-    from kg_platform.assets.allocation import allocation_report
-    from kg_platform.evaluation.common.question_sets import register_question_set
-    from kg_platform.resources.lake import LakeResource
-    from kg_platform.storage.lake import Lake
-
-    lake_root = str(tmp_path / "lake")
-    question_set = register_question_set(Lake(lake_root), "hotpotqa", hotpotqa_path)
-    assert question_set == f"hotpot_dev_distractor_first60-{QUESTIONS_SHA256[:8]}"
-    with dg.instance_for_test() as instance:
-        instance.add_dynamic_partitions("hotpotqa_sets", [question_set])
-        outcome = dg.materialize(
-            [allocation_report],
-            partition_key=dg.MultiPartitionKey(
-                {"question_set": question_set, "configuration": "matched_ceilings"}
-            ),
-            instance=instance,
-            resources={"lake": LakeResource(root=lake_root)},
-        )
-    assert outcome.success
-    checks = {e.check_name: e.passed for e in outcome.get_asset_check_evaluations()}
-    assert checks == {"ceilings_respected": True, "identities_recorded": True}
-    metadata = outcome.asset_materializations_for_node("allocation_report")[0].metadata
+    instance = dg.DagsterInstance.from_config(str(tmp_path / "kg" / "dagster"))
+    event = instance.get_latest_materialization_event(dg.AssetKey("allocation_report"))
+    assert event.dagster_event.partition == f"matched_ceilings|{question_set}"
+    checks = instance.get_records_for_run(
+        event.run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION
+    ).records
+    assert {
+        (e.check_name, e.passed)
+        for e in (r.event_log_entry.dagster_event.event_specific_data for r in checks)
+    } == {("ceilings_respected", True), ("identities_recorded", True)}
+    metadata = event.asset_materialization.metadata
     assert "| 4 | 340 | relational | 37/60 (61.7%)" in metadata["report"].value
     assert metadata["questions_sha256"].value == QUESTIONS_SHA256
-    assert metadata["question_set"].value == question_set
-    assert metadata["configuration"].value == "matched_ceilings"
-    folder = tmp_path / "lake" / "reports" / "allocation" / question_set / "matched_ceilings"
+    folder = tmp_path / "kg" / "lake" / "reports" / "allocation" / question_set / "matched_ceilings"
     assert sorted(p.name for p in folder.iterdir()) == sorted(REPORT_FILES)
+    # --out holds a copy of the published files
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == {
+        p.name: p.read_bytes() for p in folder.iterdir()
+    }
     png = (folder / "recovery.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
     assert embedded_pngs(metadata["report"].value) == [png]
     assert embedded_pngs((folder / "report.md").read_text()) == [png]
+
+    before = (out / "report.md").read_bytes()
+    missing = tmp_path / "nope.json"
+    assert main(["eval", "allocation", "--hotpotqa", str(missing), "--out", str(out)]) == 2
+    assert f"kg eval allocation: {missing}: HotpotQA file not found" in capsys.readouterr().err
+    assert (out / "report.md").read_bytes() == before
 
 
 def embedded_pngs(markdown: str) -> list[bytes]:

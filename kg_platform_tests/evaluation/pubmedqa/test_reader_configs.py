@@ -10,9 +10,10 @@ from kg_platform.answer.readers.base import content_hash
 from kg_platform.answer.readers.classifier import ClassifierRecipe
 from kg_platform.answer.readers.cues import CueRecipe, train_cue_reader
 from kg_platform.answer.readers.probe import ProbeRecipe
+from kg_platform.evaluation.common.configs import config_object
 from kg_platform.evaluation.pubmedqa.reader_configs import (
+    CONFIGS_PREFIX,
     ReaderConfig,
-    config_lake_key,
     folder_config,
     load_reader_config,
     recipe_of,
@@ -37,13 +38,13 @@ def test_register_and_load_round_trip(tmp_path) -> None:
     key = register_reader_config(lake, config)
     assert key == config.key
     assert load_reader_config(lake, key) == config
-    assert (tmp_path / "lake" / config_lake_key(key)).is_file()
+    assert (tmp_path / "lake" / config_object(CONFIGS_PREFIX, key)).is_file()
 
 
 def test_an_altered_configuration_file_is_refused(tmp_path) -> None:
     lake = Lake(str(tmp_path / "lake"))
     key = register_reader_config(lake, ReaderConfig("cues", "dev-1234abcd"))
-    path = tmp_path / "lake" / config_lake_key(key)
+    path = tmp_path / "lake" / config_object(CONFIGS_PREFIX, key)
     payload = json.loads(path.read_text())
     path.write_text(json.dumps({**payload, "folds": 2}))
     with pytest.raises(ValueError, match=f"hashes to cues-[0-9a-f]{{8}}, not {key}"):
