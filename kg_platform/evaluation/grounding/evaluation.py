@@ -202,13 +202,9 @@ def evaluate_grounding(
     tallies = {name: _Tally() for name in COVERAGE_NAMES if name != "linkable" or linkable}
     gold_of: list[set[str]] = []
     for q in questions:
-        gold: set[str] = set()
-        for heading in q.headings:
-            ui = headings.get(normalise(heading))
-            if ui is None:
-                unmapped += 1
-            else:
-                gold.add(ui)
+        uis = [headings.get(normalise(heading)) for heading in q.headings]
+        gold = {ui for ui in uis if ui is not None}
+        unmapped += uis.count(None)
         gold_of.append(gold)
         gold_all += len(gold)
         gold_bridge += sum(1 for ui in gold if roles.get(ui) == Role.BRIDGE)
@@ -359,6 +355,15 @@ def lexical_ceiling(
     )
 
 
+def _spurious_lines(title: str, spurious: Sequence[SpuriousMatch]) -> list[str]:
+    lines = ["", f"## {title}", "", "| surface | descriptor | questions | examples |"]
+    lines.append("| --- | --- | --- | --- |")
+    for s in spurious:
+        examples = ", ".join(s.example_pmids)
+        lines.append(f"| {s.surface} | {s.name} ({s.ui}) | {s.count} | {examples} |")
+    return lines
+
+
 def render_report(evaluation: GroundingEvaluation, source: str) -> str:
     """Markdown report of one grounding evaluation."""
     e = evaluation
@@ -398,28 +403,8 @@ def render_report(evaluation: GroundingEvaluation, source: str) -> str:
             f"| {labels[name]} | {f.coverage:.1%} ({f.questions}/{e.n}) | "
             f"{f.precision:.3f} ({f.hits}/{f.groundings}) | {f.recall:.3f} ({f.hits}/{f.gold}) |"
         )
-    lines += [
-        "",
-        "## Worst spurious BRIDGE matches",
-        "",
-        "| surface | descriptor | questions | examples |",
-        "| --- | --- | --- | --- |",
-    ]
-    for s in e.worst_spurious:
-        lines.append(
-            f"| {s.surface} | {s.name} ({s.ui}) | {s.count} | {', '.join(s.example_pmids)} |"
-        )
-    lines += [
-        "",
-        "## Worst spurious non-IGNORE matches",
-        "",
-        "| surface | descriptor | questions | examples |",
-        "| --- | --- | --- | --- |",
-    ]
-    for s in e.worst_concept_spurious:
-        lines.append(
-            f"| {s.surface} | {s.name} ({s.ui}) | {s.count} | {', '.join(s.example_pmids)} |"
-        )
+    lines += _spurious_lines("Worst spurious BRIDGE matches", e.worst_spurious)
+    lines += _spurious_lines("Worst spurious non-IGNORE matches", e.worst_concept_spurious)
     lines += [
         "",
         "## Most missed gold BRIDGE headings",

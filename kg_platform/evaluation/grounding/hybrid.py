@@ -420,6 +420,24 @@ def _info(index: ConceptIndex, lake: Lake, built_now: bool) -> ConceptIndexInfo:
     )
 
 
+def _concept_index_line(c: ConceptIndexInfo, span_link_seconds: float) -> str:
+    """Where the concept index came from and what building it cost."""
+    cached = (
+        f" ({c.embedded:,} embedded, {c.reused:,} from the vector cache)"
+        if c.embedded is not None and c.reused is not None
+        else ""
+    )
+    how = (
+        f"built now in {c.build_seconds} s{cached}"
+        if c.built_now
+        else "reused" + (f" (built in {c.build_seconds} s)" if c.build_seconds is not None else "")
+    )
+    return (
+        f"Concept index: {c.surfaces:,} surfaces of {c.descriptors:,} descriptors at "
+        f"`{c.location}`, {how}. Span links of all questions: {span_link_seconds} s."
+    )
+
+
 def render_report(evaluation: HybridEvaluation, source: str, command: str = "") -> str:
     """Markdown: the table of figures per threshold, the pick, the worst dense links."""
     e = evaluation
@@ -427,23 +445,7 @@ def render_report(evaluation: HybridEvaluation, source: str, command: str = "") 
     if command:
         lines += ["", f"Command: `{command}`"]
     if e.concept_index is not None:
-        c = e.concept_index
-        cached = (
-            f" ({c.embedded:,} embedded, {c.reused:,} from the vector cache)"
-            if c.embedded is not None and c.reused is not None
-            else ""
-        )
-        how = (
-            f"built now in {c.build_seconds} s{cached}"
-            if c.built_now
-            else "reused"
-            + (f" (built in {c.build_seconds} s)" if c.build_seconds is not None else "")
-        )
-        lines += [
-            "",
-            f"Concept index: {c.surfaces:,} surfaces of {c.descriptors:,} descriptors at "
-            f"`{c.location}`, {how}. Span links of all questions: {e.span_link_seconds} s.",
-        ]
+        lines += ["", _concept_index_line(e.concept_index, e.span_link_seconds)]
     lines += [
         "",
         "| grounding | coverage | precision | recall | BRIDGE groundings | dense links "

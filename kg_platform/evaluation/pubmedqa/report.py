@@ -177,6 +177,28 @@ def _gold(labels: Mapping[str, str]) -> tuple[list[str], np.ndarray]:
     return ids, np.array([LABEL_INDEX[labels[q]] for q in ids], dtype=np.int64)
 
 
+def _controls(
+    test_pred: Mapping[Configuration, np.ndarray],
+    test_gold: np.ndarray,
+    dev_gold: np.ndarray,
+    selected: Configuration,
+) -> dict:
+    """TEST accuracy of the DEV majority label, of the blind arm (the selected rule, its
+    setting first) and of the best shuffled-label arm."""
+    majority = int(np.bincount(dev_gold, minlength=3).argmax())
+    blind = [c for c in test_pred if c.arm == "blind" and c.rule == selected.rule]
+    blind_pick = min(blind, key=lambda c: (c.setting != selected.setting, c.key), default=None)
+    shuffled = [c for c in test_pred if c.arm == "shuffled" and c.setting != "oracle"]
+    shuffled_acc = [float((test_pred[c] == test_gold).mean()) for c in shuffled]
+    return {
+        "majority": float((test_gold == majority).mean()),
+        "majority_label": LABELS[majority],
+        "blind": float((test_pred[blind_pick] == test_gold).mean()) if blind_pick else None,
+        "shuffled_label_best": max(shuffled_acc) if shuffled_acc else None,
+        "shuffled_label_n": len(shuffled_acc),
+    }
+
+
 def build_pubmedqa_report(
     dev_caches: Sequence[pyarrow.Table],
     test_caches: Sequence[pyarrow.Table],
@@ -221,22 +243,12 @@ def build_pubmedqa_report(
         if c in test_pred:
             sc = score(test_pred[c], test_gold, seed, resamples)
             settings[s] = {"accuracy": sc.accuracy, "ci95": list(sc.ci95), "macro_f1": sc.macro_f1}
-    majority = int(np.bincount(dev_gold, minlength=3).argmax())
-    blind = [c for c in test_pred if c.arm == "blind" and c.rule == selected.rule]
-    blind_pick = min(blind, key=lambda c: (c.setting != selected.setting, c.key), default=None)
-    shuffled = [c for c in test_pred if c.arm == "shuffled" and c.setting != "oracle"]
-    shuffled_acc = [float((test_pred[c] == test_gold).mean()) for c in shuffled]
     paired = [r for r in rows if "test_accuracy" in r and r["arm"] == "reader"]
     sweep = [
-        {
-            "truncation": r["truncation"],
-            "dev_accuracy": r["dev_accuracy"],
-            "test_accuracy": r.get("test_accuracy"),
-        }
+        {k: r.get(k) for k in ("truncation", "dev_accuracy", "test_accuracy")}
         for r in rows
-        if r["reader"] == selected.reader
-        and r["setting"] == selected.setting
-        and r["rule"] == selected.rule
+        if (r["reader"], r["setting"], r["rule"])
+        == (selected.reader, selected.setting, selected.rule)
     ]
     correct = (test_pred[selected] == test_gold).astype(np.int8)
     confidence = test_post[selected].max(axis=1)
@@ -251,13 +263,7 @@ def build_pubmedqa_report(
             "confusion": chosen.confusion,
         },
         "settings": settings,
-        "controls": {
-            "majority": float((test_gold == majority).mean()),
-            "majority_label": LABELS[majority],
-            "blind": float((test_pred[blind_pick] == test_gold).mean()) if blind_pick else None,
-            "shuffled_label_best": max(shuffled_acc) if shuffled_acc else None,
-            "shuffled_label_n": len(shuffled_acc),
-        },
+        "controls": _controls(test_pred, test_gold, dev_gold, selected),
         "selected": selected.key,
         "selected_configuration": asdict(selected),
         "calibration": {
