@@ -156,12 +156,15 @@ def baseline_posteriors(
     labels = labels_of(pairs)
     out = np.zeros((len(pairs), 3), dtype=np.float32)
     shuffler = None if shuffle_seed is None else np.random.default_rng(shuffle_seed)
-    for fold in range(int(folds.max()) + 1):
-        train, held = folds != fold, folds == fold
+
+    def fit(train: list[int], _: int):  # every fold's head with ``seed``, as the probe's
         fit_labels = labels[train]
         if shuffler is not None:
             fit_labels = shuffler.permutation(fit_labels)
-        head = fit_probe_head(features[train], fit_labels, seed, c, max_iter)
+        return fit_probe_head(features[train], fit_labels, seed, c, max_iter)
+
+    rows = list(range(len(pairs)))
+    for _, head, _, held in fit_folds(rows, folds, seed, fit, lambda i: pairs[i].claim_id):
         out[held] = head.posteriors(features[held])
     return out
 
