@@ -13,6 +13,8 @@ from pathlib import Path
 
 NLM_PUBMED_URL = "https://ftp.ncbi.nlm.nih.gov/pubmed/"
 NLM_MESH_URL = "https://nlmpubs.nlm.nih.gov/projects/mesh/MESH_FILES/xmlmesh/"
+# the checkout: its dagster.yaml is the instance's template; ../shared/data the reference data
+REPOSITORY = Path(__file__).resolve().parents[1]
 
 
 def kg_home() -> Path:
@@ -119,7 +121,6 @@ def reader_folder() -> str:
 
 def reference_data_dir() -> Path:
     """The read-only reference data (PubMedQA, HotpotQA, ...) used by evaluation assets."""
-    repo_root = Path(__file__).resolve().parents[1]
     return Path(
-        os.environ.get("KG_REFERENCE_DATA") or repo_root.parent / "shared" / "data"
+        os.environ.get("KG_REFERENCE_DATA") or REPOSITORY.parent / "shared" / "data"
     ).absolute()

@@ -1,7 +1,8 @@
 """Data-version provenance for the events a step yields itself (a run over a range of file
 partitions records each file's own materialisation). Dagster writes these tags only on the
 ``Output`` / ``MaterializeResult`` path; without them its staleness falls back to timestamps.
-The tag names are Dagster's (private constants, pinned by test_versions.py)."""
+The tag names are Dagster's (private constants, from orchestration/dagster_internals.py,
+pinned by test_versions.py)."""
 
 from __future__ import annotations
 
@@ -9,15 +10,14 @@ import hashlib
 from dataclasses import dataclass
 
 import dagster as dg
-from dagster._core.definitions.asset_checks.asset_check_evaluation import (
-    AssetCheckEvaluationTargetMaterializationData,
-)
-from dagster._core.definitions.data_version import (
+
+from kg_platform.orchestration.dagster_internals import (
     CODE_VERSION_TAG,
     DATA_VERSION_IS_USER_PROVIDED_TAG,
     DATA_VERSION_TAG,
     DEFAULT_DATA_VERSION,
     NULL_EVENT_POINTER,
+    AssetCheckEvaluationTargetMaterializationData,
     get_input_data_version_tag,
     get_input_event_pointer_tag,
 )

@@ -117,14 +117,6 @@ def ensure_synthetic(settings: Settings) -> None:
     )
 
 
-def prepare_instance(settings: Settings, max_concurrent_runs: int | None = None):
-    """The persistent instance under DAGSTER_HOME (default .kg/dagster), for a command that
-    writes it: orchestration/instance.py writes its dagster.yaml and pool limits."""
-    from kg_platform.orchestration.instance import prepare_instance as prepare
-
-    return prepare(settings.dagster_home, max_concurrent_runs)
-
-
 def register_partitions(instance, keys: BuildKeys) -> list[str]:
     """Add this build's partition keys; drop file keys of any other source, so a release
     folds exactly this source's files (their tables stay in the lake, listed as stale by
@@ -172,50 +164,80 @@ def build_holding_lock(args: argparse.Namespace) -> int:
         raise ValueError(f"--files {args.files}: must be at least 1")
     if args.jobs < 1:
         raise ValueError(f"--jobs {args.jobs}: must be at least 1")
-    # validate every source before anything is downloaded, recorded or run
-    settings = choose_pubmed(args, Settings.load())
-    from kg_platform.storage.lake import Lake
-
-    # the lake first (an S3 bucket that does not exist, or no credentials, is named here)
-    Lake(settings.lake).exists("sources.json")
-    names = None if synthetic_pending(settings) else release_files(settings, args.files)
-    settings = choose_mesh(args, settings)
-    from kg_platform.mesh.source import mesh_year, resolve_mesh_source
-
-    mesh_spec = resolve_mesh_source(settings.mesh_source)
-    ensure_synthetic(settings)
-    names = names or release_files(settings, args.files)
-
+    settings, names, mesh_spec = choose_sources(args)
     import dagster as dg
 
-    from kg_platform.assets.partitions import pubmed_files, release_of
-    from kg_platform.commands import build_run
-    from kg_platform.commands.build_plan import (
-        partitions_to_redo,
-        requested_partitions,
-    )
     from kg_platform.definitions import build_definitions
+    from kg_platform.mesh.source import mesh_year
 
-    year = args.mesh_year or mesh_year(mesh_spec)
     defs = build_definitions(settings)
     asset_graph = defs.resolve_asset_graph()
     selected = set(choose_selection(args).resolve(asset_graph))
     if dg.AssetKey("mesh_tables") in selected:
         print(f"mesh {mesh_spec.describe()}")
+    share_choice(settings)
+    instance = prepare_and_recover(settings, args.jobs)
+    keys = register_build(
+        instance, settings, names, args.mesh_year or mesh_year(mesh_spec), selected
+    )
+    if dg.AssetKey("pubmed_xml") in selected:
+        observe_source(defs, instance)
+    todo = plan_build(instance, asset_graph, selected, keys, settings.lake, args)
+    log_path = settings.home / "logs" / f"build-{time.strftime('%Y%m%d-%H%M%S')}.log"
+    result = run_backfill(instance, asset_graph, todo, keys, settings, args, log_path)
+    print_summary(settings, keys, result, todo, log_path, started)
+    failed = result is not None and (
+        any(r.status != "SUCCESS" or r.checks_failed for r in result.runs)
+        or result.status != "COMPLETED_SUCCESS"
+    )
+    return 1 if failed else 0
 
+
+def choose_sources(args: argparse.Namespace) -> tuple[Settings, list[str], object]:
+    """(settings, the release's file names, the MeSH source), every source validated before
+    anything is downloaded, recorded or run; the synthetic corpus written when it is chosen."""
+    from kg_platform.mesh.source import resolve_mesh_source
+    from kg_platform.storage.lake import Lake
+
+    settings = choose_pubmed(args, Settings.load())
+    # the lake first (an S3 bucket that does not exist, or no credentials, is named here)
+    Lake(settings.lake).exists("sources.json")
+    names = None if synthetic_pending(settings) else release_files(settings, args.files)
+    settings = choose_mesh(args, settings)
+    mesh_spec = resolve_mesh_source(settings.mesh_source)
+    ensure_synthetic(settings)
+    return settings, names or release_files(settings, args.files), mesh_spec
+
+
+def share_choice(settings: Settings) -> None:
+    """Record the choice, and make it what the code server and every run read: the command
+    line wins over the environment they would otherwise read first (KG_LAKE, ...)."""
     settings.record()
-    # the code server and every run read the same home and sources; what the command line
-    # chose wins over the environment they would otherwise read first (KG_LAKE, ...)
     os.environ["KG_HOME"] = str(settings.home)
     for variable, chosen in settings.environment().items():
         if os.environ.get(variable, chosen) != chosen:
             os.environ[variable] = chosen
-    instance = prepare_instance(settings, args.jobs)
-    from kg_platform.orchestration.recovery import owner_tags, recover
 
-    # what a killed build left (dead runs, its backfill, staging) goes before anything is planned
-    if recovered := recover(instance, settings.lake, build_run.daemon_serves(instance)).line():
+
+def prepare_and_recover(settings: Settings, jobs: int):
+    """The instance, prepared for ``jobs`` runs at once, with what a killed build left (dead
+    runs, its backfill, staging) cleared before anything is planned."""
+    from kg_platform.commands.build_run import daemon_serves
+    from kg_platform.orchestration.instance import prepare_instance
+    from kg_platform.orchestration.recovery import recover
+
+    instance = prepare_instance(settings, jobs)
+    if recovered := recover(instance, settings.lake, daemon_serves(instance)).line():
         print(recovered)
+    return instance
+
+
+def register_build(instance, settings: Settings, names: list[str], year: str, selected: set):
+    """This build's keys (the files' release, the MeSH year, the question sets the selected
+    reports read) added to the instance's partitions, and said."""
+    from kg_platform.assets.partitions import release_of
+    from kg_platform.storage.lake import Lake
+
     pubmedqa, hotpotqa = register_question_sets(Lake(settings.lake), selected)
     keys = BuildKeys(names, release_of(names[0]), year, pubmedqa, hotpotqa)
     dropped = register_partitions(instance, keys)
@@ -225,47 +247,49 @@ def build_holding_lock(args: argparse.Namespace) -> int:
     )
     if dropped:
         print(f"  {len(dropped)} file partitions of another source dropped (first: {dropped[0]})")
-    if dg.AssetKey("pubmed_xml") in selected:
-        observe_source(defs, instance)
-    requested = requested_partitions(asset_graph, selected, keys.for_partitions)
+    return keys
+
+
+def plan_build(instance, asset_graph, selected: set, keys: BuildKeys, lake: str, args) -> set:
+    """The selection's partitions for these keys that are not fresh (all with --force)."""
+    from kg_platform.commands.build_plan import partitions_to_redo, requested_partitions
     from kg_platform.commands.integrity import damaged
 
+    requested = requested_partitions(asset_graph, selected, keys.for_partitions)
     todo = partitions_to_redo(
-        instance, asset_graph, requested, force=args.force, damaged=damaged(settings.lake)
+        instance, asset_graph, requested, force=args.force, damaged=damaged(lake)
     )
     print(
         f"{len(todo)} of {len(requested)} asset partitions to materialise"
         + (" (--force)" if args.force else "; the rest are fresh")
         + f"; up to {args.jobs} runs at once"
     )
-    log_path = settings.home / "logs" / f"build-{time.strftime('%Y%m%d-%H%M%S')}.log"
-    result = None
-    if todo:
-        file_keys = {
-            ap for ap in todo if asset_graph.get(ap.asset_key).partitions_def == pubmed_files
-        }
-        files_todo = sorted({ap.partition_key for ap in file_keys})
-        progress = Progress(files_todo, log_path, args.verbose)
-        env = file_run_environment(len(files_todo), args.jobs)
-        with build_run.workspace(instance, log_path, env) as process_context:
-            backfill_id = build_run.submit_backfill(
-                instance,
-                process_context.create_request_context().asset_graph,
-                todo,
-                title=f"kg build {keys.release} x MeSH {keys.mesh_year}",
-                tags={build_run.BUILD_TAG: settings.lake, **owner_tags()},
-                run_config=build_run.run_config_for(settings.executor),
-            )
-            print(f"backfill {backfill_id} submitted (it shows in the UI under Runs > Backfills)")
-            result = build_run.wait_for_backfill(
-                instance, process_context, backfill_id, progress.on_run
-            )
-    print_summary(settings, keys, result, todo, log_path, started)
-    failed = result is not None and (
-        any(r.status != "SUCCESS" or r.checks_failed for r in result.runs)
-        or result.status != "COMPLETED_SUCCESS"
-    )
-    return 1 if failed else 0
+    return todo
+
+
+def run_backfill(instance, asset_graph, todo: set, keys, settings, args, log_path: Path):
+    """``todo`` as one asset backfill, run to its end with a line per run (None: nothing to do)."""
+    if not todo:
+        return None
+    from kg_platform.assets.partitions import pubmed_files
+    from kg_platform.commands import build_run
+    from kg_platform.orchestration.recovery import owner_tags
+
+    file_keys = {ap for ap in todo if asset_graph.get(ap.asset_key).partitions_def == pubmed_files}
+    files_todo = sorted({ap.partition_key for ap in file_keys})
+    progress = Progress(files_todo, log_path, args.verbose)
+    env = file_run_environment(len(files_todo), args.jobs)
+    with build_run.workspace(instance, log_path, env) as process_context:
+        backfill_id = build_run.submit_backfill(
+            instance,
+            process_context.create_request_context().asset_graph,
+            todo,
+            title=f"kg build {keys.release} x MeSH {keys.mesh_year}",
+            tags={build_run.BUILD_TAG: settings.lake, **owner_tags()},
+            run_config=build_run.run_config_for(settings.executor),
+        )
+        print(f"backfill {backfill_id} submitted (it shows in the UI under Runs > Backfills)")
+        return build_run.wait_for_backfill(instance, process_context, backfill_id, progress.on_run)
 
 
 def file_run_environment(n_files: int, jobs: int) -> dict[str, str]:

@@ -8,8 +8,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-FRESH = "fresh"
-
 
 @dataclass(frozen=True)
 class BuildKeys:
@@ -67,35 +65,13 @@ class BuildKeys:
 def requested_partitions(asset_graph, selected: Iterable, keys_for) -> set:
     """Every (asset, partition) of the selection, with ``keys_for(partitions_def)`` giving
     the partition keys of each asset."""
-    from dagster._core.definitions.events import AssetKeyPartitionKey
+    from kg_platform.orchestration.dagster_internals import AssetKeyPartitionKey
 
     return {
         AssetKeyPartitionKey(key, partition)
         for key in selected
         for partition in keys_for(asset_graph.get(key).partitions_def)
     }
-
-
-def partition_state(instance, asset_graph, resolver, key, partitions: list) -> dict:
-    """partition key -> fresh | stale | missing | failed, as `kg status` and the UI say."""
-    from dagster._core.definitions.data_version import StaleStatus
-    from dagster._core.storage.partition_status_cache import AssetPartitionStatus
-
-    partitions_def = asset_graph.get(key).partitions_def
-    status_of = {}
-    if partitions_def is not None:
-        status_of = instance.get_status_by_partition(key, partitions, partitions_def) or {}
-    states = {}
-    for partition in partitions:
-        if status_of.get(partition) == AssetPartitionStatus.FAILED:
-            states[partition] = "failed"
-            continue
-        states[partition] = {
-            StaleStatus.FRESH: FRESH,
-            StaleStatus.STALE: "stale",
-            StaleStatus.MISSING: "missing",
-        }[resolver.get_status(key, partition)]
-    return states
 
 
 def partitions_to_redo(
@@ -107,9 +83,9 @@ def partitions_to_redo(
     - the parents of the same partition (a file's download is redone with its tables, so a
       source file restored after a failure is fetched again);
     - everything downstream of a partition redone (its input is about to change)."""
-    from dagster._core.definitions.partitions.context import partition_loading_context
+    import dagster as dg
 
-    from kg_platform.commands.status import stale_resolver
+    from kg_platform.orchestration.freshness import FRESH, partition_state, stale_resolver
 
     if force:
         return set(requested)
@@ -119,7 +95,7 @@ def partitions_to_redo(
     resolver = stale_resolver(instance, asset_graph)
     redo = set()
     for key, partitions in by_asset.items():
-        states = partition_state(instance, asset_graph, resolver, key, partitions)
+        states = partition_state(instance, asset_graph, resolver, key, partitions, running=False)
         redo |= {
             ap
             for ap in requested
@@ -128,7 +104,7 @@ def partitions_to_redo(
                 states[ap.partition_key] != FRESH or (damaged is not None and damaged(ap, instance))
             )
         }
-    with partition_loading_context(dynamic_partitions_store=instance):
+    with dg.partition_loading_context(dynamic_partitions_store=instance):
         changed = True
         while changed:
             before = len(redo)

@@ -62,8 +62,7 @@ def workspace(instance, log_path: Path, env: dict[str, str] | None = None):
     server and the run and step processes it starts write their output to ``log_path`` (the
     run's events are in the instance, as the UI shows them) and see ``env`` on top of this
     process's environment (which is left as it was)."""
-    from dagster._core.workspace.context import WorkspaceProcessContext
-    from dagster._core.workspace.load_target import ModuleTarget
+    from kg_platform.orchestration.dagster_internals import ModuleTarget, WorkspaceProcessContext
 
     target = ModuleTarget(
         module_name="kg_platform.definitions",
@@ -114,9 +113,11 @@ def run_config_for(executor: str) -> dict:
 def submit_backfill(
     instance, asset_graph, partitions: set, title: str, tags: dict, run_config: dict | None = None
 ) -> str:
-    from dagster._core.definitions.assets.graph.asset_graph_subset import AssetGraphSubset
-    from dagster._core.execution.backfill import PartitionBackfill
-    from dagster._core.utils import make_new_backfill_id
+    from kg_platform.orchestration.dagster_internals import (
+        AssetGraphSubset,
+        PartitionBackfill,
+        make_new_backfill_id,
+    )
 
     subset = AssetGraphSubset.from_asset_partition_set(partitions, asset_graph)
     backfill = PartitionBackfill.from_asset_graph_subset(
@@ -276,9 +277,9 @@ def run_failure(instance, run_id: str) -> tuple[str, str]:
 
 
 def backfill_runs(instance, backfill_id: str) -> list:
-    from dagster._core.storage.dagster_run import RunsFilter
+    import dagster as dg
 
-    records = instance.get_run_records(RunsFilter(tags={"dagster/backfill": backfill_id}))
+    records = instance.get_run_records(dg.RunsFilter(tags={"dagster/backfill": backfill_id}))
     return sorted(records, key=lambda r: r.create_timestamp)
 
 
@@ -291,10 +292,10 @@ def wait_for_backfill(
 ) -> BuildResult:
     """Drive (or, with a daemon up, watch) the backfill until it ends; ``on_run`` gets each
     run as it finishes."""
-    from dagster._core.execution.backfill import BulkActionStatus
-    from dagster._daemon.backfill import execute_backfill_iteration
-    from dagster._daemon.run_coordinator.queued_run_coordinator_daemon import (
+    from kg_platform.orchestration.dagster_internals import (
+        BulkActionStatus,
         QueuedRunCoordinatorDaemon,
+        execute_backfill_iteration,
     )
 
     host = not daemon_serves(instance)

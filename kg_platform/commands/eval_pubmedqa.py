@@ -117,11 +117,11 @@ def materialise(settings, lake, config: ReaderConfig, dev: str, test: str) -> tu
 
     from kg_platform.assets import answering
     from kg_platform.assets.partitions import pubmedqa_sets, reader_configs
-    from kg_platform.commands.build import prepare_instance
     from kg_platform.commands.build_run import materialise_in_order
     from kg_platform.evaluation.common.question_sets import register_question_set
     from kg_platform.evaluation.pubmedqa.answering import read_report
     from kg_platform.evaluation.pubmedqa.reader_configs import register_reader_config
+    from kg_platform.orchestration.instance import prepare_instance
 
     dev_key = register_question_set(lake, "pubmedqa", dev)
     test_key = register_question_set(lake, "pubmedqa", test)

@@ -171,8 +171,8 @@ def materialise(settings, lake, keys: dict) -> str:
         scifact_heldout_sets,
         verifier_configs,
     )
-    from kg_platform.commands.build import prepare_instance
     from kg_platform.commands.build_run import materialise_in_order
+    from kg_platform.orchestration.instance import prepare_instance
 
     instance = prepare_instance(settings)
     instance.add_dynamic_partitions(verifier_configs.name, [keys["verifier_config"]])

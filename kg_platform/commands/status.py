@@ -24,20 +24,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run_status)
 
 
-def stale_resolver(instance, asset_graph):
-    """Dagster's own staleness resolver (the one the UI asks) over this code's asset graph."""
-    from dagster._core.asset_graph_view.asset_graph_view import AssetGraphView, TemporalContext
-    from dagster._core.definitions.data_version import CachingStaleStatusResolver
-    from dagster._time import get_current_datetime
-
-    view = AssetGraphView(
-        temporal_context=TemporalContext(effective_dt=get_current_datetime(), last_event_id=None),
-        instance=instance,
-        asset_graph=asset_graph,
-    )
-    return CachingStaleStatusResolver(instance, asset_graph, loading_context=view)
-
-
 def process_gone(instance, key, partition: str | None) -> bool:
     """The partition's latest run was failed because its process was gone, or is still
     recorded as running while its process is gone (a killed build, before the next one)."""
@@ -60,51 +46,33 @@ def partition_states(
     whose published object no longer matches is `corrupt`, its one line in ``problems``
     (``verify``: hashes compared too, where recorded). A partition built from one that is
     not fresh is `stale`, naming it in ``problems``."""
-    from dagster._core.definitions.data_version import StaleStatus
-    from dagster._core.storage.partition_status_cache import AssetPartitionStatus
-
     from kg_platform.commands.integrity import published_problem
+    from kg_platform.orchestration import freshness as f
 
-    resolver = stale_resolver(instance, asset_graph)
+    resolver = f.stale_resolver(instance, asset_graph)
     states: dict[str, dict[str, str]] = {}
     for key in sorted(asset_graph.get_all_asset_keys(), key=lambda k: k.to_user_string()):
         node = asset_graph.get(key)
         if not node.is_materializable:
             continue
-        partitions_def = node.partitions_def
-        if partitions_def is None:
-            keys: list[str | None] = [None]
-            status_of = {}
-        else:
-            keys = list(partitions_def.get_partition_keys(dynamic_partitions_store=instance))
-            status_of = (
-                instance.get_status_by_partition(key, keys, partitions_def) or {} if keys else {}
-            )
+        keys: list[str | None] = [None]
+        if node.partitions_def is not None:
+            keys = list(node.partitions_def.get_partition_keys(dynamic_partitions_store=instance))
         per: dict[str, str] = {}
-        for partition in keys:
-            status = status_of.get(partition) if partition is not None else None
-            if status == AssetPartitionStatus.FAILED:
-                per[partition or ""] = GONE if process_gone(instance, key, partition) else "failed"
-                continue
-            if status == AssetPartitionStatus.IN_PROGRESS:
-                gone = process_gone(instance, key, partition)
-                per[partition or ""] = GONE if gone else "in progress"
-                continue
-            stale = resolver.get_status(key, partition)
-            per[partition or ""] = {
-                StaleStatus.FRESH: "fresh",
-                StaleStatus.STALE: "stale",
-                StaleStatus.MISSING: "missing",
-            }[stale]
-            problem = None
-            if lake is not None and stale != StaleStatus.MISSING:
+        for partition, state in f.partition_state(
+            instance, asset_graph, resolver, key, keys
+        ).items():
+            if state in (f.FAILED, f.IN_PROGRESS) and process_gone(instance, key, partition):
+                state = GONE
+            elif state in (f.FRESH, f.STALE) and lake is not None:
                 problem = published_problem(
                     lake, key.to_user_string(), partition, verify, instance=instance
                 )
-            if problem is not None:
-                per[partition or ""] = "corrupt"
-                if problems is not None:
-                    problems[(key.to_user_string(), partition or "")] = problem
+                if problem is not None:
+                    state = "corrupt"
+                    if problems is not None:
+                        problems[(key.to_user_string(), partition or "")] = problem
+            per[partition or ""] = state
         states[key.to_user_string()] = per
     # the resolver's queryer caches the dynamic partitions the mappings ask for
     _upstream_not_fresh(asset_graph, resolver.instance_queryer, states, problems)
@@ -122,10 +90,10 @@ def _upstream_not_fresh(asset_graph, partitions_store, states: dict, problems) -
     graph built from it `fresh` there. Such a partition is `stale`, naming the first partition
     upstream that is not fresh (the same partitions `kg build` redoes: the parents mapped by
     Dagster's own partition mappings, walked in Dagster's topological order)."""
-    from dagster._core.definitions.partitions.context import partition_loading_context
+    import dagster as dg
 
     cause: dict[tuple[str, str], str] = {}  # (asset, partition) -> its root upstream cause
-    with partition_loading_context(dynamic_partitions_store=partitions_store):
+    with dg.partition_loading_context(dynamic_partitions_store=partitions_store):
         for key in asset_graph.toposorted_asset_keys:
             asset = key.to_user_string()
             per = states.get(asset)

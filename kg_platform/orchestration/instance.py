@@ -14,9 +14,9 @@ from typing import Any
 import yaml
 
 from kg_platform.orchestration.state import Deployment
-from kg_platform.settings import write_text_atomically
+from kg_platform.settings import REPOSITORY, Settings, write_text_atomically
 
-TEMPLATE = Path(__file__).resolve().parents[2] / "dagster.yaml"
+TEMPLATE = REPOSITORY / "dagster.yaml"
 # NLM throttles heavy clients: at most 4 downloads at once, across every run and worker
 NCBI_POOL_LIMIT = 4
 HEADER = (
@@ -81,12 +81,13 @@ def build_may_rewrite(path: Path) -> bool:
     )
 
 
-def prepare_instance(dagster_home: Path, max_concurrent_runs: int | None = None):
-    """The persistent instance under ``dagster_home`` for a command that writes it (`kg
-    build`, `kg eval ...`): its dagster.yaml (see write_instance_yaml) and the GPU pool's
-    limit. DAGSTER_HOME is set for this process and what it starts."""
+def prepare_instance(settings: Settings, max_concurrent_runs: int | None = None):
+    """The persistent instance under DAGSTER_HOME (default .kg/dagster) for a command that
+    writes it (`kg build`, `kg eval ...`): its dagster.yaml (see write_instance_yaml) and the
+    GPU pool's limit. DAGSTER_HOME is set for this process and what it starts."""
     import dagster as dg
 
+    dagster_home = settings.dagster_home
     os.environ["DAGSTER_HOME"] = str(dagster_home)
     path = dagster_home / "dagster.yaml"
     if build_may_rewrite(path):

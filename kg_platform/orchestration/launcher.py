@@ -7,7 +7,8 @@ such a run stays STARTED for ever; this one answers from the run worker's pid
 from __future__ import annotations
 
 import dagster as dg
-from dagster._core.launcher import CheckRunHealthResult, WorkerStatus
+
+from kg_platform.orchestration.dagster_internals import CheckRunHealthResult, WorkerStatus
 
 
 class LocalRunLauncher(dg.DefaultRunLauncher):

@@ -103,8 +103,9 @@ def recover(instance, lake_root: str, daemon_serves: bool) -> Recovered:
     """Fail the runs whose process is gone, cancel what a dead build queued and its
     backfill (unless a daemon serves the instance: it drives backfills itself), and remove
     the local lake's staging of dead processes. Call while holding the build lock."""
-    from dagster._core.execution.backfill import BulkActionsFilter, BulkActionStatus
-    from dagster._core.storage.dagster_run import DagsterRunStatus, RunsFilter
+    from dagster import DagsterRunStatus, RunsFilter
+
+    from kg_platform.orchestration.dagster_internals import BulkActionsFilter, BulkActionStatus
 
     done = Recovered()
     active = [

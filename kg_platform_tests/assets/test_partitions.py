@@ -97,8 +97,8 @@ def keep_first_records(path: Path, n: int) -> None:
 
 
 def test_changed_release_makes_only_its_graph_stale(two_releases, tmp_path) -> None:
-    from kg_platform.commands.status import stale_resolver
     from kg_platform.definitions import build_definitions
+    from kg_platform.orchestration.freshness import stale_resolver
     from kg_platform.settings import Settings
 
     home, _, mp = two_releases

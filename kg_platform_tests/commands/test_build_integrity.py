@@ -182,8 +182,8 @@ def test_a_failed_file_leaves_what_is_built_from_it_stale(built, capsys) -> None
     import dagster as dg
     from dagster._core.definitions.data_version import StaleStatus
 
-    from kg_platform.commands.status import stale_resolver
     from kg_platform.definitions import build_definitions
+    from kg_platform.orchestration.freshness import stale_resolver
     from kg_platform.settings import Settings
 
     home, mirror = built

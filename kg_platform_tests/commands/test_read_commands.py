@@ -49,3 +49,31 @@ def test_build_refuses_a_lake_that_is_a_file(kg_home: Path, tmp_path: Path, caps
     assert main(["build", "--lake", str(file), "--pubmed-source", str(tmp_path)]) == 2
     captured = capsys.readouterr()
     assert captured.err == f"kg build: {file}: not a folder (a local lake root is a folder)\n"
+
+
+def test_status_leaves_the_instance_configuration_as_it_is(
+    kg_home: Path, monkeypatch, capsys
+) -> None:
+    """`kg status` on an instance a build prepared: its dagster.yaml and its pools' slots are
+    what they were, even where an operator changed them since (the gpu pool set to 2)."""
+    import dagster as dg
+
+    from kg_platform.orchestration.instance import GPU_POOL, prepare_instance
+    from kg_platform.settings import Settings
+
+    settings = Settings.load()
+    # prepare_instance sets DAGSTER_HOME for the process: set here, so it is put back
+    monkeypatch.setenv("DAGSTER_HOME", str(settings.dagster_home))
+    with prepare_instance(settings, max_concurrent_runs=3) as instance:
+        instance.event_log_storage.set_concurrency_slots(GPU_POOL, 2)
+        instance.event_log_storage.set_concurrency_slots("ncbi", 5)
+    yaml_path = settings.dagster_home / "dagster.yaml"
+    written = yaml_path.read_bytes()
+    assert b"max_concurrent_runs: 3" in written
+    assert main(["status", "--lake", str(kg_home / "lake")]) == 0
+    assert capsys.readouterr().out.startswith(f"instance {settings.dagster_home}; lake ")
+    assert yaml_path.read_bytes() == written
+    with dg.DagsterInstance.from_config(str(settings.dagster_home)) as instance:
+        storage = instance.event_log_storage
+        slots = {pool: storage.get_concurrency_info(pool).slot_count for pool in (GPU_POOL, "ncbi")}
+    assert slots == {GPU_POOL: 2, "ncbi": 5}
