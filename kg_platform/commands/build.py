@@ -194,8 +194,7 @@ def build_holding_lock(args: argparse.Namespace) -> int:
 
 
 def choose_sources(args: argparse.Namespace) -> tuple[Settings, list[str], object]:
-    """(settings, the release's file names, the MeSH source), every source validated before
-    anything is downloaded, recorded or run; the synthetic corpus written when it is chosen."""
+    """(settings, the release's files, the MeSH source), each validated before anything runs."""
     from kg_platform.mesh.source import resolve_mesh_source
     from kg_platform.storage.lake import Lake
 
@@ -210,8 +209,7 @@ def choose_sources(args: argparse.Namespace) -> tuple[Settings, list[str], objec
 
 
 def share_choice(settings: Settings) -> None:
-    """Record the choice, and make it what the code server and every run read: the command
-    line wins over the environment they would otherwise read first (KG_LAKE, ...)."""
+    """The code server and every run read this choice: it wins over KG_LAKE, ... there."""
     settings.record()
     os.environ["KG_HOME"] = str(settings.home)
     for variable, chosen in settings.environment().items():
@@ -220,8 +218,7 @@ def share_choice(settings: Settings) -> None:
 
 
 def prepare_and_recover(settings: Settings, jobs: int):
-    """The instance, prepared for ``jobs`` runs at once, with what a killed build left (dead
-    runs, its backfill, staging) cleared before anything is planned."""
+    """The instance for ``jobs`` runs at once, rid of what a killed build left (dead runs...)."""
     from kg_platform.commands.build_run import daemon_serves
     from kg_platform.orchestration.instance import prepare_instance
     from kg_platform.orchestration.recovery import recover
@@ -233,8 +230,7 @@ def prepare_and_recover(settings: Settings, jobs: int):
 
 
 def register_build(instance, settings: Settings, names: list[str], year: str, selected: set):
-    """This build's keys (the files' release, the MeSH year, the question sets the selected
-    reports read) added to the instance's partitions, and said."""
+    """This build's keys (release, MeSH year, question sets), added to the partitions."""
     from kg_platform.assets.partitions import release_of
     from kg_platform.storage.lake import Lake
 

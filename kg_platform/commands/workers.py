@@ -78,7 +78,7 @@ def run_stop(args: argparse.Namespace) -> int:
 
 def run_status(args: argparse.Namespace) -> int:
     from kg_platform.orchestration.deployment import health
-    from kg_platform.orchestration.state import load_deployment
+    from kg_platform.settings.workers import load_deployment
 
     settings = Settings.load()
     deployment = load_deployment(settings.home)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from kg_platform.orchestration import services
 from kg_platform.orchestration.instance import initialize_pools, write_instance_yaml
-from kg_platform.orchestration.state import (
+from kg_platform.settings.workers import (
     DEFAULT_QUEUE,
     GPU_QUEUE,
     PARSE_QUEUE,

@@ -13,8 +13,9 @@ from typing import Any
 
 import yaml
 
-from kg_platform.orchestration.state import Deployment
-from kg_platform.settings import REPOSITORY, Settings, write_text_atomically
+from kg_platform.settings import REPOSITORY, Settings
+from kg_platform.settings.workers import Deployment
+from kg_platform.storage.local import write_text_atomically
 
 TEMPLATE = REPOSITORY / "dagster.yaml"
 # NLM throttles heavy clients: at most 4 downloads at once, across every run and worker

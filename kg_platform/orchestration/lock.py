@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from kg_platform.orchestration.state import process_alive
+from kg_platform.settings.workers import process_alive
 from kg_platform.storage.owner import process_started_at
 
 LOCK_FILE = "build.lock"

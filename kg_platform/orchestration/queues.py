@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 
-from kg_platform.orchestration.state import DEFAULT_QUEUE, GPU_QUEUE, PARSE_QUEUE
+from kg_platform.settings.workers import DEFAULT_QUEUE, GPU_QUEUE, PARSE_QUEUE
 
 QUEUE_TAG = "dagster-celery/queue"
 

@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kg_platform.orchestration.state import process_alive
+from kg_platform.settings.workers import process_alive
 from kg_platform.storage.owner import host_name, host_of, owner_of, process_started_at
 
 PROCESS_GONE = "process gone"

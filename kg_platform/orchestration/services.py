@@ -18,13 +18,13 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from kg_platform.orchestration.state import Process, pid_alive
+from kg_platform.settings.workers import Process, pid_alive
 
 HOST = "127.0.0.1"
 POSTGRES_USER = "kg"
 POSTGRES_DB = "dagster"
 # prefork children start from a parent that imported dagster and the assets already
-WORKER_PRELOAD = "kg_platform.orchestration.preload"
+WORKER_PRELOAD = "kg_platform.assets.preload"
 
 
 class ServiceError(RuntimeError):

@@ -59,7 +59,7 @@ def s3_storage_options_from_env() -> dict[str, Any]:
 
 def default_cache_dir() -> str:
     """Where S3 objects are copied to be memory-mapped: ``$KG_HOME/cache/lake``."""
-    from kg_platform.settings import kg_home
+    from kg_platform.storage.local import kg_home
 
     return str(kg_home() / "cache" / "lake")
 

@@ -160,7 +160,7 @@ def deployment(s3_server):
     import boto3
 
     from kg_platform.cli import main
-    from kg_platform.orchestration.state import load_deployment
+    from kg_platform.settings.workers import load_deployment
 
     require_servers()
     mirror = require_reference("pubmed", "mirror")

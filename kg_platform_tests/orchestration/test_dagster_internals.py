@@ -15,8 +15,8 @@ from kg_platform.orchestration import dagster_internals as internals
 from kg_platform.orchestration.freshness import stale_resolver
 from kg_platform.orchestration.instance import write_instance_yaml
 from kg_platform.orchestration.recovery import run_worker
-from kg_platform.orchestration.state import pid_alive
 from kg_platform.settings import REPOSITORY
+from kg_platform.settings.workers import pid_alive
 
 LETTERS = dg.StaticPartitionsDefinition(["a", "b"])
 

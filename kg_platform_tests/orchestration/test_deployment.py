@@ -24,13 +24,13 @@ from kg_platform.orchestration.instance import (
 )
 from kg_platform.orchestration.queues import QUEUE_TAG, submit_queue
 from kg_platform.orchestration.services import stop_process
-from kg_platform.orchestration.state import (
+from kg_platform.settings import Settings
+from kg_platform.settings.workers import (
     Deployment,
     Process,
     load_deployment,
     save_deployment,
 )
-from kg_platform.settings import Settings
 from kg_platform_tests.conftest import use_kg_home
 
 

@@ -8,7 +8,7 @@ import sys
 
 PROBE = """
 import json, sys
-import kg_platform.orchestration.preload
+import kg_platform.assets.preload
 preloaded = {
     id(module.defs): name
     for name, module in list(sys.modules.items())
@@ -35,7 +35,7 @@ def test_the_worker_preloads_every_stage_of_the_definitions(tmp_path):
 
 STEP_PROBE = """
 import ast, importlib.util, json, pathlib, sys
-import kg_platform.orchestration.preload
+import kg_platform.assets.preload
 from kg_platform.assets import stages
 
 def function_imports(path):

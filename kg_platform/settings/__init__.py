@@ -1,5 +1,8 @@
 """Where the platform's state lives, shared by the CLI, the Dagster definitions and the UI.
 
+What `kg workers start` brought up is recorded beside them (settings/workers.py): the
+executor and the broker follow it.
+
 Precedence: environment variable, then what the last `kg build` recorded in
 `<home>/sources.json`, then the embedded default (a local lake under `.kg/`).
 """
@@ -11,14 +14,13 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from kg_platform.settings.workers import load_deployment
+from kg_platform.storage.local import kg_home, write_text_atomically
+
 NLM_PUBMED_URL = "https://ftp.ncbi.nlm.nih.gov/pubmed/"
 NLM_MESH_URL = "https://nlmpubs.nlm.nih.gov/projects/mesh/MESH_FILES/xmlmesh/"
 # the checkout: its dagster.yaml is the instance's template; ../shared/data the reference data
-REPOSITORY = Path(__file__).resolve().parents[1]
-
-
-def kg_home() -> Path:
-    return Path(os.environ.get("KG_HOME", ".kg")).absolute()
+REPOSITORY = Path(__file__).resolve().parents[2]
 
 
 @dataclass(frozen=True)
@@ -85,29 +87,8 @@ class Settings:
         write_text_atomically(self.home / "sources.json", json.dumps(payload, indent=2) + "\n")
 
 
-def write_text_atomically(path: Path, text: str) -> None:
-    """``path`` holds ``text`` whole or keeps what it held: written under a temporary name of
-    its own (two writers never share one) in the same folder, then renamed over it."""
-    import tempfile
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.tmp-")
-    try:
-        os.fchmod(fd, 0o644)  # mkstemp's 0600 would hide the file from a UI run as another user
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def running_deployment(home: Path):
     """The `kg workers` deployment of `home` while its broker runs, else None."""
-    from kg_platform.orchestration.state import load_deployment
-
     deployment = load_deployment(home)
     redis = deployment.process("redis") if deployment else None
     return deployment if redis is not None and redis.alive() else None

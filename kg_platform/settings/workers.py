@@ -9,7 +9,7 @@ import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from kg_platform.settings import write_text_atomically
+from kg_platform.storage.local import write_text_atomically
 from kg_platform.storage.owner import process_started_at
 
 # Celery queues: `dagster` is dagster-celery's default, `parse` takes the per-file parses,
