@@ -157,6 +157,16 @@ def png_data_uri(png: bytes) -> str:
     return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
 
 
+def new_figure(width: float, height: float):
+    """A matplotlib figure at 100 dpi drawn off screen (the Agg backend: steps run headless)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+
+    return Figure(figsize=(width, height), dpi=100)
+
+
 def figure_png(figure) -> bytes:
     """A matplotlib figure laid out tight, as PNG bytes without the Software stamp (the
     same plot gives the same bytes whatever matplotlib wrote it)."""

@@ -33,7 +33,7 @@ from kg_platform.evaluation.common.stats import (
     outcomes_sha256,
     stratify,
 )
-from kg_platform.graph.profile import figure_png, png_data_uri
+from kg_platform.graph.profile import figure_png, new_figure, png_data_uri
 from kg_platform.retrieval.allocation import (
     ARM_FLAT,
     ARM_RANDOM_NEIGHBOUR,
@@ -440,14 +440,9 @@ def render_markdown(result: AllocationEvalResult, png: bytes | None = None) -> s
 
 def render_plot(result: AllocationEvalResult) -> bytes:
     """PNG: recovery rate by object budget, one line per arm, one panel per stratum."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    from matplotlib.figure import Figure
-
     kinds = np.asarray(result.question_kinds, dtype=object)
     panels = ("all", *result.strata)
-    figure = Figure(figsize=(4 * len(panels), 3.6), dpi=100)
+    figure = new_figure(4 * len(panels), 3.6)
     axes = figure.subplots(1, len(panels), sharey=True)
     budgets = [b.max_objects for b in result.budgets]
     for axis, stratum in zip(np.atleast_1d(axes), panels, strict=True):

@@ -32,7 +32,7 @@ from kg_platform.evaluation.common.posteriors import (
 )
 from kg_platform.evaluation.common.report_files import draw_confusion, percent, plot_lines
 from kg_platform.evaluation.common.stats import BOOTSTRAP_RESAMPLES, auroc, bootstrap_rd_ci
-from kg_platform.graph.profile import figure_png
+from kg_platform.graph.profile import figure_png, new_figure
 from kg_platform.storage.lake import Lake
 
 # the calibration's per-label bias grid: -3 to 3 in steps of 0.05
@@ -300,13 +300,8 @@ def build_pubmedqa_report(
 def render_plots(report: dict) -> dict[str, bytes]:
     """PNGs: settings with CIs, DEV vs TEST per configuration, the truncation sweep and the
     confusion matrix."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    from matplotlib.figure import Figure
-
     plots = {}
-    figure = Figure(figsize=(5, 3.5), dpi=100)
+    figure = new_figure(5, 3.5)
     axis = figure.subplots()
     names = list(report["settings"])
     acc = [report["settings"][s]["accuracy"] for s in names]
@@ -321,7 +316,7 @@ def render_plots(report: dict) -> dict[str, bytes]:
     axis.legend(fontsize=8)
     plots["settings.png"] = figure_png(figure)
 
-    figure = Figure(figsize=(4, 4), dpi=100)
+    figure = new_figure(4, 4)
     axis = figure.subplots()
     pairs = [r for r in report["configurations"] if "test_accuracy" in r]
     axis.scatter([r["dev_accuracy"] for r in pairs], [r["test_accuracy"] for r in pairs], s=10)
@@ -330,7 +325,7 @@ def render_plots(report: dict) -> dict[str, bytes]:
     axis.set_ylabel("TEST accuracy")
     plots["dev_vs_test.png"] = figure_png(figure)
 
-    figure = Figure(figsize=(5, 3.5), dpi=100)
+    figure = new_figure(5, 3.5)
     axis = figure.subplots()
     sweep = sorted(report["truncation_sweep"], key=lambda r: r["truncation"])
     for split in ("dev_accuracy", "test_accuracy"):
@@ -342,7 +337,7 @@ def render_plots(report: dict) -> dict[str, bytes]:
     axis.legend(fontsize=8)
     plots["truncation_sweep.png"] = figure_png(figure)
 
-    figure = Figure(figsize=(4, 3.5), dpi=100)
+    figure = new_figure(4, 3.5)
     axis = figure.subplots()
     draw_confusion(axis, report["test"]["confusion"], LABELS)
     plots["confusion.png"] = figure_png(figure)

@@ -52,7 +52,7 @@ from kg_platform.evaluation.refusal.evaluation import (
     is_monotone,
 )
 from kg_platform.graph.layout import CURRENT_POINTER, choose_pair, published_pairs
-from kg_platform.graph.profile import figure_png
+from kg_platform.graph.profile import figure_png, new_figure
 from kg_platform.storage.lake import Lake
 from kg_platform.storage.scope import Scope
 
@@ -315,12 +315,7 @@ def check_refusal_report(
 def render_plots(doc: dict) -> dict[str, bytes]:
     """sweep.png (coverage of the real questions and the leak vs k) and ablation.png
     (refusal rate per tier and failure class)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    from matplotlib.figure import Figure
-
-    figure = Figure(figsize=(5, 3.5), dpi=100)
+    figure = new_figure(5, 3.5)
     axis = figure.subplots()
     ks = [r["k"] for r in doc["sweep"]]
     axis.plot(ks, [r["real_answered"] for r in doc["sweep"]], marker="o", label="real answered")
@@ -335,7 +330,7 @@ def render_plots(doc: dict) -> dict[str, bytes]:
     axis.legend(fontsize=8)
     plots = {"sweep.png": figure_png(figure)}
 
-    figure = Figure(figsize=(6, 3.5), dpi=100)
+    figure = new_figure(6, 3.5)
     axis = figure.subplots()
     tiers = doc["ablation_tiers"]
     width = 0.8 / (len(FAILURE_CLASSES) + 1)

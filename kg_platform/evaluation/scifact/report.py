@@ -37,7 +37,7 @@ from kg_platform.evaluation.scifact.verifier_training import (
     VerifierConfig,
     verifier_configs,
 )
-from kg_platform.graph.profile import figure_png
+from kg_platform.graph.profile import figure_png, new_figure
 from kg_platform.storage.lake import Lake
 
 REPORT_PREFIX = "reports/scifact"
@@ -205,13 +205,8 @@ def check_scifact_report(
 
 def render_plots(report: dict) -> dict[str, bytes]:
     """confusion.png: verifier and baseline confusion matrices, one row per configuration."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    from matplotlib.figure import Figure
-
     rows = report["verifiers"]
-    figure = Figure(figsize=(8, 3.5 * len(rows)), dpi=100)
+    figure = new_figure(8, 3.5 * len(rows))
     axes = np.atleast_2d(figure.subplots(len(rows), 2))
     short = [v[:4] for v in VERDICTS]
     for row, entry in zip(axes, rows, strict=True):
