@@ -81,8 +81,8 @@ def materialise(settings, lake, question_set: str) -> str:
 
     from kg_platform.assets import allocation
     from kg_platform.assets.partitions import hotpotqa_sets
-    from kg_platform.commands.build import prepare_instance
     from kg_platform.commands.build_run import materialise_in_order
+    from kg_platform.orchestration.instance import prepare_instance
 
     instance = prepare_instance(settings)
     instance.add_dynamic_partitions(hotpotqa_sets.name, [question_set])
