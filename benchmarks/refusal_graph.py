@@ -83,7 +83,7 @@ def build_release(lake: Lake, release: str, year: str, files: list[str]) -> dict
         outcomes = [check_invariants(store), recount(store, con)]
     finally:
         con.close()
-    bad = [o.description for o in outcomes if not o.passed]
+    bad = [o.details for o in outcomes if not o.passed]
     if bad:
         raise RuntimeError(f"{release}: graph checks failed: {bad}")
     layout.publish(scoped, build.build_id)

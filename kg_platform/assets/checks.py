@@ -1,136 +1,154 @@
-"""One check contract for every asset: domain check outcomes (anything with ``name``,
-``passed`` and ``details`` / ``description`` / ``metadata``) become Dagster check results,
-and a failed blocking check stops the step before its staged output is published."""
+"""Dagster's side of the one check contract (kg_platform.checks): check specs from a
+domain's ``CHECKS`` declaration, and its :class:`CheckOutcome` values as check results; a
+failed blocking check stops the step before its staged output is published."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import dagster as dg
 
-
-@dataclass(frozen=True)
-class Outcome:
-    """A check decided in the asset itself (the domain types carry their own)."""
-
-    name: str
-    passed: bool
-    details: str
-
-
-def _metadata(outcome: Any, extra: Mapping[str, Any]) -> dict[str, Any]:
-    metadata: dict[str, Any] = dict(extra)
-    details = getattr(outcome, "details", None) or getattr(outcome, "description", None)
-    if details:
-        metadata["details"] = str(details)[:4000]
-    for key, value in (getattr(outcome, "metadata", None) or {}).items():
-        metadata[key] = value if isinstance(value, int | float | str | bool) else str(value)[:4000]
-    return metadata
-
-
-def _severity(outcome: Any, blocking: set[str]) -> dg.AssetCheckSeverity:
-    return dg.AssetCheckSeverity.ERROR if outcome.name in blocking else dg.AssetCheckSeverity.WARN
+from kg_platform.checks import CheckOutcome, Checks
 
 
 def check_specs(
-    asset: str,
-    checks: Mapping[str, str],
-    partitions_def: dg.PartitionsDefinition | None,
-    blocking: bool = True,
+    asset: str, checks: Checks, partitions_def: dg.PartitionsDefinition | None
 ) -> list[dg.AssetCheckSpec]:
-    """Check specs of ``asset`` from the domain's {name: what it guards}, partitioned like
-    the asset, so each check row (and the UI's Checks tab) names the partition it judged."""
+    """The check specs of ``asset`` from its domain's ``CHECKS`` {name: (what it guards,
+    blocking)}, partitioned like the asset, so each check row (and the UI's Checks tab)
+    names the partition it judged."""
     return [
         dg.AssetCheckSpec(
-            name, asset=asset, description=text, blocking=blocking, partitions_def=partitions_def
+            name,
+            asset=asset,
+            description=description,
+            blocking=blocking,
+            partitions_def=partitions_def,
         )
-        for name, text in checks.items()
+        for name, (description, blocking) in checks.items()
     ]
+
+
+# until the evaluation assets declare CHECKS (Issue 28, after evaluation/ moves by study)
+Outcome = CheckOutcome
 
 
 def blocking_specs(
     asset: str, checks: Mapping[str, str], partitions_def: dg.PartitionsDefinition | None
 ) -> list[dg.AssetCheckSpec]:
-    """Blocking check specs of ``asset`` from the domain's {name: what it guards}."""
-    return check_specs(asset, checks, partitions_def, blocking=True)
+    return check_specs(asset, {n: (d, True) for n, d in checks.items()}, partitions_def)
 
 
-def blocking_checks(context: dg.AssetExecutionContext) -> set[str]:
-    return {spec.name for spec in context.assets_def.check_specs if spec.blocking}
+def _value(value: Any) -> Any:
+    """A metadata value as the UI shows it: numbers and text as they are, lists and dicts
+    as JSON, anything else as text."""
+    if isinstance(value, int | float | str | bool):
+        return value
+    if isinstance(value, list | tuple | dict):
+        try:
+            json.dumps(value)
+        except TypeError:
+            return str(value)[:4000]
+        return dg.MetadataValue.json(list(value) if isinstance(value, tuple) else value)
+    return str(value)[:4000]
+
+
+def _metadata(outcome: CheckOutcome) -> dict[str, Any]:
+    metadata: dict[str, Any] = {}
+    if outcome.details:
+        metadata["details"] = str(outcome.details)[:4000]
+    items = (getattr(outcome, "metadata", None) or {}).items()
+    metadata.update({key: _value(value) for key, value in items})
+    return metadata
+
+
+def _blocking(context: dg.AssetExecutionContext, asset: dg.AssetKey) -> set[str]:
+    return {
+        spec.name
+        for spec in context.assets_def.check_specs
+        if spec.blocking and spec.asset_key == asset
+    }
+
+
+def blocking_failure(
+    context: dg.AssetExecutionContext,
+    outcomes: Iterable[CheckOutcome],
+    what: str,
+    asset: str | None = None,
+    partition: str | None = None,
+) -> str | None:
+    """Why publication stopped, naming ``what`` was judged and each failed blocking check
+    with its details; None when every blocking check passed."""
+    key = dg.AssetKey(asset) if asset else context.asset_key
+    blocking = _blocking(context, key)
+    failed = [o for o in outcomes if o.name in blocking and not o.passed]
+    if not failed:
+        return None
+    causes = "; ".join(f"{o.name} ({(o.details or 'failed')[:300]})" for o in failed)
+    published = key.to_user_string() + (f"[{partition}]" if partition else "")
+    return f"{what}: blocking check failed: {causes}; the published {published} is unchanged"
 
 
 def check_results(
     context: dg.AssetExecutionContext,
-    outcomes: Iterable[Any],
+    outcomes: Iterable[CheckOutcome],
     what: str,
-    extra: Mapping[str, Any] | None = None,
-) -> list[dg.AssetCheckResult]:
-    """The outcomes as check results; when a blocking one failed, record them all (so the
-    UI and the instance show which failed, for this partition) and fail the step, naming
-    the check and the input. Call it inside the lake transaction: the raise discards the
-    staged output and the last good one stays published."""
-    outcomes = list(outcomes)
-    blocking = blocking_checks(context)
-    partition = context.partition_key if context.has_partition_key else None
-    extra = dict(extra or {})
-    failed = [o for o in outcomes if o.name in blocking and not o.passed]
-    if failed:
-        for o in outcomes:
-            context.log_event(
-                dg.AssetCheckEvaluation(
-                    asset_key=context.asset_key,
-                    check_name=o.name,
-                    passed=bool(o.passed),
-                    metadata=_metadata(o, extra),
-                    severity=_severity(o, blocking),
-                    blocking=o.name in blocking,
-                    partition=partition,
-                )
-            )
-        causes = "; ".join(
-            f"{o.name} ({(_metadata(o, {}).get('details') or 'failed')[:300]})" for o in failed
-        )
-        raise dg.Failure(
-            description=f"{what}: blocking check failed: {causes}; "
-            f"the published {context.asset_key.to_user_string()} is unchanged",
-            allow_retries=False,
-        )
-    return [
-        dg.AssetCheckResult(
-            check_name=o.name,
-            passed=bool(o.passed),
-            metadata=_metadata(o, extra),
-            severity=_severity(o, blocking),
-        )
-        for o in outcomes
-    ]
-
-
-def evaluations(
-    asset: str,
-    outcomes: Iterable[Any],
-    partition: str,
-    blocking: set[str],
+    *,
+    asset: str | None = None,
+    partition: str | None = None,
     target: Any = None,
-) -> list[dg.AssetCheckEvaluation]:
-    """One partition's outcomes as check evaluations a step yields itself (a run over a range
-    of partitions records each partition's checks, pointing at that partition's
-    materialisation when ``target`` names it)."""
-    return [
-        dg.AssetCheckEvaluation(
-            asset_key=dg.AssetKey(asset),
+) -> list[Any]:
+    """The outcomes as Dagster check rows, for the one path every asset takes: judge the
+    staged output inside its lake transaction, then publish.
+
+    Without ``partition``: ``AssetCheckResult`` values for the materialisation the step
+    returns; when a blocking check failed, every outcome is recorded (so the UI and the
+    instance show which failed, for the step's partition) and the step fails naming the
+    check and ``what`` was judged: the raise discards the staged output and the last good
+    one stays published. With ``partition`` (a step recording a range of partitions
+    itself): that partition's ``AssetCheckEvaluation`` values of ``asset``, pointing at its
+    materialisation ``target``; the caller fails that partition alone
+    (:func:`blocking_failure` says why)."""
+    outcomes = list(outcomes)
+    key = dg.AssetKey(asset) if asset else context.asset_key
+    blocking = _blocking(context, key)
+
+    def evaluation(o: CheckOutcome, at: str | None) -> dg.AssetCheckEvaluation:
+        return dg.AssetCheckEvaluation(
+            asset_key=key,
             check_name=o.name,
             passed=bool(o.passed),
-            metadata=_metadata(o, {}),
+            metadata=_metadata(o),
             severity=_severity(o, blocking),
             blocking=o.name in blocking,
-            partition=partition,
+            partition=at,
             target_materialization_data=target,
+        )
+
+    if partition is not None:
+        return [evaluation(o, partition) for o in outcomes]
+    failure = blocking_failure(context, outcomes, what, asset)
+    if failure:
+        own = context.partition_key if context.has_partition_key else None
+        for o in outcomes:
+            context.log_event(evaluation(o, own))
+        raise dg.Failure(description=failure, allow_retries=False)
+    return [
+        dg.AssetCheckResult(
+            asset_key=key,
+            check_name=o.name,
+            passed=bool(o.passed),
+            metadata=_metadata(o),
+            severity=_severity(o, blocking),
         )
         for o in outcomes
     ]
+
+
+def _severity(outcome: CheckOutcome, blocking: set[str]) -> dg.AssetCheckSeverity:
+    return dg.AssetCheckSeverity.ERROR if outcome.name in blocking else dg.AssetCheckSeverity.WARN
 
 
 def files_failure(failed: Mapping[str, str], n_files: int) -> dg.Failure:
@@ -178,7 +196,7 @@ def published_report(
     store: Any,
     prefix: str,
     write: Any,
-    outcomes: Iterable[Any],
+    outcomes: Iterable[CheckOutcome],
     label: str,
     summary: Any,
     **metadata: Any,

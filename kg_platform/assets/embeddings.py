@@ -5,7 +5,7 @@ import json
 import dagster as dg
 
 from kg_platform.assets import versions
-from kg_platform.assets.checks import files_failure
+from kg_platform.assets.checks import check_results, check_specs, files_failure
 from kg_platform.assets.partitions import (
     FILES_TO_RELEASE,
     mesh_years,
@@ -14,6 +14,7 @@ from kg_platform.assets.partitions import (
     release_of,
     scope_for,
 )
+from kg_platform.embeddings.contracts import CONCEPT_CHECKS, INDEX_CHECKS, SHARD_CHECKS
 from kg_platform.orchestration.queues import embedding_queue_tags
 from kg_platform.resources.encoder import EncoderResource
 from kg_platform.resources.lake import LakeResource
@@ -42,15 +43,7 @@ SHARDS_CODE_VERSION = "2"
     # a backfill hands several files to one run, so super-batches span files
     backfill_policy=dg.BackfillPolicy.multi_run(max_partitions_per_run=16),
     can_subset=True,
-    check_specs=[
-        dg.AssetCheckSpec(
-            "one_vector_per_quotable_record",
-            asset="embedding_shards",
-            partitions_def=pubmed_files,
-            blocking=True,
-            description="each shard holds exactly the file's quotable PMIDs, sealed and verified",
-        )
-    ],
+    check_specs=check_specs("embedding_shards", SHARD_CHECKS, pubmed_files),
 )
 def embedding_shards(
     context: dg.AssetExecutionContext, lake: LakeResource, encoder: EncoderResource
@@ -59,8 +52,9 @@ def embedding_shards(
     lives in each file; a shard already verified is kept, so a killed run resumes.
     Partitioned by **file**, reading the corpus of the file's release: a daily update file
     embeds only its own records. Each file is recorded as its own partition (data version:
-    its vectors' sha256) with its check row; a file whose shard does not verify fails alone."""
-    from kg_platform.embeddings.shards import embed_shards
+    its vectors' sha256) with its check row; a file whose shard does not verify is not
+    sealed, and fails alone."""
+    from kg_platform.embeddings.shards import embed_shards, shard_check
 
     files = list(context.partition_keys)
     by_release: dict[str, list[str]] = {}
@@ -96,14 +90,13 @@ def embedding_shards(
                 target = versions.latest(context.instance, "embedding_shards", status.file)
             else:
                 failed[status.file] = f"{status.file}: shard {status.reason}"
-            yield dg.AssetCheckEvaluation(
-                asset_key=dg.AssetKey("embedding_shards"),
-                check_name="one_vector_per_quotable_record",
-                passed=status.done,
-                metadata={"details": status.reason},
-                blocking=True,
+            yield from check_results(
+                context,
+                [shard_check(status)],
+                status.file,
+                asset="embedding_shards",
                 partition=status.file,
-                target_materialization_data=target.target if target else None,
+                target=target.target if target else None,
             )
     if failed:
         raise files_failure(failed, len(files))
@@ -117,14 +110,6 @@ def shard_version(lake, file: str) -> str:
     return meta["vectors_sha256"][:16]
 
 
-INDEX_CHECKS = {
-    "vector_count_equals_quotable": "vectors == quotable records, any gap explained by files without a verified shard",
-    "sample_rows_match_shards": "a random sample of index rows equals its shard rows bit for bit",
-    "norms_about_one": "sampled vectors have norm 1 up to fp16 rounding",
-    "files_match_manifest": "each array file has the size and data sha256 its manifest records",
-}
-
-
 @dg.asset(
     partitions_def=pubmed_releases,
     deps=[dg.AssetDep("embedding_shards", partition_mapping=FILES_TO_RELEASE), "corpus"],
@@ -134,12 +119,7 @@ INDEX_CHECKS = {
     group_name="embeddings",
     op_tags=embedding_queue_tags(),
     kinds={"numpy"},
-    check_specs=[
-        dg.AssetCheckSpec(
-            name, asset="embedding_index", partitions_def=pubmed_releases, description=description
-        )
-        for name, description in INDEX_CHECKS.items()
-    ],
+    check_specs=check_specs("embedding_index", INDEX_CHECKS, pubmed_releases),
 )
 def embedding_index(
     context: dg.AssetExecutionContext, lake: LakeResource, encoder: EncoderResource
@@ -147,20 +127,15 @@ def embedding_index(
     """Every embedded quotable record of one release in one PMID-sorted, memory-mapped fp16
     matrix (embeddings/index/<release>/vectors.f16.npy with pmids.npy), consolidated in two
     passes. Partitioned by **release**, like the corpus whose records it holds."""
-    from kg_platform.embeddings.index import (
-        INDEX_VECTORS,
-        build_index,
-        check_norms,
-        check_sample_against_shards,
-        index_hash_problems,
-    )
+    from kg_platform.embeddings.index import INDEX_VECTORS, build_index, index_checks
 
     the_lake = lake.get().scoped(scope_for(context))
     fingerprint = encoder.get().fingerprint
-    build = build_index(the_lake, fingerprint)
-    sample = check_sample_against_shards(the_lake)
-    norms = check_norms(the_lake)
-    unmatched = index_hash_problems(the_lake)
+    with the_lake.transaction() as staged:
+        build = build_index(staged, fingerprint)
+        results = check_results(
+            context, index_checks(staged, build), f"embedding_index[{context.partition_key}]"
+        )
     return dg.MaterializeResult(
         metadata={
             "path": the_lake.path(INDEX_VECTORS),
@@ -172,37 +147,7 @@ def embedding_index(
             "missing_files": len(build.missing_files),
             "seconds": round(build.seconds, 2),
         },
-        check_results=[
-            dg.AssetCheckResult(
-                check_name="vector_count_equals_quotable",
-                passed=build.gap == 0 or build.gap_explained,
-                metadata={
-                    "vectors": build.vectors,
-                    "quotable": build.quotable,
-                    "gap": build.gap,
-                    "explained_by_missing_shards": build.missing_vectors,
-                    "missing_files": dict(list(build.missing_reasons.items())[:50]),
-                },
-            ),
-            dg.AssetCheckResult(
-                check_name="sample_rows_match_shards",
-                passed=sample.passed,
-                metadata={
-                    "checked": sample.checked,
-                    "mismatched_pmids": list(sample.mismatches[:20]),
-                },
-            ),
-            dg.AssetCheckResult(
-                check_name="norms_about_one",
-                passed=norms.passed(),
-                metadata={"checked": norms.checked, "min": norms.min_norm, "max": norms.max_norm},
-            ),
-            dg.AssetCheckResult(
-                check_name="files_match_manifest",
-                passed=not unmatched,
-                metadata={"problems": unmatched},
-            ),
-        ],
+        check_results=results,
     )
 
 
@@ -215,14 +160,7 @@ def embedding_index(
     group_name="embeddings",
     op_tags=embedding_queue_tags(),
     kinds={"numpy"},
-    check_specs=[
-        dg.AssetCheckSpec(
-            "norms_about_one",
-            asset="concept_index",
-            partitions_def=mesh_years,
-            description="every concept surface vector has norm 1 up to fp16 rounding",
-        )
-    ],
+    check_specs=check_specs("concept_index", CONCEPT_CHECKS, mesh_years),
 )
 def concept_index(
     context: dg.AssetExecutionContext, lake: LakeResource, encoder: EncoderResource
@@ -230,13 +168,21 @@ def concept_index(
     """Every MeSH descriptor name and entry term (of every concept) embedded once, for the
     hybrid grounder. Partitioned by **MeSH year**: the surfaces are one thesaurus's; only
     surfaces the vector cache lacks are embedded."""
-    from kg_platform.embeddings.concepts import CONCEPT_VECTORS, build_concept_index
-    from kg_platform.embeddings.index import NormCheck
+    from kg_platform.embeddings.concepts import (
+        CONCEPT_VECTORS,
+        build_concept_index,
+        concept_checks,
+    )
 
     the_lake = lake.get().scoped(scope_for(context))
     # the vector cache (embeddings/concept_cache/) is not routed to a MeSH year: another
-    # year's thesaurus embeds only the surfaces this one did not have
-    build = build_concept_index(the_lake, encoder.get(), log=context.log.info)
+    # year's thesaurus embeds only the surfaces this one did not have; it is filled as the
+    # texts are embedded, outside the index's transaction
+    with the_lake.transaction() as staged:
+        build = build_concept_index(staged, encoder.get(), cache=the_lake, log=context.log.info)
+        results = check_results(
+            context, concept_checks(build), f"concept_index[{context.partition_key}]"
+        )
     return dg.MaterializeResult(
         metadata={
             "path": the_lake.path(CONCEPT_VECTORS),
@@ -249,13 +195,7 @@ def concept_index(
             "embed_seconds": round(build.embed_seconds, 2),
             "cache": the_lake.path(build.cache),
         },
-        check_results=[
-            dg.AssetCheckResult(
-                check_name="norms_about_one",
-                passed=NormCheck(build.surfaces, build.min_norm, build.max_norm).passed(),
-                metadata={"min": build.min_norm, "max": build.max_norm},
-            )
-        ],
+        check_results=results,
     )
 
 

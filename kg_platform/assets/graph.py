@@ -4,17 +4,19 @@ import hashlib
 
 import dagster as dg
 
-from kg_platform.assets.checks import check_results, data_version, latest_data_version
+from kg_platform.assets.checks import (
+    check_results,
+    check_specs,
+    data_version,
+    latest_data_version,
+)
 from kg_platform.assets.partitions import graph_builds, pubmed_releases, scope_for
+from kg_platform.graph.contracts import CHECKS
 from kg_platform.graph.version import GRAPH_FORMAT
 from kg_platform.resources.catalog import CatalogResource
 from kg_platform.resources.lake import LakeResource
 from kg_platform.storage.catalog import Catalog
 
-GRAPH_CHECKS = [
-    ("graph_invariants", "indptr monotone, indices in range and ascending, flags aligned, sha256"),
-    ("graph_recount", "totals and >=100 random descriptors and articles recounted from DuckDB"),
-]
 PROFILE_PREFIX = "reports/corpus_profile"
 # always recounted when present: the most used descriptor in PubMed, and a common disease
 NAMED_DESCRIPTORS = ("D006801", "D009203")  # Humans, Myocardial Infarction
@@ -36,12 +38,7 @@ def _graph_version(build) -> str:
     group_name="graph",
     kinds={"numpy", "duckdb"},
     code_version=str(GRAPH_FORMAT),
-    check_specs=[
-        dg.AssetCheckSpec(
-            name, asset="graph", partitions_def=graph_builds, description=desc, blocking=True
-        )
-        for name, desc in GRAPH_CHECKS
-    ],
+    check_specs=check_specs("graph", CHECKS, graph_builds),
 )
 def graph(
     context: dg.AssetExecutionContext, lake: LakeResource, catalog: CatalogResource

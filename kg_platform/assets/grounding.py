@@ -2,9 +2,10 @@
 
 import dagster as dg
 
-from kg_platform.assets.checks import Outcome, check_results, data_version
+from kg_platform.assets.checks import Outcome, check_results, check_specs, data_version
 from kg_platform.assets.partitions import grounding_evaluations, mesh_years, scope_for
 from kg_platform.evaluation.common.contracts import MIN_PRECISION
+from kg_platform.grounding.contracts import CHECKS
 from kg_platform.resources.lake import LakeResource
 
 # each step imports the grounding and evaluation modules it runs (polars, numpy) itself: the
@@ -17,31 +18,7 @@ from kg_platform.resources.lake import LakeResource
     group_name="question_path",
     kinds={"polars"},
     code_version="5",
-    check_specs=[
-        dg.AssetCheckSpec(
-            "every_surface_unique_and_mapped",
-            asset="grounding_index",
-            partitions_def=mesh_years,
-            description="one descriptor per surface; every descriptor with a name is reachable",
-            blocking=True,
-        ),
-        dg.AssetCheckSpec(
-            "index_round_trips",
-            asset="grounding_index",
-            partitions_def=mesh_years,
-            description="the load-ready index hashes to its header; every surface and "
-            "descriptor name of the tables comes back from it, and nothing else",
-            blocking=True,
-        ),
-        dg.AssetCheckSpec(
-            "index_grounds_as_table",
-            asset="grounding_index",
-            partitions_def=mesh_years,
-            description="a grounder over the index grounds questions made from the surfaces "
-            "exactly as one over the table",
-            blocking=True,
-        ),
-    ],
+    check_specs=check_specs("grounding_index", CHECKS, mesh_years),
 )
 def grounding_index(context: dg.AssetExecutionContext, lake: LakeResource) -> dg.MaterializeResult:
     """Every MeSH surface (names, every concept's entry terms, de-inverted forms,
@@ -55,15 +32,8 @@ def grounding_index(context: dg.AssetExecutionContext, lake: LakeResource) -> dg
 
     the_lake = lake.get().scoped(scope_for(context))
     with the_lake.transaction() as staged:
-        stats, index_checks = build_grounding_index(staged)
-        outcome = Outcome(
-            "every_surface_unique_and_mapped",
-            stats.surfaces > 0 and stats.descriptors_reachable > 0,
-            f"{stats.surfaces} surfaces, {stats.descriptors_reachable} descriptors reachable",
-        )
-        results = check_results(
-            context, [outcome, *index_checks], f"mesh/{context.partition_key}/terms"
-        )
+        stats, outcomes = build_grounding_index(staged)
+        results = check_results(context, outcomes, f"mesh/{context.partition_key}/terms")
         digest = staged.digest([SURFACES_KEY, INDEX_KEY])
     return dg.MaterializeResult(
         metadata={

@@ -5,35 +5,13 @@ import time
 
 import dagster as dg
 
-from kg_platform.assets.checks import check_results, data_version
+from kg_platform.assets.checks import check_results, check_specs, data_version
 from kg_platform.assets.partitions import mesh_years, scope_for
 from kg_platform.assets.table_metadata import table_metadata
-from kg_platform.mesh.contracts import MESH_CHECK_NAMES
+from kg_platform.mesh.contracts import CHECKS
 from kg_platform.resources.lake import LakeResource
 from kg_platform.resources.mesh import MeshSourceResource
 from kg_platform.schemas import MESH_TABLES
-
-CHECK_DESCRIPTIONS = {
-    **{
-        name: f"mesh/{name.removesuffix('_schema')}.parquet matches its pandera model"
-        for name in MESH_CHECK_NAMES
-        if name.endswith("_schema")
-    },
-    "uis_well_formed_unique": "descriptor, qualifier and supplementary UIs are well formed "
-    "and unique; every row names a known descriptor",
-    "tree_parents_exist": "every tree number's parent prefix exists, except category roots",
-    "supplementary_mappings_known": "every supplementary alias maps to a known descriptor "
-    "(dangling mappings are dropped and counted)",
-    "recount_matches_source": "an independent pass over the source files counts the "
-    "descriptors, tree numbers, entry terms and supplementary records that were loaded",
-    "terms_recount_matches_source": "an independent pass over the thesaurus terms file (or "
-    "the descriptor XML) counts the term rows, descriptors and concepts that were loaded",
-    "terms_descriptors_known": "every term names a descriptor present in mesh/descriptors",
-}
-# these guard every downstream reader of mesh/: a failure stops the tables being written
-BLOCKING = {name for name in MESH_CHECK_NAMES if name.endswith("_schema")} | {
-    "uis_well_formed_unique"
-}
 
 
 @dg.asset(
@@ -41,16 +19,7 @@ BLOCKING = {name for name in MESH_CHECK_NAMES if name.endswith("_schema")} | {
     group_name="mesh",
     kinds={"parquet"},
     code_version="3",
-    check_specs=[
-        dg.AssetCheckSpec(
-            name,
-            asset="mesh_tables",
-            partitions_def=mesh_years,
-            description=CHECK_DESCRIPTIONS[name],
-            blocking=name in BLOCKING,
-        )
-        for name in MESH_CHECK_NAMES
-    ],
+    check_specs=check_specs("mesh_tables", CHECKS, mesh_years),
 )
 def mesh_tables(
     context: dg.AssetExecutionContext, lake: LakeResource, mesh_source: MeshSourceResource

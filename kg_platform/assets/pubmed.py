@@ -8,10 +8,10 @@ import dagster as dg
 
 from kg_platform.assets import versions
 from kg_platform.assets.checks import (
+    blocking_failure,
     check_results,
     check_specs,
     data_version,
-    evaluations,
     files_failure,
 )
 from kg_platform.assets.partitions import (
@@ -24,6 +24,7 @@ from kg_platform.assets.partitions import (
 from kg_platform.assets.table_metadata import table_metadata
 from kg_platform.orchestration.queues import parse_queue_tags
 from kg_platform.pubmed import tables as pubmed_tables_domain
+from kg_platform.pubmed.contracts import CORPUS_CHECKS, TABLE_CHECKS
 from kg_platform.pubmed.source import (
     SUB_DIRS,
     SourceFile,
@@ -36,18 +37,6 @@ from kg_platform.resources.lake import LakeResource
 from kg_platform.resources.pubmed_source import PubmedSourceResource
 from kg_platform.schemas import CORPUS_MODELS, PUBMED_TABLES
 
-TABLE_CHECKS = [
-    ("schema", "every table matches its pandera model (validated on the collected data)"),
-    ("recount_matches_xml", "an independent pass over the XML counts what was written"),
-    ("unique_pmid_version", "no (pmid, version) appears twice in one file"),
-    ("pmids_in_articles", "every table's pmid is an article of this file"),
-]
-CORPUS_CHECKS = [
-    ("one_row_per_pmid", "corpus/articles holds each PMID once"),
-    ("no_deleted_pmid", "no PMID deleted after its last record survives"),
-    ("polars_recount", "an independent Polars fold gives the same rows"),
-    ("edge_sources_in_articles", "every edge's source PMID is a corpus article"),
-]
 # bump when what an asset writes changes meaning: its partitions then show as stale
 CODE_VERSION = "2"
 
@@ -118,7 +107,7 @@ FILE_SPECS = [
 @dg.multi_asset(
     name="pubmed_file_batch",
     specs=FILE_SPECS,
-    check_specs=check_specs("pubmed_tables", dict(TABLE_CHECKS), pubmed_files),
+    check_specs=check_specs("pubmed_tables", TABLE_CHECKS, pubmed_files),
     partitions_def=pubmed_files,
     can_subset=True,
     pool="ncbi",
@@ -225,7 +214,6 @@ class FileBatch:
         """One parsed file's materialisation (when its tables were published) and its check
         rows, pointing at that materialisation."""
         outcome = published.outcome
-        blocking = {n for n, _ in TABLE_CHECKS}
         instance = self.context.instance
         target = None
         if published.digest is not None:
@@ -242,13 +230,20 @@ class FileBatch:
                 ),
             )
             target = versions.latest(instance, "pubmed_tables", name).target
-        yield from evaluations("pubmed_tables", outcome.checks, name, blocking, target)
+        yield from check_results(
+            self.context,
+            outcome.checks,
+            name,
+            asset="pubmed_tables",
+            partition=name,
+            target=target,
+        )
         if published.digest is None:
-            failed = [c for c in outcome.checks if not c.passed]
-            causes = "; ".join(f"{c.name} ({c.details[:300]})" for c in failed)
             self.failed[name] = (
-                f"{name}.xml.gz: blocking check failed: {causes}; "
-                f"the published pubmed_tables[{name}] is unchanged"
+                blocking_failure(
+                    self.context, outcome.checks, f"{name}.xml.gz", "pubmed_tables", name
+                )
+                or f"{name}.xml.gz: not published"
             )
 
     def failure(self) -> dg.Failure:
@@ -305,7 +300,7 @@ def release_files(lake, release: str, names: list[str]) -> list[str]:
     group_name="pubmed",
     kinds={"duckdb", "parquet"},
     code_version=CODE_VERSION,
-    check_specs=check_specs("corpus", dict(CORPUS_CHECKS), pubmed_releases),
+    check_specs=check_specs("corpus", CORPUS_CHECKS, pubmed_releases),
 )
 def corpus(
     context: dg.AssetExecutionContext, lake: LakeResource, catalog: CatalogResource

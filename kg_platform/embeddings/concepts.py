@@ -32,6 +32,7 @@ import json
 import re
 import time
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -39,6 +40,7 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
+from kg_platform.checks import CheckOutcome
 from kg_platform.embeddings.encoder import Encoder
 from kg_platform.embeddings.feeder import FeederSettings, embed_stream
 from kg_platform.storage.lake import Lake
@@ -208,8 +210,9 @@ def build_concept_index(
     log: Callable[[str], None] | None = None,
 ) -> ConceptIndexBuild:
     """Embed the surfaces of ``mesh/terms.parquet`` the cache does not hold, then write the
-    index (vectors, surfaces, manifest) in one transaction. ``cache``: the lake whose
-    ``embeddings/concept_cache/`` is used (default: ``lake`` itself)."""
+    index (vectors, surfaces, manifest) in one transaction: the caller's when ``lake`` is a
+    transaction's view (the asset judges the staged index before it is published).
+    ``cache``: the lake whose ``embeddings/concept_cache/`` is used (default: ``lake``)."""
     started = time.perf_counter()
     if not lake.exists(MESH_TERMS):
         raise ConceptIndexError(
@@ -261,7 +264,7 @@ def build_concept_index(
         "device": str(getattr(encoder, "device", "")),
     }
     # the three objects appear together: a reader never pairs new vectors with old surfaces
-    with lake.transaction() as staged:
+    with lake.transaction() if lake.stage is None else nullcontext(lake) as staged:
         staged.write_npy(CONCEPT_VECTORS, vectors)
         staged.write_parquet(CONCEPT_SURFACES, surfaces.to_arrow())
         staged.write_bytes(CONCEPT_MANIFEST, json.dumps(manifest, indent=1).encode())
@@ -277,6 +280,22 @@ def build_concept_index(
         embed_seconds=embed_seconds,
         cache=vectors_cache.folder,
     )
+
+
+def concept_checks(build: ConceptIndexBuild) -> list[CheckOutcome]:
+    """The concept index's check (contracts.CONCEPT_CHECKS): every surface vector a unit
+    vector up to fp16 rounding."""
+    # the index's module: loaded by the step, not by the question path that opens concepts
+    from kg_platform.embeddings.index import NormCheck
+
+    norms = NormCheck(build.surfaces, build.min_norm, build.max_norm)
+    return [
+        CheckOutcome(
+            "norms_about_one",
+            norms.passed(),
+            metadata={"min": build.min_norm, "max": build.max_norm},
+        )
+    ]
 
 
 @dataclass(frozen=True)

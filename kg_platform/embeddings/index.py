@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from kg_platform.checks import CheckOutcome
 from kg_platform.embeddings.shards import (
     SHARDS,
     pmids_key,
@@ -167,8 +168,8 @@ def build_index(
             )
         }
         del out_vectors, out_pmids
-        _move_in(lake, staging, "pmids.npy", INDEX_PMIDS)
-        _move_in(lake, staging, "vectors.f16.npy", INDEX_VECTORS)
+        lake.move_in(INDEX_PMIDS, os.path.join(staging, "pmids.npy"))
+        lake.move_in(INDEX_VECTORS, os.path.join(staging, "vectors.f16.npy"))
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     manifest = {
@@ -258,16 +259,6 @@ def index_hash_problems(lake: Lake) -> list[str]:
     return problems
 
 
-def _move_in(lake: Lake, staging: str, name: str, key: str) -> None:
-    source = os.path.join(staging, name)
-    if lake.is_local:
-        target = lake.path(key)
-        os.makedirs(os.path.dirname(target), exist_ok=True)
-        os.replace(source, target)  # same filesystem: the staging folder is under the root
-    else:
-        lake.copy_in(key, source)
-
-
 @dataclass(frozen=True)
 class SampleCheck:
     checked: int
@@ -328,3 +319,35 @@ def check_norms(lake: Lake, sample: int = 10_000, seed: int = 0) -> NormCheck:
     if len(norms) == 0:
         return NormCheck(0, float("nan"), float("nan"))
     return NormCheck(len(norms), float(norms.min()), float(norms.max()))
+
+
+def index_checks(lake: Lake, build: IndexBuild) -> list[CheckOutcome]:
+    """The index's four checks (contracts.INDEX_CHECKS), on the index ``lake`` holds (in the
+    asset, the staged one, before it is published)."""
+    sample = check_sample_against_shards(lake)
+    norms = check_norms(lake)
+    unmatched = index_hash_problems(lake)
+    return [
+        CheckOutcome(
+            "vector_count_equals_quotable",
+            build.gap == 0 or build.gap_explained,
+            metadata={
+                "vectors": build.vectors,
+                "quotable": build.quotable,
+                "gap": build.gap,
+                "explained_by_missing_shards": build.missing_vectors,
+                "missing_files": dict(list(build.missing_reasons.items())[:50]),
+            },
+        ),
+        CheckOutcome(
+            "sample_rows_match_shards",
+            sample.passed,
+            metadata={"checked": sample.checked, "mismatched_pmids": list(sample.mismatches[:20])},
+        ),
+        CheckOutcome(
+            "norms_about_one",
+            norms.passed(),
+            metadata={"checked": norms.checked, "min": norms.min_norm, "max": norms.max_norm},
+        ),
+        CheckOutcome("files_match_manifest", not unmatched, metadata={"problems": unmatched}),
+    ]

@@ -20,6 +20,7 @@ import numpy as np
 import polars as pl
 import pyarrow.parquet as pq
 
+from kg_platform.checks import CheckOutcome
 from kg_platform.embeddings.encoder import Encoder
 from kg_platform.embeddings.feeder import FeederSettings, FeederStats, embed_stream
 from kg_platform.storage.lake import Lake
@@ -112,14 +113,16 @@ def verify_shard(
     fingerprint: str,
     dim: int | None = None,
     deep: bool = True,
+    seal: dict | None = None,
 ) -> ShardStatus:
     """Whether a sealed shard exists for ``file`` that matches the corpus and the model.
-    ``deep`` also re-hashes the vectors, catching a damaged file."""
-    if not lake.exists(meta_key(file)):
+    ``deep`` also re-hashes the vectors, catching a damaged file. ``seal``: the meta to
+    verify the arrays against before it is written (default: the lake's)."""
+    if seal is None and not lake.exists(meta_key(file)):
         present = [k for k in (vectors_key(file), pmids_key(file)) if lake.exists(k)]
         return ShardStatus(file, False, "unsealed (partial write)" if present else "missing")
     try:
-        meta = json.loads(lake.read_bytes(meta_key(file)))
+        meta = seal or json.loads(lake.read_bytes(meta_key(file)))
         vectors = lake.read_npy(vectors_key(file))
         pmids = lake.read_npy(pmids_key(file), mmap=False)
     except Exception as exc:  # a damaged file is a shard to redo, not a crash
@@ -139,9 +142,18 @@ def verify_shard(
     return ShardStatus(file, True, "verified")
 
 
+def shard_check(status: ShardStatus) -> CheckOutcome:
+    """A file's verified shard as its one_vector_per_quotable_record outcome
+    (contracts.SHARD_CHECKS)."""
+    return CheckOutcome("one_vector_per_quotable_record", status.done, status.reason)
+
+
 def write_shard(
     lake: Lake, file: str, pmids: np.ndarray, vectors: np.ndarray, fingerprint: str
-) -> None:
+) -> ShardStatus:
+    """Write the shard's arrays, read them back and verify them against the seal about to
+    be written, and seal (publish) the shard only when they verify: a shard written wrong
+    stays unsealed, so no reader takes it (the one_vector_per_quotable_record check)."""
     if vectors.shape[0] != len(pmids) or vectors.dtype != np.float16:
         raise ShardError(f"{file}: {vectors.dtype}{vectors.shape} vectors for {len(pmids)} PMIDs")
     lake.remove(meta_key(file))  # unseal first: a rewrite interrupted midway must not verify
@@ -154,7 +166,10 @@ def write_shard(
         "fingerprint": fingerprint,
         "vectors_sha256": _sha256(vectors),
     }
-    lake.write_bytes(meta_key(file), json.dumps(meta, indent=1).encode())
+    status = verify_shard(lake, file, pmids, fingerprint, seal=meta)
+    if status.done:
+        lake.write_bytes(meta_key(file), json.dumps(meta, indent=1).encode())
+    return status
 
 
 @dataclass(frozen=True)
@@ -171,8 +186,8 @@ class ShardRun:
     seconds: float
     texts_per_s: float
     padding_overhead: float
-    # every file's shard read back from the lake after the run and verified against the
-    # corpus: what the asset's check reports
+    # every file's shard read back from the lake and verified against the corpus (a kept
+    # shard before the run, a written one before its seal): what the asset's check reports
     verified: tuple[ShardStatus, ...]
 
     @property
@@ -195,27 +210,25 @@ def embed_shards(
     started = time.perf_counter()
     records = read_quotable(lake, files)
     results: dict[str, ShardResult] = {}
+    verified: dict[str, ShardStatus] = {}
     todo: list[QuotableRecords] = []
     for file in files:
         status = verify_shard(lake, file, records[file].pmids, encoder.fingerprint, encoder.dim)
         if status.done:
             results[file] = ShardResult(file, len(records[file].pmids), False, status.reason)
+            verified[file] = status
         else:
             todo.append(records[file])
     stats = FeederStats()
     for rec, vectors in _embed_by_file(encoder, todo, settings, stats):
-        write_shard(lake, rec.file, rec.pmids, vectors, encoder.fingerprint)
+        verified[rec.file] = write_shard(lake, rec.file, rec.pmids, vectors, encoder.fingerprint)
         results[rec.file] = ShardResult(rec.file, len(rec.pmids), True, "embedded")
-    seconds = time.perf_counter() - started
-    verified = tuple(
-        verify_shard(lake, f, records[f].pmids, encoder.fingerprint, encoder.dim) for f in files
-    )
     return ShardRun(
         shards=tuple(results[f] for f in files),
-        seconds=seconds,
+        seconds=time.perf_counter() - started,
         texts_per_s=stats.texts / stats.seconds if stats.seconds else 0.0,
         padding_overhead=stats.padding_overhead,
-        verified=verified,
+        verified=tuple(verified[f] for f in files),
     )
 
 

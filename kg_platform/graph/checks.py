@@ -9,24 +9,16 @@ from __future__ import annotations
 import codecs
 import contextlib
 import hashlib
-from dataclasses import dataclass, field
 
 import duckdb
 import numpy as np
 
+from kg_platform.checks import CheckOutcome
 from kg_platform.graph import layout
 from kg_platform.graph.build import array_sha256
 from kg_platform.graph.store import KGStore
 
 _KNOWN_FLAGS = layout.QUOTABLE | layout.RETRACTED | layout.CONCERN
-
-
-@dataclass(frozen=True)
-class CheckOutcome:
-    name: str
-    passed: bool
-    description: str
-    metadata: dict[str, int | float | str] = field(default_factory=dict)
 
 
 def check_invariants(store: KGStore) -> CheckOutcome:

@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass
 
 import polars as pl
 
+from kg_platform.checks import CheckOutcome
 from kg_platform.grounding.common_words import COMMON_WORD_GUARD
 from kg_platform.grounding.grounder import Grounder, build_surface_table
 from kg_platform.grounding.orthography import ORTHOGRAPHY_RULES
@@ -43,19 +44,10 @@ class GroundingIndexStats:
     index_bytes: int = 0
 
 
-@dataclass(frozen=True)
-class IndexCheck:
-    """The load-ready index against the table it was made from."""
-
-    name: str
-    passed: bool
-    details: str
-
-
-def build_grounding_index(lake: Lake) -> tuple[GroundingIndexStats, list[IndexCheck]]:
+def build_grounding_index(lake: Lake) -> tuple[GroundingIndexStats, list[CheckOutcome]]:
     """Read mesh/terms, descriptors and tree; write grounding/surfaces.parquet, the
     load-ready grounding/index.kgi, then the manifest (last: it records both files' sizes
-    and hashes); check the index against the table (``index_checks``)."""
+    and hashes); check the surfaces and the index against the table (contracts.CHECKS)."""
     frames = {}
     for table, key in MESH_KEYS.items():
         if not lake.exists(key):
@@ -76,7 +68,12 @@ def build_grounding_index(lake: Lake) -> tuple[GroundingIndexStats, list[IndexCh
         common_words=len(COMMON_WORD_GUARD),
         index_bytes=size,
     )
-    checks = index_checks(lake, surfaces, frames["descriptors"])
+    mapped = CheckOutcome(
+        "every_surface_unique_and_mapped",
+        stats.surfaces > 0 and stats.descriptors_reachable > 0,
+        f"{stats.surfaces} surfaces, {stats.descriptors_reachable} descriptors reachable",
+    )
+    checks = [mapped, *index_checks(lake, surfaces, frames["descriptors"])]
     manifest = {**asdict(stats), "files": published_files(lake, surfaces.height)}
     lake.write_bytes(MANIFEST_KEY, json.dumps(manifest, indent=1).encode())
     return stats, checks
@@ -177,7 +174,9 @@ def same_groundings(index_grounder: Grounder, table_grounder: Grounder, question
     return [q for q in questions if index_grounder.ground(q) != table_grounder.ground(q)]
 
 
-def index_checks(lake: Lake, surfaces: pl.DataFrame, descriptors: pl.DataFrame) -> list[IndexCheck]:
+def index_checks(
+    lake: Lake, surfaces: pl.DataFrame, descriptors: pl.DataFrame
+) -> list[CheckOutcome]:
     """``index_round_trips``: the file hashes to its header and every surface of the table
     comes back from it (and nothing else); ``index_grounds_as_table``: a grounder over the
     index and one over the table give the same groundings on questions made from the
@@ -187,21 +186,21 @@ def index_checks(lake: Lake, surfaces: pl.DataFrame, descriptors: pl.DataFrame) 
         index.verify()
     except ValueError as error:
         return [
-            IndexCheck("index_round_trips", False, str(error)),
-            IndexCheck("index_grounds_as_table", False, str(error)),
+            CheckOutcome("index_round_trips", False, str(error)),
+            CheckOutcome("index_grounds_as_table", False, str(error)),
         ]
     problems = round_trip_mismatches(index, surfaces)
     names = dict(zip(descriptors["ui"].to_list(), descriptors["name"].to_list(), strict=True))
     if dict(index.names.items()) != names:
         problems.append("descriptor names differ from mesh/descriptors")
-    round_trip = IndexCheck(
+    round_trip = CheckOutcome(
         "index_round_trips",
         not problems,
         "; ".join(problems[:5]) or f"{len(index)} surfaces and {len(names)} names round-trip",
     )
     questions = sample_questions(surfaces)
     differ = same_groundings(Grounder(index, index.names), Grounder(surfaces, names), questions)
-    grounds = IndexCheck(
+    grounds = CheckOutcome(
         "index_grounds_as_table",
         not differ,
         f"{len(questions) - len(differ)} of {len(questions)} sample questions ground the same"

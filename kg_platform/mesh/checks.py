@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import gzip
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import pandera.errors
 import polars as pl
 
+from kg_platform.checks import CheckOutcome
 from kg_platform.mesh.fetch import open_location
 from kg_platform.mesh.source import MeshSourceSpec
 from kg_platform.mesh.tables import MeshBuild, parent_tree_number
@@ -54,13 +55,6 @@ class SourceCounts:
             "term_descriptors": self.term_descriptors,
             "concepts": self.concepts,
         }
-
-
-@dataclass(frozen=True)
-class MeshCheckOutcome:
-    name: str
-    passed: bool
-    metadata: dict[str, Any] = field(default_factory=dict)
 
 
 def recount_source(spec: MeshSourceSpec) -> SourceCounts:
@@ -153,8 +147,8 @@ def _count_patterns(location: str, patterns: list[re.Pattern[bytes]]) -> list[in
     return counts
 
 
-def check_mesh_build(build: MeshBuild, recount: SourceCounts | None) -> list[MeshCheckOutcome]:
-    """Every check of the mesh_tables asset, in `contracts.MESH_CHECK_NAMES` order."""
+def check_mesh_build(build: MeshBuild, recount: SourceCounts | None) -> list[CheckOutcome]:
+    """Every check of the mesh_tables asset, in `contracts.CHECKS` order."""
     frames = {name: pl.from_arrow(table) for name, table in build.tables.items()}
     outcomes = [_schema_check(name, frames[name]) for name in MESH_TABLES]
     outcomes.append(_ui_check(frames))
@@ -166,21 +160,21 @@ def check_mesh_build(build: MeshBuild, recount: SourceCounts | None) -> list[Mes
     return outcomes
 
 
-def _schema_check(name: str, frame: pl.DataFrame) -> MeshCheckOutcome:
+def _schema_check(name: str, frame: pl.DataFrame) -> CheckOutcome:
     try:
         MESH_TABLES[name].validate(frame, lazy=True)  # type: ignore[attr-defined]
     except (pandera.errors.SchemaErrors, pandera.errors.SchemaError) as exc:
-        return MeshCheckOutcome(
-            f"{name}_schema", False, {"rows": frame.height, "error": str(exc)[:2000]}
+        return CheckOutcome(
+            f"{name}_schema", False, metadata={"rows": frame.height, "error": str(exc)[:2000]}
         )
-    return MeshCheckOutcome(f"{name}_schema", True, {"rows": frame.height})
+    return CheckOutcome(f"{name}_schema", True, metadata={"rows": frame.height})
 
 
 def _malformed(series: pl.Series, pattern: str) -> int:
     return int((~series.str.contains(pattern)).sum())
 
 
-def _ui_check(frames: dict[str, pl.DataFrame]) -> MeshCheckOutcome:
+def _ui_check(frames: dict[str, pl.DataFrame]) -> CheckOutcome:
     descriptors, qualifiers = frames["descriptors"]["ui"], frames["qualifiers"]["ui"]
     known = frames["descriptors"].select("ui")
     problems = {
@@ -198,10 +192,10 @@ def _ui_check(frames: dict[str, pl.DataFrame]) -> MeshCheckOutcome:
         .join(known, left_on="descriptor_ui", right_on="ui", how="anti")
         .height,
     }
-    return MeshCheckOutcome("uis_well_formed_unique", not any(problems.values()), problems)
+    return CheckOutcome("uis_well_formed_unique", not any(problems.values()), metadata=problems)
 
 
-def _tree_parent_check(tree: pl.DataFrame) -> MeshCheckOutcome:
+def _tree_parent_check(tree: pl.DataFrame) -> CheckOutcome:
     parents = tree.select("tree_number", parent_tree_number(pl.col("tree_number")).alias("parent"))
     roots = parents.filter(pl.col("parent").is_null())
     orphans = parents.drop_nulls("parent").join(
@@ -214,10 +208,10 @@ def _tree_parent_check(tree: pl.DataFrame) -> MeshCheckOutcome:
     }
     if orphans.height:
         metadata["examples"] = orphans["tree_number"].head(10).to_list()
-    return MeshCheckOutcome("tree_parents_exist", orphans.height == 0, metadata)
+    return CheckOutcome("tree_parents_exist", orphans.height == 0, metadata=metadata)
 
 
-def _supplementary_check(frames: dict[str, pl.DataFrame], build: MeshBuild) -> MeshCheckOutcome:
+def _supplementary_check(frames: dict[str, pl.DataFrame], build: MeshBuild) -> CheckOutcome:
     known = frames["descriptors"].select("ui")
     unknown_written = (
         frames["scr_aliases"].join(known, left_on="heading_ui", right_on="ui", how="anti").height
@@ -227,12 +221,12 @@ def _supplementary_check(frames: dict[str, pl.DataFrame], build: MeshBuild) -> M
         "aliases_to_unknown_descriptor_written": unknown_written,
         "scr_aliases": frames["scr_aliases"].height,
     }
-    return MeshCheckOutcome("supplementary_mappings_known", unknown_written == 0, metadata)
+    return CheckOutcome("supplementary_mappings_known", unknown_written == 0, metadata=metadata)
 
 
 def _recount_check(
     frames: dict[str, pl.DataFrame], build: MeshBuild, recount: SourceCounts | None
-) -> MeshCheckOutcome:
+) -> CheckOutcome:
     written = {
         "descriptors": frames["descriptors"].height,
         "tree_numbers": frames["tree"].height,
@@ -240,18 +234,18 @@ def _recount_check(
         "supplementary_records": build.n_supplementary,
     }
     if recount is None:
-        return MeshCheckOutcome(
-            "recount_matches_source", False, {"written": written, "error": "no recount"}
+        return CheckOutcome(
+            "recount_matches_source", False, metadata={"written": written, "error": "no recount"}
         )
     source = recount.as_dict()
     mismatched = sorted(k for k in written if written[k] != source[k])
     metadata: dict[str, Any] = {f"written_{k}": v for k, v in written.items()}
     metadata.update({f"source_{k}": v for k, v in source.items()})
     metadata["mismatched"] = ", ".join(mismatched) or "none"
-    return MeshCheckOutcome("recount_matches_source", not mismatched, metadata)
+    return CheckOutcome("recount_matches_source", not mismatched, metadata=metadata)
 
 
-def _terms_recount_check(terms: pl.DataFrame, recount: SourceCounts | None) -> MeshCheckOutcome:
+def _terms_recount_check(terms: pl.DataFrame, recount: SourceCounts | None) -> CheckOutcome:
     """The thesaurus's own rows (names and entry terms with a term UI), descriptors and
     concepts, against an independent count of the file."""
     from_source = terms.filter(
@@ -263,22 +257,24 @@ def _terms_recount_check(terms: pl.DataFrame, recount: SourceCounts | None) -> M
         "concepts": from_source["concept_ui"].n_unique(),
     }
     if recount is None:
-        return MeshCheckOutcome(
-            "terms_recount_matches_source", False, {**written, "error": "no recount"}
+        return CheckOutcome(
+            "terms_recount_matches_source", False, metadata={**written, "error": "no recount"}
         )
     source = recount.terms_dict()
     metadata: dict[str, Any] = {f"written_{k}": v for k, v in written.items()}
     if source["term_rows"] is None:
         # a bare-string source (descriptors TSV alone) has no concept-level terms to count
         metadata["note"] = "the source has no concept-level terms"
-        return MeshCheckOutcome("terms_recount_matches_source", written["term_rows"] == 0, metadata)
+        return CheckOutcome(
+            "terms_recount_matches_source", written["term_rows"] == 0, metadata=metadata
+        )
     metadata.update({f"source_{k}": v for k, v in source.items()})
     mismatched = sorted(k for k in written if written[k] != source[k])
     metadata["mismatched"] = ", ".join(mismatched) or "none"
-    return MeshCheckOutcome("terms_recount_matches_source", not mismatched, metadata)
+    return CheckOutcome("terms_recount_matches_source", not mismatched, metadata=metadata)
 
 
-def _terms_descriptors_check(frames: dict[str, pl.DataFrame]) -> MeshCheckOutcome:
+def _terms_descriptors_check(frames: dict[str, pl.DataFrame]) -> CheckOutcome:
     """Every term names a descriptor of this build (the thesaurus is a second file: its
     descriptors must be the descriptor TSV's)."""
     unknown = frames["terms"].join(frames["descriptors"].select("ui"), on="ui", how="anti")
@@ -288,4 +284,4 @@ def _terms_descriptors_check(frames: dict[str, pl.DataFrame]) -> MeshCheckOutcom
     }
     if unknown.height:
         metadata["examples"] = unknown["ui"].unique().sort().head(10).to_list()
-    return MeshCheckOutcome("terms_descriptors_known", unknown.height == 0, metadata)
+    return CheckOutcome("terms_descriptors_known", unknown.height == 0, metadata=metadata)

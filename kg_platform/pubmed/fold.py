@@ -34,6 +34,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from kg_platform.checks import CheckOutcome
 from kg_platform.storage.digest import file_sha256
 from kg_platform.storage.lake import Lake
 
@@ -90,14 +91,6 @@ class FoldResult:
     new_files: int = 0  # files read beyond the previous fold (all of them in a full fold)
     touched_pmids: int = 0  # PMIDs with a record or a DeleteCitation in the new files
     sample_pmids: list[int] = field(default_factory=list)  # touched PMIDs the check looks at
-
-
-@dataclass(frozen=True)
-class FoldCheck:
-    name: str
-    passed: bool
-    details: str
-    metadata: dict[str, float] = field(default_factory=dict)  # the check's wall seconds
 
 
 def _check_files(lake: Lake, files: list[str]) -> None:
@@ -1045,15 +1038,15 @@ def check_incremental_sample(
     return True, f"incremental fold equals a full fold on {what}"
 
 
-def fold_checks(lake: Lake, files: list[str], result: FoldResult) -> list[FoldCheck]:
-    """The four blocking corpus checks, named as the corpus asset declares them, each with
-    its wall seconds. After an incremental fold, polars_recount also refolds a sample of PMID
+def fold_checks(lake: Lake, files: list[str], result: FoldResult) -> list[CheckOutcome]:
+    """The four blocking corpus checks (contracts.CORPUS_CHECKS), each with its wall seconds
+    (metadata ``seconds``). After an incremental fold, polars_recount also refolds a sample of PMID
     windows from every file and requires the same rows (check_incremental_sample)."""
 
-    def timed(name: str, check: Callable[[], tuple[bool, str]]) -> FoldCheck:
+    def timed(name: str, check: Callable[[], tuple[bool, str]]) -> CheckOutcome:
         started = time.perf_counter()
         passed, details = check()
-        return FoldCheck(
+        return CheckOutcome(
             name, passed, details, {"seconds": round(time.perf_counter() - started, 3)}
         )
 

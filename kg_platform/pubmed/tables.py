@@ -16,6 +16,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from kg_platform.checks import CheckOutcome
+from kg_platform.pubmed.contracts import TABLE_CHECKS
 from kg_platform.schemas import PUBMED_TABLES
 from kg_platform.storage.lake import Lake
 
@@ -25,13 +27,6 @@ if TYPE_CHECKING:
 # polars, pandera and the parser are imported by the functions that use them: this module is
 # loaded with the Dagster definitions by every process that starts a run, which mostly
 # never parses a file
-
-
-@dataclass(frozen=True)
-class CheckOutcome:
-    name: str
-    passed: bool
-    details: str
 
 
 @dataclass(frozen=True)
@@ -104,7 +99,7 @@ def schema_problem(table: str, model, error: Exception) -> str:
 
 
 def check_tables(tables: dict[str, pa.Table], recount: dict[str, int]) -> list[CheckOutcome]:
-    """The four per-file checks, each on the collected data."""
+    """The four per-file checks (contracts.TABLE_CHECKS), each on the collected data."""
     import pandera.errors
     import polars as pl
 
@@ -186,8 +181,8 @@ def parse_check_write(lake: Lake, raw_key: str, file: str) -> TablesOutcome:
 
 @dataclass(frozen=True)
 class PublishedFile:
-    """What became of one file: its outcome (checks included) and, when every check passed
-    and its seven tables were published, their content digest (None: nothing published)."""
+    """What became of one file: its outcome (checks included) and, when every blocking
+    check passed and its seven tables were published, their content digest (None: nothing published)."""
 
     outcome: TablesOutcome
     digest: str | None
@@ -198,14 +193,14 @@ class _ChecksFailed(Exception):
 
 
 def publish_file(lake: Lake, raw_key: str, file: str) -> PublishedFile:
-    """Parse, check and, only when every check passed, publish one file's tables in its own
+    """Parse, check and, only when every blocking check passed, publish one file's tables in its own
     lake transaction (a failed file leaves its last good tables as they were). Runs in a
     worker of :class:`TablesPool` or in the caller's process."""
     outcome = None
     try:
         with lake.transaction() as staged:
             outcome = parse_check_write(staged, raw_key, file)
-            if not all(c.passed for c in outcome.checks):
+            if any(TABLE_CHECKS[c.name][1] and not c.passed for c in outcome.checks):
                 raise _ChecksFailed
             digest = staged.digest([table_key(t, file) for t in sorted(outcome.rows)])
     except _ChecksFailed:

@@ -224,8 +224,15 @@ class Lake:
 
     def sizes(self, prefix: str) -> dict[str, int]:
         """name -> bytes of each object directly under ``prefix`` (one listing; {} when
-        there is none)."""
-        base = self.physical(self.scope.route(_check_key(prefix).rstrip("/")))
+        there is none); inside a transaction, the staged objects as they will be."""
+        routed = self.scope.route(_check_key(prefix).rstrip("/"))
+        found = self._sizes(self.physical(routed))
+        if self.stage is not None:  # a staged object stands for the published one
+            staged = self._sizes(self.stage.path(self, routed))
+            found.update({name: size for name, size in staged.items() if ".tmp-" not in name})
+        return found
+
+    def _sizes(self, base: str) -> dict[str, int]:
         if self.is_local:  # through os: `kg ask` opens a graph build without fsspec
             try:
                 with os.scandir(base) as entries:
@@ -360,6 +367,20 @@ class Lake:
             while chunk := src.read(1 << 20):
                 dst.write(chunk)
         return self.size(key)
+
+    def move_in(self, key: str, local_file: str) -> int:
+        """Move a file written under :meth:`staging_dir` into the lake: one rename on a
+        local lake (the same filesystem), a copy on S3; inside a transaction, staged."""
+        if not self.is_local:
+            return self.copy_in(key, local_file)
+        routed = self.scope.route(_check_key(key))
+        staged = self.stage is not None
+        target = self.stage.path(self, routed) if staged else self.physical(routed)
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        os.replace(local_file, target)
+        if staged:
+            self.stage.keys.add(routed)
+        return os.path.getsize(target)
 
     def remove(self, key: str) -> None:
         if self.stage is not None:

@@ -20,8 +20,10 @@ from kg_platform.embeddings.concepts import (
     CONCEPT_VECTORS,
     MESH_TERMS,
     ConceptIndex,
+    ConceptIndexBuild,
     ConceptIndexError,
     build_concept_index,
+    concept_checks,
     encoder_key,
 )
 from kg_platform.embeddings.feeder import FeederSettings
@@ -215,3 +217,12 @@ def test_the_cache_works_the_same_on_an_s3_lake(s3_lake, tmp_path, monkeypatch):
     after = _vectors_by_surface(s3_lake)
     assert {k: after[k] for k in before} == before
     assert len(_segments(s3_lake, tiny_encoder())) == 2
+
+
+def test_the_concept_norm_check_is_the_index_rule():
+    def checked(low: float, high: float) -> list[tuple]:
+        build = ConceptIndexBuild(3, 3, 32, 0.0, min_norm=low, max_norm=high)
+        return [(o.name, o.passed, o.metadata) for o in concept_checks(build)]
+
+    assert checked(0.995, 1.004) == [("norms_about_one", True, {"min": 0.995, "max": 1.004})]
+    assert checked(0.98, 1.0) == [("norms_about_one", False, {"min": 0.98, "max": 1.0})]

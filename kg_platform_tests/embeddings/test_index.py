@@ -10,8 +10,16 @@ from kg_platform.embeddings.index import (
     build_index,
     check_norms,
     check_sample_against_shards,
+    index_checks,
+    index_hash_problems,
 )
-from kg_platform.embeddings.shards import CORPUS_ARTICLES, embed_shards, pmids_key, vectors_key
+from kg_platform.embeddings.shards import (
+    CORPUS_ARTICLES,
+    embed_shards,
+    meta_key,
+    pmids_key,
+    vectors_key,
+)
 from kg_platform.storage.lake import Lake
 from kg_platform_tests.embeddings.corpus import FILES, write_corpus
 from kg_platform_tests.embeddings.models import tiny_encoder
@@ -96,3 +104,29 @@ def test_an_empty_index_passes_neither_the_sample_nor_the_norm_check(tmp_path):
     assert (sample.checked, sample.mismatches, sample.passed) == (0, (), False)
     norms = check_norms(lake)
     assert norms.checked == 0 and not norms.passed()
+
+
+def test_the_index_is_judged_staged_and_a_discarded_build_leaves_the_published_one(tmp_path):
+    lake, _ = _lake_with_shards(tmp_path)
+    fingerprint = tiny_encoder().fingerprint
+    with lake.transaction() as staged:
+        build = build_index(staged, fingerprint)
+        assert not lake.exists(INDEX_VECTORS)  # staged, not published
+        outcomes = index_checks(staged, build)
+    assert [(o.name, o.passed) for o in outcomes] == [
+        ("vector_count_equals_quotable", True),
+        ("sample_rows_match_shards", True),
+        ("norms_about_one", True),
+        ("files_match_manifest", True),
+    ]
+    assert (outcomes[0].metadata["vectors"], outcomes[1].metadata["checked"]) == (18, 18)
+    published = lake.read_npy(INDEX_VECTORS, mmap=False)
+
+    # a second build over one shard fewer, discarded (as a failed blocking check would)
+    lake.remove(meta_key(FILES[2]))
+    with pytest.raises(RuntimeError, match="discarded"), lake.transaction() as staged:
+        assert build_index(staged, fingerprint).vectors == 12
+        assert staged.read_npy(INDEX_VECTORS).shape[0] == 12
+        raise RuntimeError("discarded")
+    assert np.array_equal(lake.read_npy(INDEX_VECTORS), published)
+    assert index_hash_problems(lake) == []

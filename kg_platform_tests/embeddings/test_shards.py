@@ -8,6 +8,7 @@ from kg_platform.embeddings.feeder import FeederSettings
 from kg_platform.embeddings.shards import (
     CORPUS_ARTICLES,
     ShardError,
+    ShardStatus,
     article_text,
     embed_shards,
     meta_key,
@@ -135,3 +136,9 @@ def test_each_shard_is_read_back_and_verified_after_the_run(tmp_path):
     assert [(s.file, s.reason) for s in damaged.unverified] == [
         (FILES[1], "vectors checksum mismatch")
     ]
+    # the damaged shard was judged before its seal: never sealed, so no reader takes it
+    lake = Lake(str(tmp_path / "damaged"))
+    assert [lake.exists(meta_key(f)) for f in FILES] == [True, False, True]
+    pmids = lake.read_npy(pmids_key(FILES[1]))
+    shallow = verify_shard(lake, FILES[1], pmids, tiny_encoder().fingerprint, deep=False)
+    assert shallow == ShardStatus(FILES[1], False, "unsealed (partial write)")

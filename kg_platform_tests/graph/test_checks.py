@@ -38,9 +38,9 @@ def _tamper(lake: Lake, build_id: str, name: str, change, fix_manifest: bool) ->
 def test_a_good_build_passes_both(lake: Lake, tiny, con: duckdb.DuckDBPyConnection) -> None:
     store = KGStore.open(lake, tiny.build_id)
     inv = check_invariants(store)
-    assert inv.passed, inv.description
+    assert inv.passed, inv.details
     rc = recount(store, con, named_pmids=(40,), named_uis=("D000002", "D006801"))
-    assert rc.passed, rc.description
+    assert rc.passed, rc.details
     assert rc.metadata["named_descriptors_absent"] == 1
     assert rc.metadata["duckdb_citation_edges"] == 7
     assert rc.metadata["duckdb_dangling_citations"] == 2
@@ -52,7 +52,7 @@ def test_bit_rot_fails_the_sha256(lake: Lake, tiny) -> None:
     _tamper(lake, tiny.build_id, "cite_indices", lambda a: a.__setitem__(0, 1), False)
     out = check_invariants(KGStore.open(lake, tiny.build_id))
     assert not out.passed
-    assert out.description == "cite_indices: sha256 differs from the manifest"
+    assert out.details == "cite_indices: sha256 differs from the manifest"
 
 
 def test_unordered_list_fails_the_invariants(lake: Lake, tiny) -> None:
@@ -62,7 +62,7 @@ def test_unordered_list_fails_the_invariants(lake: Lake, tiny) -> None:
     )
     out = check_invariants(KGStore.open(lake, tiny.build_id))
     assert not out.passed
-    assert out.description == (
+    assert out.details == (
         "cited_by_indices: 1 row(s) not strictly ascending, the first row 0 at entry 1"
     )
 
@@ -70,16 +70,14 @@ def test_unordered_list_fails_the_invariants(lake: Lake, tiny) -> None:
 def test_out_of_range_index_fails_the_invariants(lake: Lake, tiny) -> None:
     _tamper(lake, tiny.build_id, "art2mesh_indices", lambda a: a.__setitem__(-1, 9), True)
     out = check_invariants(KGStore.open(lake, tiny.build_id))
-    assert out.description == "art2mesh_indices out of range 0..4: from 0 to 9"
+    assert out.details == "art2mesh_indices out of range 0..4: from 0 to 9"
 
 
 def test_an_indptr_that_falls_fails_the_invariants_not_the_open(lake: Lake, tiny) -> None:
     # cite_indptr [0, 0, 1, 3, 5, 7] -> [0, 0, 4, 3, 5, 7]: its ends, all open checks, hold
     _tamper(lake, tiny.build_id, "cite_indptr", lambda a: a.__setitem__(2, 4), True)
     out = check_invariants(KGStore.open(lake, tiny.build_id))
-    assert (
-        out.description == "cite_indptr is not monotone: 1 fall(s), the first from 4 to 3 at row 2"
-    )
+    assert out.details == "cite_indptr is not monotone: 1 fall(s), the first from 4 to 3 at row 2"
 
 
 def test_an_indptr_short_of_its_indices_fails_the_open(lake: Lake, tiny) -> None:
@@ -124,11 +122,11 @@ def test_a_flipped_major_flag_is_caught_by_both(lake: Lake, tiny, con) -> None:
     _tamper(lake, tiny.build_id, "mesh2art_major", lambda a: a.__setitem__(1, True), True)
     store = KGStore.open(lake, tiny.build_id)
     inv = check_invariants(store)
-    assert not inv.passed and "mesh_major_count differs from mesh2art_major" in inv.description
+    assert not inv.passed and "mesh_major_count differs from mesh2art_major" in inv.details
     rc = recount(store, con, named_uis=("D000001",))
     assert not rc.passed
-    assert "descriptor D000001: arrays (2, 2), DuckDB (2, 1)" in rc.description
-    assert "major_pairs: arrays 4, DuckDB 3" in rc.description
+    assert "descriptor D000001: arrays (2, 2), DuckDB (2, 1)" in rc.details
+    assert "major_pairs: arrays 4, DuckDB 3" in rc.details
 
 
 def test_a_wrong_edge_is_caught_by_both(lake: Lake, tiny, con) -> None:
@@ -136,10 +134,10 @@ def test_a_wrong_edge_is_caught_by_both(lake: Lake, tiny, con) -> None:
     _tamper(lake, tiny.build_id, "cite_indices", lambda a: a.__setitem__(slice(5, 7), [1, 2]), True)
     store = KGStore.open(lake, tiny.build_id)
     inv = check_invariants(store)
-    assert inv.description == "cite and cited_by disagree on degrees"
+    assert inv.details == "cite and cited_by disagree on degrees"
     rc = recount(store, con)
     assert not rc.passed
     assert (
         "PMID 50 (cites, in-degree, MeSH): arrays ((20, 30), 0, ('D000002',)), "
         "DuckDB ((30, 40), 0, ('D000002',))"
-    ) in rc.description
+    ) in rc.details

@@ -101,5 +101,5 @@ def test_graph_of_two_real_files(tmp_path) -> None:
     catalog.refresh_views(con)
     assert check_invariants(store).passed
     outcome = recount(store, con, named_pmids=(41413049,))
-    assert outcome.passed, outcome.description
+    assert outcome.passed, outcome.details
     assert outcome.metadata["articles_recounted"] == 60

@@ -114,7 +114,7 @@ def test_the_checks_catch_a_store_unlike_the_corpus(tmp_path) -> None:
     write_corpus(lake, {"articles": rows, "mesh_edges": [(100, "D000001", True, None, None)]})
     out = _recount(lake, store)
     assert not out.passed
-    assert out.description == (
+    assert out.details == (
         "PMID 135 title: arrays 'Title 5 of the corpus', DuckDB 'Title 5, corrected'"
     )
 
@@ -134,4 +134,4 @@ def test_a_malformed_store_fails_the_invariants(tmp_path, name, change, message)
     _tamper(lake, "bad", name, change, fix_manifest=True)  # a build bug, not bit rot
     out = check_invariants(KGStore.open(lake, "bad"))
     assert not out.passed
-    assert out.description.startswith(message), out.description
+    assert out.details.startswith(message), out.details

@@ -164,6 +164,7 @@ def test_graph_share_applies_as_in_assign_roles(question_lake) -> None:
 def test_asset_checks_pass_on_a_real_index(question_lake) -> None:
     stats, checks = build_grounding_index(question_lake)
     assert [(c.name, c.passed) for c in checks] == [
+        ("every_surface_unique_and_mapped", True),
         ("index_round_trips", True),
         ("index_grounds_as_table", True),
     ]

@@ -6,7 +6,7 @@ import dagster as dg
 import polars as pl
 
 from kg_platform.assets.mesh import mesh_tables
-from kg_platform.mesh.contracts import MESH_CHECK_NAMES
+from kg_platform.mesh.contracts import CHECKS
 from kg_platform.mesh.source import mesh_year, resolve_mesh_source
 from kg_platform.resources.lake import LakeResource
 from kg_platform.resources.mesh import MeshSourceResource
@@ -56,7 +56,7 @@ def test_reference_tsvs_into_the_lake(tmp_path):
     result = _materialize(lake_root, str(require_reference("mesh")))
     assert result.success
     checks = _checks(result)
-    assert sorted(checks) == sorted(MESH_CHECK_NAMES)
+    assert sorted(checks) == sorted(CHECKS)
     assert {name for name, e in checks.items() if not e.passed} == set()
     recount = checks["recount_matches_source"].metadata
     assert {k: recount[f"source_{k}"].value for k in ("descriptors", "tree_numbers")} == {
@@ -116,7 +116,7 @@ def test_failed_blocking_check_keeps_the_previous_tables(tmp_path):
     assert "uis_well_formed_unique" in failure.message
     # the evaluations are still recorded, with the blocking one failed, for this partition
     checks = _recorded_checks(instance, second)
-    assert sorted(checks) == sorted(MESH_CHECK_NAMES)
+    assert sorted(checks) == sorted(CHECKS)
     assert checks["uis_well_formed_unique"].passed is False
     assert checks["uis_well_formed_unique"].blocking
     assert checks["uis_well_formed_unique"].partition == "2020"
