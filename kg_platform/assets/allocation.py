@@ -2,8 +2,9 @@
 
 import dagster as dg
 
-from kg_platform.assets.checks import Outcome, check_results, data_version
+from kg_platform.assets.checks import check_results, check_specs, data_version
 from kg_platform.assets.partitions import allocation_evaluations, dims_of, scope_for
+from kg_platform.evaluation.common.contracts import ALLOCATION_REPORT_CHECKS
 from kg_platform.resources.lake import LakeResource
 
 REPORT_PREFIX = "reports/allocation"
@@ -13,10 +14,7 @@ REPORT_PREFIX = "reports/allocation"
     partitions_def=allocation_evaluations,
     group_name="evaluation",
     code_version="2",
-    check_specs=[
-        dg.AssetCheckSpec("ceilings_respected", asset="allocation_report"),
-        dg.AssetCheckSpec("identities_recorded", asset="allocation_report"),
-    ],
+    check_specs=check_specs("allocation_report", ALLOCATION_REPORT_CHECKS, allocation_evaluations),
 )
 def allocation_report(
     context: dg.AssetExecutionContext, lake: LakeResource
@@ -28,6 +26,7 @@ def allocation_report(
     from kg_platform.evaluation.allocation.evaluation import (
         CONFIGURATIONS,
         render_markdown,
+        report_checks,
         run_allocation_eval,
         summary,
         write_report,
@@ -46,11 +45,7 @@ def allocation_report(
         digests = write_report(
             result, lambda name, payload: staged.write_bytes(f"{REPORT_PREFIX}/{name}", payload)
         )
-    violations = sum(b.ceiling_violations for b in result.budgets)
-    missing_identity = sum(
-        not (c.get("questions_sha256") and c.get("graph_sha256") and c.get("outcomes_sha256"))
-        for c in result.comparisons
-    )
+        results = check_results(context, report_checks(result), question_set)
     context.log.info(f"allocation report written under {store.path(REPORT_PREFIX)}")
     return dg.MaterializeResult(
         metadata={
@@ -64,18 +59,7 @@ def allocation_report(
                 {store.path(f"{REPORT_PREFIX}/{name}"): d for name, d in digests.items()}
             ),
         },
-        check_results=check_results(
-            context,
-            [
-                Outcome("ceilings_respected", violations == 0, f"{violations} violations"),
-                Outcome(
-                    "identities_recorded",
-                    missing_identity == 0,
-                    f"{missing_identity} comparisons missing an identity",
-                ),
-            ],
-            question_set,
-        ),
+        check_results=results,
         data_version=data_version("".join(sorted(digests.values()))),
     )
 

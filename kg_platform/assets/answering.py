@@ -4,8 +4,8 @@ and the PubMedQA report (kg_platform.evaluation.pubmedqa.answering holds the rul
 import dagster as dg
 
 from kg_platform.assets.checks import (
-    blocking_specs,
     check_results,
+    check_specs,
     data_version,
     published_report,
 )
@@ -21,7 +21,7 @@ from kg_platform.resources.lake import LakeResource
     partitions_def=reader_configs,
     group_name="answering",
     code_version="1",
-    check_specs=blocking_specs("reader_model", READER_CHECKS, reader_configs),
+    check_specs=check_specs("reader_model", READER_CHECKS, reader_configs),
 )
 def reader_model(context: dg.AssetExecutionContext, lake: LakeResource) -> dg.MaterializeResult:
     """The configuration's reader trained on its DEV question set, saved under
@@ -65,7 +65,7 @@ def reader_model(context: dg.AssetExecutionContext, lake: LakeResource) -> dg.Ma
     group_name="answering",
     kinds={"parquet"},
     code_version="1",
-    check_specs=blocking_specs("posterior_cache", CACHE_CHECKS, answering_evaluations),
+    check_specs=check_specs("posterior_cache", CACHE_CHECKS, answering_evaluations),
 )
 def posterior_cache(context: dg.AssetExecutionContext, lake: LakeResource) -> dg.MaterializeResult:
     """P(yes, no, maybe) for every (question, setting, candidate) of a question set, one table
@@ -118,7 +118,7 @@ def posterior_cache(context: dg.AssetExecutionContext, lake: LakeResource) -> dg
     group_name="answering",
     kinds={"markdown"},
     code_version="1",
-    check_specs=blocking_specs("pubmedqa_report", REPORT_CHECKS, answering_evaluations),
+    check_specs=check_specs("pubmedqa_report", REPORT_CHECKS, answering_evaluations),
 )
 def pubmedqa_report(context: dg.AssetExecutionContext, lake: LakeResource) -> dg.MaterializeResult:
     """Accuracy with CIs, settings, controls, calibration and error budget of a reader on

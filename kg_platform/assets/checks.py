@@ -31,16 +31,6 @@ def check_specs(
     ]
 
 
-# until the evaluation assets declare CHECKS (Issue 28, after evaluation/ moves by study)
-Outcome = CheckOutcome
-
-
-def blocking_specs(
-    asset: str, checks: Mapping[str, str], partitions_def: dg.PartitionsDefinition | None
-) -> list[dg.AssetCheckSpec]:
-    return check_specs(asset, {n: (d, True) for n, d in checks.items()}, partitions_def)
-
-
 def _value(value: Any) -> Any:
     """A metadata value as the UI shows it: numbers and text as they are, lists and dicts
     as JSON, anything else as text."""
@@ -59,17 +49,15 @@ def _metadata(outcome: CheckOutcome) -> dict[str, Any]:
     metadata: dict[str, Any] = {}
     if outcome.details:
         metadata["details"] = str(outcome.details)[:4000]
-    items = (getattr(outcome, "metadata", None) or {}).items()
-    metadata.update({key: _value(value) for key, value in items})
+    metadata.update({key: _value(value) for key, value in outcome.metadata.items()})
     return metadata
 
 
-def _blocking(context: dg.AssetExecutionContext, asset: dg.AssetKey) -> set[str]:
-    return {
-        spec.name
-        for spec in context.assets_def.check_specs
-        if spec.blocking and spec.asset_key == asset
-    }
+def _blocking(context: dg.AssetExecutionContext, asset: str | None) -> tuple[dg.AssetKey, set]:
+    """The asset judged (default: the step's) and the names of its blocking checks."""
+    key = dg.AssetKey(asset) if asset else context.asset_key
+    specs = context.assets_def.check_specs
+    return key, {spec.name for spec in specs if spec.blocking and spec.asset_key == key}
 
 
 def blocking_failure(
@@ -81,8 +69,7 @@ def blocking_failure(
 ) -> str | None:
     """Why publication stopped, naming ``what`` was judged and each failed blocking check
     with its details; None when every blocking check passed."""
-    key = dg.AssetKey(asset) if asset else context.asset_key
-    blocking = _blocking(context, key)
+    key, blocking = _blocking(context, asset)
     failed = [o for o in outcomes if o.name in blocking and not o.passed]
     if not failed:
         return None
@@ -112,8 +99,7 @@ def check_results(
     materialisation ``target``; the caller fails that partition alone
     (:func:`blocking_failure` says why)."""
     outcomes = list(outcomes)
-    key = dg.AssetKey(asset) if asset else context.asset_key
-    blocking = _blocking(context, key)
+    key, blocking = _blocking(context, asset)
 
     def evaluation(o: CheckOutcome, at: str | None) -> dg.AssetCheckEvaluation:
         return dg.AssetCheckEvaluation(

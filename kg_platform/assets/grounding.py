@@ -2,9 +2,9 @@
 
 import dagster as dg
 
-from kg_platform.assets.checks import Outcome, check_results, check_specs, data_version
+from kg_platform.assets.checks import check_results, check_specs, data_version
 from kg_platform.assets.partitions import grounding_evaluations, mesh_years, scope_for
-from kg_platform.evaluation.common.contracts import MIN_PRECISION
+from kg_platform.evaluation.common.contracts import GROUNDING_REPORT_CHECKS
 from kg_platform.grounding.contracts import CHECKS
 from kg_platform.resources.lake import LakeResource
 
@@ -64,16 +64,7 @@ def grounding_index(context: dg.AssetExecutionContext, lake: LakeResource) -> dg
     group_name="evaluation",
     kinds={"markdown"},
     code_version="3",
-    check_specs=[
-        dg.AssetCheckSpec(
-            "precision_target",
-            asset="grounding_report",
-            partitions_def=grounding_evaluations,
-            description=(
-                f"BRIDGE precision >= {MIN_PRECISION:.2f} against the articles' own headings"
-            ),
-        )
-    ],
+    check_specs=check_specs("grounding_report", GROUNDING_REPORT_CHECKS, grounding_evaluations),
 )
 def grounding_report(context: dg.AssetExecutionContext, lake: LakeResource) -> dg.MaterializeResult:
     """Precision, recall and coverage of BRIDGE groundings on a PubMedQA question set, with
@@ -81,7 +72,7 @@ def grounding_report(context: dg.AssetExecutionContext, lake: LakeResource) -> d
     Partitioned by **question set x configuration**, the configuration being the MeSH year
     grounded against (roles from MeSH structure, as `kg eval grounding`)."""
     from kg_platform.evaluation.common.question_sets import question_set_object
-    from kg_platform.evaluation.grounding.evaluation import write_grounding_report
+    from kg_platform.evaluation.grounding.evaluation import report_checks, write_grounding_report
     from kg_platform.pubmed.tables import local_copy
 
     scope = scope_for(context)
@@ -91,10 +82,8 @@ def grounding_report(context: dg.AssetExecutionContext, lake: LakeResource) -> d
     questions = question_set_object(root, "pubmedqa", question_set)
     with local_copy(root, questions) as path, the_lake.transaction() as staged:
         result = write_grounding_report(staged, path, graph_counts=False)
+        results = check_results(context, report_checks(result), question_set)
         digest = staged.digest(["reports/grounding/report.json"])
-    outcome = Outcome(
-        "precision_target", result.precision >= MIN_PRECISION, f"precision {result.precision:.3f}"
-    )
     return dg.MaterializeResult(
         metadata={
             "question_set": question_set,
@@ -113,7 +102,7 @@ def grounding_report(context: dg.AssetExecutionContext, lake: LakeResource) -> d
             "lexical_ceiling_precision": result.ceiling.precision,
             "report": dg.MetadataValue.path(the_lake.path("reports/grounding/report.md")),
         },
-        check_results=check_results(context, [outcome], question_set),
+        check_results=results,
         data_version=data_version(digest),
     )
 

@@ -6,8 +6,8 @@ hold the rules)."""
 import dagster as dg
 
 from kg_platform.assets.checks import (
-    blocking_specs,
     check_results,
+    check_specs,
     data_version,
     published_report,
 )
@@ -38,7 +38,7 @@ ALL = dg.AllPartitionMapping()
     partitions_def=verifier_configs,
     group_name="verification",
     code_version="1",
-    check_specs=blocking_specs("verifier_model", VERIFIER_CHECKS, verifier_configs),
+    check_specs=check_specs("verifier_model", VERIFIER_CHECKS, verifier_configs),
 )
 def verifier_model(context: dg.AssetExecutionContext, lake: LakeResource) -> dg.MaterializeResult:
     """The configuration's SUPPORT / CONTRADICT / NOINFO verifier trained on its SciFact claim
@@ -79,7 +79,7 @@ def verifier_model(context: dg.AssetExecutionContext, lake: LakeResource) -> dg.
     group_name="verification",
     kinds={"markdown"},
     code_version="1",
-    check_specs=blocking_specs("scifact_report", SCIFACT_REPORT_CHECKS, scifact_claim_sets),
+    check_specs=check_specs("scifact_report", SCIFACT_REPORT_CHECKS, scifact_claim_sets),
 )
 def scifact_report(context: dg.AssetExecutionContext, lake: LakeResource) -> dg.MaterializeResult:
     """NOINFO AUROC, macro-F1 and confusion matrix of every verifier trained on a SciFact claim
@@ -127,7 +127,7 @@ def scifact_report(context: dg.AssetExecutionContext, lake: LakeResource) -> dg.
     group_name="verification",
     kinds={"markdown"},
     code_version="1",
-    check_specs=blocking_specs("refusal_report", REFUSAL_REPORT_CHECKS, refusal_evaluations),
+    check_specs=check_specs("refusal_report", REFUSAL_REPORT_CHECKS, refusal_evaluations),
 )
 def refusal_report(context: dg.AssetExecutionContext, lake: LakeResource) -> dg.MaterializeResult:
     """Are the ladder's refusals right: real vs control answered shares with the paired leak,
@@ -170,7 +170,7 @@ def refusal_report(context: dg.AssetExecutionContext, lake: LakeResource) -> dg.
     group_name="verification",
     kinds={"markdown"},
     code_version="1",
-    check_specs=blocking_specs("scifact_heldout_report", HELDOUT_CHECKS, scifact_heldout_sets),
+    check_specs=check_specs("scifact_heldout_report", HELDOUT_CHECKS, scifact_heldout_sets),
 )
 def scifact_heldout_report(
     context: dg.AssetExecutionContext, lake: LakeResource

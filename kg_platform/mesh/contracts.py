@@ -41,8 +41,5 @@ CHECKS: Checks = {
         "the term rows, descriptors and concepts that were loaded",
         False,
     ),
-    "terms_descriptors_known": (
-        "every term names a descriptor present in mesh/descriptors",
-        False,
-    ),
+    "terms_descriptors_known": ("every term names a descriptor present in mesh/descriptors", False),
 }

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from kg_platform.checks import CheckOutcome
 from kg_platform.evaluation.allocation.hotpotqa import (
     HotpotDataset,
     bm25_rankings,
@@ -140,6 +141,23 @@ def recovered_all(allocation: Allocation, supporting_ids: tuple[int, ...]) -> in
     """1 when every supporting paragraph is admitted, else 0."""
     admitted = set(allocation.admitted)
     return int(all(i in admitted for i in supporting_ids))
+
+
+def report_checks(result: AllocationEvalResult) -> list[CheckOutcome]:
+    """The allocation report's checks (contracts.ALLOCATION_REPORT_CHECKS): no arm went
+    over its ceilings, and every comparison records the hashes of its questions, graph and
+    outcomes."""
+    violations = sum(b.ceiling_violations for b in result.budgets)
+    missing = sum(
+        not (c.get("questions_sha256") and c.get("graph_sha256") and c.get("outcomes_sha256"))
+        for c in result.comparisons
+    )
+    return [
+        CheckOutcome("ceilings_respected", violations == 0, f"{violations} violations"),
+        CheckOutcome(
+            "identities_recorded", missing == 0, f"{missing} comparisons missing an identity"
+        ),
+    ]
 
 
 def run_allocation_eval(

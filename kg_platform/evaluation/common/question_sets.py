@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kg_platform.answer.readers.base import LabelledQuestion, load_pubmedqa
-from kg_platform.evaluation.common.checks import CacheCheck
+from kg_platform.checks import CheckOutcome
 from kg_platform.pubmed.tables import local_copy
 from kg_platform.storage.lake import Lake
 
@@ -82,12 +82,12 @@ def open_question_set(lake: Lake, key: str) -> Iterator[QuestionSet]:
         yield QuestionSet(key, Path(path), load_pubmedqa(path))
 
 
-def check_question_set_matches_key(question_set: QuestionSet) -> CacheCheck:
+def check_question_set_matches_key(question_set: QuestionSet) -> CheckOutcome:
     """The file's sha256 starts with its key's hash suffix: the lake copy is the file that
     was registered, not an altered one."""
     digest = hashlib.sha256(question_set.path.read_bytes()).hexdigest()
     expected = question_set.key.rsplit("-", 1)[-1]
-    return CacheCheck(
+    return CheckOutcome(
         "question_set_matches_key",
         digest.startswith(expected),
         f"{question_set.key}: file sha256 {digest[:16]}..., key expects {expected}",

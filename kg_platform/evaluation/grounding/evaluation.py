@@ -40,6 +40,8 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
+from kg_platform.checks import CheckOutcome
+from kg_platform.evaluation.common.contracts import MIN_PRECISION
 from kg_platform.grounding.grounder import Grounder, build_surface_table
 from kg_platform.grounding.roles import Role, RoleConfig, assign_roles
 from kg_platform.storage.lake import Lake
@@ -459,6 +461,18 @@ def evaluate_with_mesh(
         unguarded=grounder.with_common_words(()),
         linkable=linkable,
     )
+
+
+def report_checks(result: GroundingEvaluation) -> list[CheckOutcome]:
+    """The grounding report's check (contracts.GROUNDING_REPORT_CHECKS): BRIDGE precision
+    against the articles' own headings at least MIN_PRECISION."""
+    return [
+        CheckOutcome(
+            "precision_target",
+            result.precision >= MIN_PRECISION,
+            f"precision {result.precision:.3f}",
+        )
+    ]
 
 
 def write_grounding_report(

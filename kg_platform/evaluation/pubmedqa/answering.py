@@ -34,7 +34,7 @@ from kg_platform.answer.readers.base import training_set_hash as examples_hash
 from kg_platform.answer.readers.controls import BlindReader, shuffle_labels, train_majority
 from kg_platform.answer.readers.crossfit import assign_folds, fit_folds
 from kg_platform.answer.readers.registry import train_reader
-from kg_platform.evaluation.common.checks import CacheCheck
+from kg_platform.checks import CheckOutcome
 from kg_platform.evaluation.common.question_sets import (
     QuestionSet,
     check_question_set_matches_key,
@@ -161,7 +161,7 @@ def load_trained_reader(lake: Lake, record: dict) -> Reader:
 
 def check_reader_model(
     lake: Lake, record: dict, reader: Reader, training: QuestionSet, config: ReaderConfig
-) -> list[CacheCheck]:
+) -> list[CheckOutcome]:
     """The saved model reloads with its content hash and reproduces the trained reader's
     posteriors on the first DEV questions; the model was trained on the configuration's
     question set (hash recomputed from the lake's file)."""
@@ -177,7 +177,7 @@ def check_reader_model(
                 probe, [reader.posteriors(q.question, [q.context]) for q in probe], strict=True
             )
         )
-    reproduces = CacheCheck(
+    reproduces = CheckOutcome(
         "reader_reloads_and_reproduces",
         rehashed == record["model"] and gap <= REPRODUCE_TOLERANCE,
         f"content hash {rehashed[:16]} (recorded {record['model'][:16]}); max posterior gap "
@@ -185,14 +185,14 @@ def check_reader_model(
     )
     file_hash = examples_hash(training.questions)
     if config.retrainable:
-        trained = CacheCheck(
+        trained = CheckOutcome(
             "trained_on_config_set",
             record["training_set_hash"] == file_hash,
             f"model trained on {record['training_set_hash'][:16]}, {training.key} hashes to "
             f"{file_hash[:16]}",
         )
     else:
-        trained = CacheCheck(
+        trained = CheckOutcome(
             "trained_on_config_set",
             True,
             f"saved folder, not retrained; trained on {record['training_set_hash'][:16] or '?'}",
@@ -373,10 +373,10 @@ def write_cache_tables(lake: Lake, prefix: str, built: CacheTables, manifest: di
     return [f"{prefix}/manifest.json", *sorted(keys)]
 
 
-def check_cache_tables(built: CacheTables, target: QuestionSet) -> list[CacheCheck]:
+def check_cache_tables(built: CacheTables, target: QuestionSet) -> list[CheckOutcome]:
     """The five posterior_cache checks on every table (each fails naming its first failing
     table), then the question file against its key."""
-    by_name: dict[str, list[tuple[str, CacheCheck]]] = {}
+    by_name: dict[str, list[tuple[str, CheckOutcome]]] = {}
     for table_id, table in built.tables.items():
         for check in check_posterior_cache(table, target.questions, target.path):
             by_name.setdefault(check.name, []).append((table_id, check))
@@ -388,7 +388,7 @@ def check_cache_tables(built: CacheTables, target: QuestionSet) -> list[CacheChe
             if failed
             else f"{len(results)} tables; e.g. {results[0][0]}: {results[0][1].details}"
         )
-        merged.append(CacheCheck(name, not failed, details))
+        merged.append(CheckOutcome(name, not failed, details))
     return [*merged, check_question_set_matches_key(target)]
 
 
@@ -430,7 +430,7 @@ def report_summary(report: dict) -> dict:
 
 def check_report(
     report: dict, dev: QuestionSet, test: QuestionSet, dev_caches, test_caches
-) -> list[CacheCheck]:
+) -> list[CheckOutcome]:
     """Every TEST question scored by the selected configuration; the selection unchanged
     when every TEST label is replaced (so TEST labels never chose it)."""
     chosen = report["selected_configuration"]
@@ -445,7 +445,7 @@ def check_report(
         )
         scored |= set(table.filter(keep)["question_id"].to_pylist())
     missing = sorted({q.qid for q in test.questions} - scored)
-    every = CacheCheck(
+    every = CheckOutcome(
         "every_test_question_scored",
         not missing and report["test"]["n"] == len(test.questions),
         f"{len(test.questions) - len(missing)} of {len(test.questions)} TEST questions scored "
@@ -454,7 +454,7 @@ def check_report(
     )
     rotated = {q: ROTATED[label] for q, label in test.labels.items()}
     again = build_pubmedqa_report(dev_caches, test_caches, dev.labels, rotated, resamples=100)
-    dev_only = CacheCheck(
+    dev_only = CheckOutcome(
         "selected_on_dev_only",
         again["selected"] == report["selected"],
         f"selected {report['selected']}; with every TEST label rotated: {again['selected']}",

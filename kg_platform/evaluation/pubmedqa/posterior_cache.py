@@ -2,7 +2,7 @@
 P(yes, no, maybe) for that candidate read alone, and the checks that guard it.
 
 Each check recomputes what it tests from the table and the question file, never from the
-builder's own bookkeeping, and returns a :class:`CacheCheck` (name, passed, details).
+builder's own bookkeeping, and returns a :class:`CheckOutcome` (name, passed, details).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from kg_platform.answer.readers.base import (
     Reader,
     check_posteriors,
 )
-from kg_platform.evaluation.common.checks import CacheCheck
+from kg_platform.checks import CheckOutcome
 from kg_platform.evaluation.common.posteriors import SETTINGS
 from kg_platform.evaluation.pubmedqa.candidates import (
     Candidate,
@@ -138,10 +138,10 @@ def build_posterior_cache(
 # -- checks ---------------------------------------------------------------------------------
 
 
-def check_schema(table: pyarrow.Table) -> CacheCheck:
+def check_schema(table: pyarrow.Table) -> CheckOutcome:
     """The pandera model, and the Arrow column names and types."""
     if table.schema.remove_metadata() != POSTERIOR_CACHE_SCHEMA:
-        return CacheCheck(
+        return CheckOutcome(
             "posterior_cache_schema",
             False,
             f"arrow schema {table.schema.to_string()!r} != expected "
@@ -150,13 +150,13 @@ def check_schema(table: pyarrow.Table) -> CacheCheck:
     try:
         PosteriorCache.validate(pl.from_arrow(table), lazy=True)
     except (pa.errors.SchemaError, pa.errors.SchemaErrors) as error:
-        return CacheCheck("posterior_cache_schema", False, str(error)[:2000])
-    return CacheCheck("posterior_cache_schema", True, f"{table.num_rows} rows")
+        return CheckOutcome("posterior_cache_schema", False, str(error)[:2000])
+    return CheckOutcome("posterior_cache_schema", True, f"{table.num_rows} rows")
 
 
 def check_alignment(
     table: pyarrow.Table, question_ids: Sequence[str], settings: Sequence[str] = SETTINGS
-) -> CacheCheck:
+) -> CheckOutcome:
     """Every question has rows for every setting; ranks run 1..n without a gap; oracle holds
     exactly one row; every question of a setting has the same number of rows (one pool)."""
     frame = pl.from_arrow(table.select(["question_id", "setting", "rank"]))
@@ -193,10 +193,12 @@ def check_alignment(
         if passed
         else "; ".join(problems)
     )
-    return CacheCheck("posterior_cache_alignment", passed, details)
+    return CheckOutcome("posterior_cache_alignment", passed, details)
 
 
-def check_rows_sum_to_one(table: pyarrow.Table, tolerance: float = ROW_SUM_TOLERANCE) -> CacheCheck:
+def check_rows_sum_to_one(
+    table: pyarrow.Table, tolerance: float = ROW_SUM_TOLERANCE
+) -> CheckOutcome:
     """No NaN in p_yes, p_no, p_maybe, and each row sums to 1 within ``tolerance``."""
     values = np.column_stack(
         [table[name].to_numpy(zero_copy_only=False).astype(np.float64) for name in PROBABILITIES]
@@ -207,7 +209,7 @@ def check_rows_sum_to_one(table: pyarrow.Table, tolerance: float = ROW_SUM_TOLER
     nan = np.flatnonzero(np.isnan(values).any(axis=1))
     if nan.size:
         i = int(nan[0])
-        return CacheCheck(
+        return CheckOutcome(
             "posterior_rows_sum_to_one",
             False,
             f"{nan.size} rows with NaN, first question {ids[i]} {settings[i]} rank {ranks[i]}",
@@ -216,23 +218,23 @@ def check_rows_sum_to_one(table: pyarrow.Table, tolerance: float = ROW_SUM_TOLER
     off = np.flatnonzero(np.abs(sums - 1.0) > tolerance)
     if off.size:
         i = int(off[0])
-        return CacheCheck(
+        return CheckOutcome(
             "posterior_rows_sum_to_one",
             False,
             f"{off.size} rows not summing to 1 +- {tolerance:g}, first question {ids[i]} "
             f"{settings[i]} rank {ranks[i]} sums to {sums[i]:.7f}",
         )
-    return CacheCheck("posterior_rows_sum_to_one", True, f"{len(sums)} rows sum to 1")
+    return CheckOutcome("posterior_rows_sum_to_one", True, f"{len(sums)} rows sum to 1")
 
 
-def check_question_recount(table: pyarrow.Table, question_file: str | Path) -> CacheCheck:
+def check_question_recount(table: pyarrow.Table, question_file: str | Path) -> CheckOutcome:
     """DuckDB's count of distinct question ids over the table, per setting, equals the number
     of questions the JSON file holds."""
     path = Path(question_file)
     try:
         in_file = len(json.loads(path.read_text(encoding="utf-8")))
     except (OSError, json.JSONDecodeError) as error:
-        return CacheCheck("posterior_question_recount", False, f"{path}: unreadable ({error})")
+        return CheckOutcome("posterior_question_recount", False, f"{path}: unreadable ({error})")
     cache = table  # noqa: F841 - DuckDB reads the local Arrow table by name
     connection = duckdb.connect()
     try:
@@ -246,12 +248,12 @@ def check_question_recount(table: pyarrow.Table, question_file: str | Path) -> C
     wrong = {s: n for s, n in per_setting.items() if n != in_file}
     passed = total == in_file and not wrong and set(per_setting) == set(SETTINGS)
     details = f"{path.name}: {in_file} questions; cache {total} distinct, per setting {per_setting}"
-    return CacheCheck("posterior_question_recount", passed, details)
+    return CheckOutcome("posterior_question_recount", passed, details)
 
 
 def check_is_source(
     table: pyarrow.Table, source_pmids: Mapping[str, int] | None = None
-) -> CacheCheck:
+) -> CheckOutcome:
     """``is_source`` recomputed: pmid == the question's source PMID (its id, unless
     ``source_pmids`` maps it)."""
     ids = table["question_id"].to_pylist()
@@ -262,22 +264,22 @@ def check_is_source(
             [source_pmids[q] if source_pmids is not None else int(q) for q in ids], dtype=np.int64
         )
     except (KeyError, ValueError) as error:
-        return CacheCheck("posterior_is_source", False, f"no source PMID for question {error}")
+        return CheckOutcome("posterior_is_source", False, f"no source PMID for question {error}")
     wrong = np.flatnonzero((pmids == sources) != flags)
     if wrong.size:
         i = int(wrong[0])
-        return CacheCheck(
+        return CheckOutcome(
             "posterior_is_source",
             False,
             f"{wrong.size} rows with a wrong is_source, first question {ids[i]} pmid "
             f"{int(pmids[i])} flagged {bool(flags[i])}",
         )
-    return CacheCheck("posterior_is_source", True, f"{int(flags.sum())} source rows agree")
+    return CheckOutcome("posterior_is_source", True, f"{int(flags.sum())} source rows agree")
 
 
 def check_posterior_cache(
     table: pyarrow.Table, questions: Sequence[LabelledQuestion], question_file: str | Path
-) -> list[CacheCheck]:
+) -> list[CheckOutcome]:
     """Every check, in a fixed order."""
     return [
         check_schema(table),

@@ -28,7 +28,7 @@ import pyarrow
 from kg_platform.answer.api import AskConfig, KnowledgeGraph
 from kg_platform.answer.ladder import DEFAULT_VERIFIER_TAU, LadderConfig
 from kg_platform.answer.readers.base import LABEL_INDEX, LabelledQuestion
-from kg_platform.evaluation.common.checks import CacheCheck
+from kg_platform.checks import CheckOutcome
 from kg_platform.evaluation.common.configs import load_config, register_config
 from kg_platform.evaluation.common.posteriors import (
     Configuration,
@@ -280,16 +280,16 @@ def build_refusal_report(
 
 
 def check_refusal_report(
-    doc: dict, report: RefusalReport, n_questions: int, question_check: CacheCheck
-) -> list[CacheCheck]:
+    doc: dict, report: RefusalReport, n_questions: int, question_check: CheckOutcome
+) -> list[CheckOutcome]:
     reasons = sum(doc["real_reasons"].values())
-    asked = CacheCheck(
+    asked = CheckOutcome(
         "every_question_asked",
         doc["n"] == n_questions == reasons == len(report.controls.real),
         f"{n_questions} questions in the set; report n {doc['n']}, reasons counted {reasons}, "
         f"outcomes {len(report.controls.real)}",
     )
-    monotone = CacheCheck(
+    monotone = CheckOutcome(
         "ablation_monotone",
         is_monotone(report.ablation),
         f"gate sets {doc['ablation']}; per class "
@@ -303,7 +303,7 @@ def check_refusal_report(
         row["real_answered"] == doc["real_answered"]
         and row["control_answered"] == doc["control_answered"]
     )
-    sweep = CacheCheck(
+    sweep = CheckOutcome(
         "sweep_matches_headline",
         matches,
         f"min_paths {k}: headline {doc['real_answered']} / {doc['control_answered']}, sweep "

@@ -18,7 +18,7 @@ import polars as pl
 import pyarrow
 
 from kg_platform.answer.verifier import CITED, EVIDENCE, RANDOM, VERDICTS, VerifierPair
-from kg_platform.evaluation.common.checks import CacheCheck
+from kg_platform.checks import CheckOutcome
 from kg_platform.evaluation.common.report_files import (
     draw_confusion,
     plot_lines,
@@ -177,14 +177,14 @@ def recount_pairs(claims_path: str | Path) -> dict[str, int]:
 
 def check_scifact_report(
     report: dict, claim_set: ClaimSet, scored: Sequence[VerifierScores]
-) -> list[CacheCheck]:
+) -> list[CheckOutcome]:
     ids = set(pl.read_csv(claim_set.claims_path, infer_schema_length=0)["id"].cast(pl.Int64))
     missing = []
     for s in scored:
         finite = np.isfinite(s.oof).all(axis=1) & np.isfinite(s.baseline).all(axis=1)
         scored_ids = {p.claim_id for p, ok in zip(s.pairs, finite, strict=True) if ok}
         missing += [(s.config.key, c) for c in sorted(ids - scored_ids)]
-    every = CacheCheck(
+    every = CheckOutcome(
         "every_claim_scored",
         not missing and all(v["n_claims_scored"] == len(ids) for v in report["verifiers"]),
         f"{len(ids)} claims in the CSV, {len(scored)} configuration(s)"
@@ -192,7 +192,7 @@ def check_scifact_report(
     )
     recount = recount_pairs(claim_set.claims_path)
     counted = [{src: sum(p.source == src for p in s.pairs) for src in recount} for s in scored]
-    pairs = CacheCheck(
+    pairs = CheckOutcome(
         "pair_counts_recounted",
         all(c == recount for c in counted) and report["pair_sources"] == recount,
         f"recounted from the CSV {recount}; scored {counted[0] if counted else {}}",

@@ -29,7 +29,7 @@ from kg_platform.answer.verifier import (
     VerifierProbeRecipe,
     fit_probe_head,
 )
-from kg_platform.evaluation.common.checks import CacheCheck
+from kg_platform.checks import CheckOutcome
 from kg_platform.evaluation.common.report_files import write_report_files
 from kg_platform.evaluation.common.trained import (
     load_trained_verifier,
@@ -230,7 +230,7 @@ def heldout_corpus(lake: Lake, claim_set: str) -> str:
     return corpora[0]
 
 
-def heldout_report(lake: Lake, test: ClaimSet) -> tuple[dict, list[CacheCheck]]:
+def heldout_report(lake: Lake, test: ClaimSet) -> tuple[dict, list[CheckOutcome]]:
     """Every registered verifier with a trained model, paired with the same corpus and
     trained on a claim set that shares no claim with ``test``, scored once on ``test``
     (``evaluate_transfer``), and the checks."""
@@ -258,12 +258,12 @@ def heldout_report(lake: Lake, test: ClaimSet) -> tuple[dict, list[CacheCheck]]:
         )
     report = {"claim_set": test.key, "corpus": test.corpus_key, "verifiers": rows}
     checks = [
-        CacheCheck(
+        CheckOutcome(
             "claims_disjoint",
             not overlaps,
             "; ".join(overlaps) or f"{len(rows)} verifier(s), no shared claim id",
         ),
-        CacheCheck(
+        CheckOutcome(
             "saved_tau",
             all(a == b for _, a, b in taus),
             "; ".join(f"{k}: scored at {a}, saved {b}" for k, a, b in taus),

@@ -54,7 +54,7 @@ from kg_platform.answer.verifier import (
     train_verifier,
     write_tau,
 )
-from kg_platform.evaluation.common.checks import CacheCheck
+from kg_platform.checks import CheckOutcome
 from kg_platform.evaluation.common.configs import load_config, register_config
 from kg_platform.evaluation.common.question_sets import question_set_key, question_set_object
 from kg_platform.evaluation.common.trained import (
@@ -206,11 +206,11 @@ def file_sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def check_claim_set_matches_key(claim_set: ClaimSet) -> CacheCheck:
+def check_claim_set_matches_key(claim_set: ClaimSet) -> CheckOutcome:
     """Both files' sha256 start with their keys' hash suffixes."""
     files = ((claim_set.key, claim_set.claims_path), (claim_set.corpus_key, claim_set.corpus_path))
     found = [(key, file_sha256(path)[:16], key.rsplit("-", 1)[-1]) for key, path in files]
-    return CacheCheck(
+    return CheckOutcome(
         "claim_set_matches_key",
         all(digest.startswith(expected) for _, digest, expected in found),
         "; ".join(f"{key}: file sha256 {digest}..." for key, digest, _ in found),
@@ -339,7 +339,7 @@ def write_verifier_folder(
 
 def check_verifier_model(
     lake: Lake, record: dict, trained: TrainedVerifier, claim_set: ClaimSet, config: VerifierConfig
-) -> list[CacheCheck]:
+) -> list[CheckOutcome]:
     """The three ``contracts.VERIFIER_CHECKS``, on what ``lake`` holds (the staged objects)."""
     probe = trained.pairs[:PROBE_PAIRS]
     with reader_folder(lake, record) as folder:
@@ -352,7 +352,7 @@ def check_verifier_model(
             reloaded.score_pairs(claims, texts) - trained.verifier.score_pairs(claims, texts)
         ).max(initial=0.0)
     )
-    reproduces = CacheCheck(
+    reproduces = CheckOutcome(
         "verifier_reloads_and_reproduces",
         rehashed == record["model"] and gap <= REPRODUCE_TOLERANCE,
         f"content hash {rehashed[:16]} (recorded {record['model'][:16]}); max score gap "
@@ -373,7 +373,7 @@ def check_tau_out_of_fold(
     record: dict,
     saved_tau: float | None,
     config: VerifierConfig,
-) -> CacheCheck:
+) -> CheckOutcome:
     """Every claim of the set has its pairs in exactly one fold (-1 for a model trained on
     none), and tau refitted from the saved scores equals the saved tau."""
     ids = oof["claim_id"].to_numpy()
@@ -394,7 +394,7 @@ def check_tau_out_of_fold(
         and saved_tau is not None
         and refit == saved_tau == record["tau"]
     )
-    return CacheCheck(
+    return CheckOutcome(
         "tau_fitted_out_of_fold",
         passed,
         f"{len(per_claim)} of {len(claims)} claims scored, {len(split)} split across folds, "
