@@ -49,8 +49,9 @@ def graph(
     checks pass. Partitioned by **graph build = release x MeSH year**: the same corpus can
     be annotated against a newer thesaurus without rebuilding either."""
     # the step's own libraries (polars, duckdb): loaded here, not with the definitions
+    from kg_platform.graph import layout
     from kg_platform.graph.build import build_graph
-    from kg_platform.graph.checks import check_invariants, recount
+    from kg_platform.graph.checks import check_invariants, recount, update_delta
     from kg_platform.graph.store import KGStore
 
     scope = scope_for(context)
@@ -65,18 +66,24 @@ def graph(
             "data_version": latest_data_version(context, "mesh_tables", scope.mesh_year),
         },
     }
+    # the build readers open now: an update's build is recounted from it and the fold's change
+    published = (
+        layout.current_build_id(the_lake) if the_lake.exists(layout.CURRENT_POINTER) else None
+    )
     build = build_graph(the_lake, provenance=provenance)
     store = KGStore.open(the_lake, build.build_id)
+    delta, recounted_from = update_delta(the_lake, published, store)
     the_catalog = Catalog(the_lake)  # in memory: concurrent builds share no database file
     con = the_catalog.connect()
     try:
         the_catalog.refresh_views(con)
-        outcomes = [check_invariants(store), recount(store, con, named_uis=NAMED_DESCRIPTORS)]
+        outcomes = [
+            check_invariants(store),
+            recount(store, con, named_uis=NAMED_DESCRIPTORS, delta=delta),
+        ]
     finally:
         con.close()
     results = check_results(context, outcomes, f"graph build {build.build_id}")
-    from kg_platform.graph import layout
-
     layout.publish(the_lake, build.build_id)
     s = build.stats
     return dg.MaterializeResult(
@@ -104,6 +111,8 @@ def graph(
             "edges": s.edges,
             "array_bytes": s.array_bytes,
             "build_seconds": s.seconds,
+            # what graph_recount counted: every row, or the previous build and the update
+            "recount": ("update: " if delta else "full: ") + recounted_from,
         },
         check_results=results,
         data_version=data_version(_graph_version(build)),

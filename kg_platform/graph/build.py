@@ -140,9 +140,7 @@ def input_fingerprints(lake: Lake) -> dict[str, dict[str, str | int]]:
         if not lake.exists(key):
             producer = "corpus" if key.startswith("corpus/") else "mesh_tables"
             raise GraphInputError(f"{lake.path(key)}: missing; materialise `{producer}` first")
-        info = lake.fs.info(lake.path(key))
-        stamp = info.get("mtime") or info.get("LastModified") or info.get("ETag") or ""
-        prints[name] = {"key": key, "size": int(info["size"]), "stamp": str(stamp)}
+        prints[name] = lake.fingerprint(key)
     return prints
 
 

@@ -9,14 +9,19 @@ from __future__ import annotations
 import codecs
 import contextlib
 import hashlib
+import json
+from dataclasses import dataclass
 
 import duckdb
 import numpy as np
+import pyarrow as pa
 
 from kg_platform.checks import CheckOutcome
 from kg_platform.graph import layout
-from kg_platform.graph.build import array_sha256
-from kg_platform.graph.store import KGStore
+from kg_platform.graph.build import GraphInputError, array_sha256
+from kg_platform.graph.store import KGStore, in_sorted
+from kg_platform.pubmed.fold import FOLD_MANIFEST, FOLD_TOUCHED, REPLACED_TABLES, replaced_key
+from kg_platform.storage.lake import Lake
 
 _KNOWN_FLAGS = layout.QUOTABLE | layout.RETRACTED | layout.CONCERN
 
@@ -130,6 +135,26 @@ def _seed(build_id: str) -> int:
     return int(hashlib.sha256(build_id.encode()).hexdigest()[:8], 16)
 
 
+_ARTICLE_TOTALS = ("articles", "quotable", "retracted", "concern")
+
+
+def _article_totals(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
+    """The per-article totals (one scan of articles and the small flag tables)."""
+    row = con.execute(
+        f"""
+        SELECT
+            (SELECT count(*) FROM articles),
+            (SELECT count(*) FROM articles WHERE has_abstract),
+            (SELECT count(*) FROM articles WHERE pmid IN (
+                SELECT pmid FROM corrections WHERE ref_type = '{layout.RETRACTION_REF_TYPE}'
+                UNION SELECT pmid FROM pubtypes WHERE name = '{layout.RETRACTED_PUBTYPE}')),
+            (SELECT count(*) FROM articles WHERE pmid IN (
+                SELECT pmid FROM corrections WHERE ref_type = '{layout.CONCERN_REF_TYPE}'))
+        """
+    ).fetchone()
+    return dict(zip(_ARTICLE_TOTALS, (int(v) for v in row), strict=True))
+
+
 def _totals(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
     row = con.execute(
         f"""
@@ -203,35 +228,280 @@ def _title_mismatches(
     ]
 
 
+# -- the recount of an update: the previous build plus what the fold changed ----------------
+
+
+@dataclass(frozen=True)
+class UpdateDelta:
+    """What an incremental fold changed since the corpus of a published graph build: that
+    build (its recount passed before it was published), the PMIDs the new files touched,
+    and the rows of those PMIDs the previous corpus held (corpus/fold/)."""
+
+    previous: KGStore
+    touched: np.ndarray  # ascending PMIDs (int64)
+    citations: pa.Table  # the replaced rows: citing_pmid, cited_pmid, ...
+    mesh_edges: pa.Table  # the replaced rows: pmid, descriptor_ui, descriptor_major, ...
+
+
+def _fold_table(lake: Lake, key: str, columns: list[str]) -> pa.Table:
+    try:
+        return lake.read_parquet(key, columns=columns)
+    except (pa.ArrowException, OSError, KeyError) as exc:
+        raise GraphInputError(
+            f"{lake.path(key)}: not readable as the fold's Parquet with columns {columns} ({exc})"
+        ) from exc
+
+
+def update_delta(
+    lake: Lake, previous_build_id: str | None, store: KGStore
+) -> tuple[UpdateDelta | None, str]:
+    """The delta that lets ``store`` be recounted from ``previous_build_id`` (the build
+    published before it) and the last fold's change, or None; and why. Only when the fold
+    was incremental from exactly the corpus tables that build read (their fingerprints) and
+    the MeSH tables are the ones it read: otherwise the recount counts everything."""
+    if previous_build_id is None:
+        return None, "no graph build was published before"
+    if previous_build_id == store.build_id:
+        return None, f"graph build {store.build_id} is the published one"
+    if not lake.exists(FOLD_MANIFEST):
+        return None, f"{lake.path(FOLD_MANIFEST)}: missing"
+    try:
+        fold = json.loads(lake.read_bytes(FOLD_MANIFEST))
+    except ValueError as exc:
+        raise GraphInputError(f"{lake.path(FOLD_MANIFEST)}: not JSON ({exc})") from exc
+    base = fold.get("base_inputs")
+    if fold.get("mode") != "incremental" or not isinstance(base, dict):
+        return None, f"the corpus was not folded incrementally (mode {fold.get('mode')!r})"
+    previous = KGStore.open(lake, previous_build_id)
+    inputs = previous.manifest.get("inputs", {})
+    for name in layout.CORPUS_INPUTS:
+        if inputs.get(name) != base.get(name):
+            return None, (
+                f"graph build {previous_build_id} read another corpus {name} table than the "
+                "one the last fold replaced"
+            )
+    for name in layout.MESH_INPUTS:
+        if inputs.get(name) != store.manifest["inputs"].get(name):
+            return None, f"graph build {previous_build_id} read another MeSH {name} table"
+    if previous.manifest.get("format") != store.manifest.get("format"):
+        return None, f"graph build {previous_build_id} has format {previous.manifest.get('format')}"
+    for key in (FOLD_TOUCHED, *(replaced_key(t) for t in REPLACED_TABLES)):
+        if not lake.exists(key):
+            return None, f"{lake.path(key)}: missing"
+    touched = _fold_table(lake, FOLD_TOUCHED, ["pmid"]).column("pmid").to_numpy()
+    touched = touched.astype(np.int64, copy=False)
+    if touched.size and np.any(touched[1:] <= touched[:-1]):
+        raise GraphInputError(f"{lake.path(FOLD_TOUCHED)}: pmid is not strictly ascending")
+    delta = UpdateDelta(
+        previous,
+        touched,
+        _fold_table(lake, replaced_key("citations"), ["citing_pmid", "cited_pmid"]),
+        _fold_table(
+            lake,
+            replaced_key("mesh_edges"),
+            ["pmid", "descriptor_ui", "descriptor_major", "qualifier_major"],
+        ),
+    )
+    return delta, f"graph build {previous_build_id} and the {touched.size} PMIDs the fold touched"
+
+
+def _packed_pairs(citing: np.ndarray, cited: np.ndarray) -> int:
+    """Distinct (citing, cited) pairs."""
+    keys = (citing.astype(np.int64) << 32) | cited.astype(np.int64)
+    return int(np.unique(keys).size)
+
+
+def _citation_delta(
+    con: duckdb.DuckDBPyConnection, delta: UpdateDelta, old_pmids: np.ndarray
+) -> dict[str, int]:
+    """citation_edges and dangling_citations of the new corpus: the previous build's, less
+    the replaced rows' (against the previous articles), plus the touched PMIDs' rows now,
+    plus the rows of untouched PMIDs citing an article that came (no longer dangling) or
+    went (now dangling), all four through SQL on the corpus but the replaced rows."""
+    prev = delta.previous
+    citing = delta.citations.column("citing_pmid").to_numpy()
+    cited = delta.citations.column("cited_pmid").to_numpy()
+    inside = in_sorted(cited.astype(np.int64), old_pmids)
+    old_pairs = _packed_pairs(citing[inside], cited[inside])
+    old_dangling = int(np.count_nonzero(~inside))
+    row = con.execute(
+        """
+        WITH near AS (
+            SELECT c.citing_pmid::BIGINT * 4294967296 + c.cited_pmid AS pair,
+                   c.citing_pmid IN (SELECT pmid FROM kg_touched) AS touched,
+                   c.citing_pmid IN (SELECT pmid FROM articles) AS citing_inside,
+                   c.cited_pmid IN (SELECT pmid FROM articles) AS inside,
+                   ch.added
+            FROM citations c LEFT JOIN kg_changed ch ON c.cited_pmid = ch.pmid
+            WHERE c.citing_pmid IN (SELECT pmid FROM kg_touched) OR ch.pmid IS NOT NULL
+        )
+        SELECT
+            count(DISTINCT pair) FILTER (WHERE touched AND citing_inside AND inside),
+            count(*) FILTER (WHERE touched AND NOT inside),
+            count(DISTINCT pair) FILTER (WHERE NOT touched AND citing_inside AND added),
+            count(*) FILTER (WHERE NOT touched AND added),
+            count(DISTINCT pair) FILTER (WHERE NOT touched AND citing_inside AND NOT added),
+            count(*) FILTER (WHERE NOT touched AND NOT added)
+        FROM near
+        """
+    ).fetchone()
+    now_pairs, now_dangling, came_pairs, came_rows, went_pairs, went_rows = (int(v) for v in row)
+    return {
+        "citation_edges": int(prev.array("cite_indices").size)
+        - old_pairs
+        + now_pairs
+        + came_pairs
+        - went_pairs,
+        "dangling_citations": int(prev.stats["dangling_citations"])
+        - old_dangling
+        + now_dangling
+        - came_rows
+        + went_rows,
+    }
+
+
+_PER_DESCRIPTOR = f"""
+    SELECT descriptor_ui, count(*), count(*) FILTER (WHERE major) FROM (
+        SELECT pmid, descriptor_ui, bool_or({_MAJOR}) AS major FROM {{rows}}
+        WHERE {{where}} GROUP BY pmid, descriptor_ui
+    ) GROUP BY descriptor_ui"""
+
+
+def _mesh_delta(
+    store: KGStore, con: duckdb.DuckDBPyConnection, delta: UpdateDelta
+) -> tuple[dict[str, int], list[str], int]:
+    """Every descriptor's article and major counts in the arrays against the previous
+    build's, less the replaced rows' (pmid, descriptor) pairs, plus the touched PMIDs' pairs
+    in the corpus now (through SQL); the MeSH totals that follow; and the descriptors
+    compared."""
+    prev = delta.previous
+    expected: dict[str, list[int]] = {}
+    prev_counts = prev.array("mesh_article_count")
+    prev_majors = prev.array("mesh_major_count")
+    for d in np.flatnonzero(prev_counts):
+        expected[prev.mesh_ui(int(d))] = [int(prev_counts[d]), int(prev_majors[d])]
+    old = _PER_DESCRIPTOR.format(rows="kg_replaced_mesh", where="true")
+    now = _PER_DESCRIPTOR.format(
+        rows="mesh_edges",
+        where="pmid IN (SELECT pmid FROM kg_touched) AND pmid IN (SELECT pmid FROM articles)",
+    )
+    for sign, sql in ((-1, old), (1, now)):
+        for ui, n, major in con.execute(sql).fetchall():
+            counts = expected.setdefault(ui, [0, 0])
+            counts[0] += sign * int(n)
+            counts[1] += sign * int(major)
+    counts, majors = store.array("mesh_article_count"), store.array("mesh_major_count")
+    got = {store.mesh_ui(d): (int(counts[d]), int(majors[d])) for d in np.flatnonzero(counts)}
+    problems = [
+        f"descriptor {ui}: arrays {got.get(ui, (0, 0))}, previous build + update "
+        f"{tuple(expected.get(ui, (0, 0)))}"
+        for ui in sorted(set(got) | set(expected))
+        if got.get(ui, (0, 0)) != tuple(expected.get(ui, (0, 0)))
+    ]
+    totals = {
+        "mesh_pairs": sum(n for n, _ in expected.values()),
+        "major_pairs": sum(m for _, m in expected.values()),
+        "annotated_descriptors": sum(1 for n, _ in expected.values() if n),
+    }
+    return totals, problems, len(set(got) | set(expected))
+
+
+def _delta_totals(
+    store: KGStore, con: duckdb.DuckDBPyConnection, delta: UpdateDelta
+) -> tuple[dict[str, int], list[str], int, np.ndarray]:
+    """The totals of an update's build: the per-article ones counted in full (cheap), the
+    node list compared with the corpus's PMIDs, the edge ones from the delta; the
+    problems found on the way, the descriptors compared, and the touched PMIDs in the
+    corpus now."""
+    problems: list[str] = []
+    totals = _article_totals(con)
+    corpus_pmids = np.sort(con.execute("SELECT pmid FROM articles").fetchnumpy()["pmid"])
+    new_pmids = np.asarray(store.array("pmids"), dtype=np.int64)
+    if not np.array_equal(corpus_pmids, new_pmids):
+        problems.append(
+            f"pmids: arrays hold {new_pmids.size}, the corpus {corpus_pmids.size} "
+            f"({np.setxor1d(corpus_pmids, new_pmids)[:5].tolist()} differ)"
+        )
+    old_pmids = np.asarray(delta.previous.array("pmids"), dtype=np.int64)
+    added = corpus_pmids[~in_sorted(corpus_pmids, old_pmids)]
+    removed = old_pmids[~in_sorted(old_pmids, corpus_pmids)]
+    untouched = np.concatenate([added, removed])
+    untouched = untouched[~in_sorted(untouched, delta.touched)]
+    if untouched.size:
+        problems.append(
+            f"{untouched.size} PMID(s) came or went that the fold did not touch: "
+            f"{np.sort(untouched)[:5].tolist()}"
+        )
+    con.register("kg_touched", pa.table({"pmid": delta.touched}))
+    con.register(
+        "kg_changed",
+        pa.table(
+            {
+                "pmid": np.concatenate([added, removed]),
+                "added": np.concatenate(
+                    [np.ones(added.size, dtype=bool), np.zeros(removed.size, dtype=bool)]
+                ),
+            }
+        ),
+    )
+    con.register("kg_replaced_mesh", delta.mesh_edges)
+    try:
+        totals.update(_citation_delta(con, delta, old_pmids))
+        mesh_totals, mesh_problems, compared = _mesh_delta(store, con, delta)
+    finally:
+        for name in ("kg_touched", "kg_changed", "kg_replaced_mesh"):
+            con.unregister(name)
+    totals.update(mesh_totals)
+    present = delta.touched[in_sorted(delta.touched, corpus_pmids)]
+    return totals, problems + mesh_problems, compared, present
+
+
 def recount(
     store: KGStore,
     con: duckdb.DuckDBPyConnection,
     sample: int = 100,
     named_pmids: tuple[int, ...] = (),
     named_uis: tuple[str, ...] = (),
+    delta: UpdateDelta | None = None,
 ) -> CheckOutcome:
     """Recount totals, ``sample`` random descriptors and articles and the named ones (plus
     the largest descriptor and the articles of highest out- and in-degree; named descriptors
     the build lacks are counted, not failed: a small corpus need not hold them) from views
-    ``articles``, ``citations``, ``mesh_edges``, ``corrections``, ``pubtypes``."""
+    ``articles``, ``citations``, ``mesh_edges``, ``corrections``, ``pubtypes``.
+
+    With ``delta`` (an update's build, :func:`update_delta`) the edge totals and every
+    descriptor's counts are the previous build's plus the change, counted through SQL on
+    the touched PMIDs' rows and the rows citing an article that came or went, not on every
+    row; the node list is compared with the corpus's PMIDs whole; and up to ``sample``
+    touched articles are recounted besides the random ones."""
     rng = np.random.default_rng(_seed(store.build_id))
     mismatches: list[str] = []
-    sql_totals, arr_totals = _totals(con), _store_totals(store)
+    arr_totals = _store_totals(store)
+    if delta is None:
+        sql_totals, source, present = _totals(con), "DuckDB", np.zeros(0, dtype=np.int64)
+    else:
+        sql_totals, problems, delta_compared, present = _delta_totals(store, con, delta)
+        mismatches += problems
+        source = "previous build + update"
     for name, expected in sql_totals.items():
         if arr_totals[name] != expected:
-            mismatches.append(f"{name}: arrays {arr_totals[name]}, DuckDB {expected}")
+            label = "DuckDB" if name in _ARTICLE_TOTALS else source
+            mismatches.append(f"{name}: arrays {arr_totals[name]}, {label} {expected}")
 
-    # descriptors: random annotated ones, the largest, and the named ones
+    # descriptors: random annotated ones, the largest, and the named ones (an update's
+    # build: every descriptor was compared above)
     counts = store.array("mesh_article_count")
-    annotated = np.flatnonzero(counts)
+    annotated = np.flatnonzero(counts) if delta is None else np.zeros(0, dtype=np.int64)
     chosen = set(rng.choice(annotated, min(sample, annotated.size), replace=False).tolist())
     if annotated.size:
         chosen.add(int(np.argmax(counts)))
     named_here = []
     for ui in named_uis:  # a handful of names, not rows
         with contextlib.suppress(KeyError):
-            chosen.add(store.desc_idx(ui))
+            d = store.desc_idx(ui)
             named_here.append(ui)
+            if delta is None:
+                chosen.add(d)
     ds = sorted(chosen)
     uis = [store.mesh_ui(d) for d in ds]
     sql = dict.fromkeys(uis, (0, 0))
@@ -256,20 +526,32 @@ def recount(
         picked.add(int(np.argmax(np.diff(store.array("cite_indptr")))))
         picked.add(int(np.argmax(np.diff(store.array("cited_by_indptr")))))
     picked |= {store.idx(p) for p in named_pmids}
+    if present.size:  # an update's touched articles
+        chosen_pmids = rng.choice(present, min(sample, present.size), replace=False)
+        picked |= {store.idx(int(p)) for p in chosen_pmids}
     idxs = sorted(picked)
     pmids = [store.pmid(i) for i in idxs]
     sql_deg: dict[int, tuple] = dict.fromkeys(pmids, ((), 0, ()))
+    # each side filtered to the sampled PMIDs before it is made distinct: one scan of each
+    # table, not a distinct set of every citation
     for pmid, cited, in_deg, uis_of in con.execute(
         """WITH s AS (SELECT unnest(?) AS pmid),
-                c AS (SELECT DISTINCT citing_pmid, cited_pmid FROM citations
-                      WHERE citing_pmid IN (SELECT pmid FROM articles)
-                        AND cited_pmid IN (SELECT pmid FROM articles))
-           SELECT s.pmid,
-                  (SELECT list(cited_pmid ORDER BY cited_pmid) FROM c WHERE c.citing_pmid = s.pmid),
-                  (SELECT count(*) FROM c WHERE c.cited_pmid = s.pmid),
-                  (SELECT list(DISTINCT descriptor_ui ORDER BY descriptor_ui)
-                   FROM mesh_edges m WHERE m.pmid = s.pmid)
-           FROM s""",
+                outgoing AS (
+                    SELECT citing_pmid AS pmid, list(DISTINCT cited_pmid ORDER BY cited_pmid) AS l
+                    FROM citations WHERE citing_pmid IN (SELECT pmid FROM s)
+                      AND citing_pmid IN (SELECT pmid FROM articles)
+                      AND cited_pmid IN (SELECT pmid FROM articles) GROUP BY 1),
+                incoming AS (
+                    SELECT cited_pmid AS pmid, count(DISTINCT citing_pmid) AS n
+                    FROM citations WHERE cited_pmid IN (SELECT pmid FROM s)
+                      AND cited_pmid IN (SELECT pmid FROM articles)
+                      AND citing_pmid IN (SELECT pmid FROM articles) GROUP BY 1),
+                headings AS (
+                    SELECT pmid, list(DISTINCT descriptor_ui ORDER BY descriptor_ui) AS l
+                    FROM mesh_edges WHERE pmid IN (SELECT pmid FROM s) GROUP BY 1)
+           SELECT s.pmid, outgoing.l, coalesce(incoming.n, 0), headings.l
+           FROM s LEFT JOIN outgoing USING (pmid) LEFT JOIN incoming USING (pmid)
+                  LEFT JOIN headings USING (pmid)""",
         [pmids],
     ).fetchall():
         sql_deg[int(pmid)] = (tuple(cited or ()), int(in_deg), tuple(uis_of or ()))
@@ -288,17 +570,25 @@ def recount(
             )
 
     meta: dict[str, int | float | str] = {
-        "descriptors_recounted": len(ds),
+        "mode": "full" if delta is None else "update",
+        "descriptors_recounted": len(ds) if delta is None else delta_compared,
         "articles_recounted": len(idxs),
         "named_descriptors_absent": len(named_uis) - len(named_here),
         "mismatches": len(mismatches),
         **{f"duckdb_{k}": v for k, v in sql_totals.items()},
+        **({"touched_articles": int(present.size)} if delta is not None else {}),
     }
     if mismatches:
         return CheckOutcome("graph_recount", False, "; ".join(mismatches[:10]), meta)
     return CheckOutcome(
         "graph_recount",
         True,
-        f"totals, {len(ds)} descriptors and {len(idxs)} articles agree with DuckDB",
+        (
+            f"totals, {len(ds)} descriptors and {len(idxs)} articles agree with DuckDB"
+            if delta is None
+            else f"totals and {delta_compared} descriptors as graph build "
+            f"{delta.previous.build_id} plus the update, and {len(idxs)} articles "
+            f"({present.size} touched) agree with DuckDB"
+        ),
         meta,
     )

@@ -344,6 +344,18 @@ def fold_release(
 # removed a record), which is what a later update needs besides the corpus itself.
 FOLD_MANIFEST = "corpus/fold/manifest.json"
 FOLD_DELETIONS = "corpus/fold/deletions.parquet"
+# what the last incremental fold changed, for a graph build that checks only the change
+# (kg_platform.graph.checks): the PMIDs the new files touched, and the rows of those PMIDs
+# the previous corpus held in these tables; the manifest's base_inputs are the fingerprints
+# (Lake.fingerprint) of the corpus tables it replaced
+FOLD_TOUCHED = "corpus/fold/touched.parquet"
+REPLACED_TABLES = ("citations", "mesh_edges")
+
+
+def replaced_key(table: str) -> str:
+    return f"corpus/fold/replaced_{table}.parquet"
+
+
 # bump when the fold's rules or its state change: the next fold is then a full one
 FOLD_FORMAT = 1
 # KG_FOLD_FULL=1: every fold reads every file (the reference the incremental fold equals)
@@ -425,9 +437,17 @@ def _sha256(path: str) -> str:
 
 
 def _publish(
-    lake: Lake, staging: str, result: FoldResult, stamps: dict[str, str], state: pl.DataFrame
+    lake: Lake,
+    staging: str,
+    result: FoldResult,
+    stamps: dict[str, str],
+    state: pl.DataFrame,
+    change: dict[str, object] | None = None,
 ) -> None:
-    """The corpus tables and the fold's state, each copied into the lake atomically."""
+    """The corpus tables and the fold's state, each copied into the lake atomically; after
+    an incremental fold, ``change`` (base_inputs and the local files of FOLD_TOUCHED and
+    each replaced_key) too."""
+    change = change or {}
     state_local = os.path.join(staging, "deletions.parquet")
     state.select(pl.col(c).cast(t) for c, t in STATE_SCHEMA.items()).write_parquet(state_local)
     manifest = {
@@ -447,10 +467,14 @@ def _publish(
         "reason": result.reason,
         "new_files": result.new_files,
         "touched_pmids": result.touched_pmids,
+        # the corpus this fold started from (only after an incremental fold)
+        **({"base_inputs": change["base_inputs"]} if "base_inputs" in change else {}),
     }
     for table in CORPUS_TABLES:
         lake.copy_in(corpus_key(table), os.path.join(staging, f"{table}.parquet"))
     lake.copy_in(FOLD_DELETIONS, state_local)
+    for key, local in change.get("files", {}).items():  # type: ignore[union-attr]
+        lake.copy_in(key, local)
     lake.write_bytes(FOLD_MANIFEST, json.dumps(manifest, indent=1).encode())
 
 
@@ -538,10 +562,16 @@ def _new_rows(lake: Lake, files: list[str], first: int, table: str, update: _Upd
 
 
 def _merged(
-    lake: Lake, table: str, new: pa.Table, touched: np.ndarray, dropped: list[np.ndarray]
+    lake: Lake,
+    table: str,
+    new: pa.Table,
+    touched: np.ndarray,
+    dropped: list[np.ndarray],
+    replaced: list[pa.RecordBatch] | None = None,
 ) -> Iterator[pa.Table]:
     """The previous corpus table, row group by row group, without the touched PMIDs' rows,
-    with the new rows merged in PMID order; the PMIDs dropped are appended to ``dropped``."""
+    with the new rows merged in PMID order; the PMIDs dropped are appended to ``dropped``
+    (and, given ``replaced``, their rows to it)."""
     pmid_col = CORPUS_TABLES[table]
     new_pmids = new.column(pmid_col).to_numpy()
     taken = 0
@@ -553,6 +583,8 @@ def _merged(
             drop = _in_sorted(pmids, touched)
             if drop.any():
                 dropped.append(pmids[drop])
+                if replaced is not None:
+                    replaced.append(batch.filter(pa.array(drop)))
                 batch, pmids = batch.filter(pa.array(~drop)), pmids[~drop]
             if not len(pmids):
                 continue
@@ -590,6 +622,8 @@ def fold_new_files(
         )
         return result
     update = _read_update(lake, files, first)
+    # the corpus as it is before this fold: what the graph build of it recorded as inputs
+    base_inputs = {t: lake.fingerprint(corpus_key(t)) for t in CORPUS_TABLES}
     staging = lake.staging_dir()
     try:
 
@@ -600,8 +634,9 @@ def fold_new_files(
             local = os.path.join(staging, f"{table}.parquet")
             writer = _GroupWriter(local, _group_rows(table), schema)
             done = _Rewritten()
+            keep = done.replaced if table in REPLACED_TABLES else None
             try:
-                for part in _merged(lake, table, new, update.touched, done.dropped):
+                for part in _merged(lake, table, new, update.touched, done.dropped, keep):
                     writer.add(part)
                     if table == "articles":
                         done.pmids.append(part.column("pmid").to_numpy())
@@ -645,10 +680,32 @@ def fold_new_files(
             touched_pmids=len(update.touched),
             sample_pmids=[int(update.touched[i]) for i in _sample_at(len(update.touched))],
         )
-        _publish(lake, staging, result, stamps, state)
+        _publish(lake, staging, result, stamps, state, _change(staging, update, done, base_inputs))
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return result
+
+
+def _change(
+    staging: str, update: _Update, done: dict[str, _Rewritten], base_inputs: dict
+) -> dict[str, object]:
+    """What an incremental fold changed, staged as local files: the touched PMIDs and the
+    replaced rows of each of REPLACED_TABLES (in corpus order)."""
+    files = {}
+    touched = os.path.join(staging, "touched.parquet")
+    pq.write_table(pa.table({"pmid": pa.array(update.touched, pa.int64())}), touched)
+    files[FOLD_TOUCHED] = touched
+    for table in REPLACED_TABLES:
+        local = os.path.join(staging, f"replaced_{table}.parquet")
+        batches = done[table].replaced
+        rows = (
+            pa.Table.from_batches(batches)
+            if batches
+            else pq.read_schema(os.path.join(staging, f"{table}.parquet")).empty_table()
+        )
+        pq.write_table(rows, local, compression="zstd")
+        files[replaced_key(table)] = local
+    return {"base_inputs": base_inputs, "files": files}
 
 
 @dataclass
@@ -658,6 +715,7 @@ class _Rewritten:
     rows: int = 0
     dropped: list[np.ndarray] = field(default_factory=list)  # previous PMIDs replaced
     pmids: list[np.ndarray] = field(default_factory=list)  # the articles written
+    replaced: list[pa.RecordBatch] = field(default_factory=list)  # previous rows dropped
     dangling: int = 0  # citation rows whose cited PMID is no corpus article
 
 

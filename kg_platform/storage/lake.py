@@ -222,6 +222,16 @@ class Lake:
             raise LakeError(f"{path}: the store gives no modification time")
         return stamp.timestamp() if hasattr(stamp, "timestamp") else float(stamp)
 
+    def fingerprint(self, key: str) -> dict[str, str | int]:
+        """The object's key, size and modification stamp (mtime, or S3 LastModified or
+        ETag): what a graph build records of each input, and what a fold records of the
+        corpus it replaced, so the two can be compared."""
+        path = self.path(key)
+        with self._named(path):
+            info = self.fs.info(path)
+        stamp = info.get("mtime") or info.get("LastModified") or info.get("ETag") or ""
+        return {"key": key, "size": int(info["size"]), "stamp": str(stamp)}
+
     def sizes(self, prefix: str) -> dict[str, int]:
         """name -> bytes of each object directly under ``prefix`` (one listing; {} when
         there is none); inside a transaction, the staged objects as they will be."""
