@@ -67,9 +67,10 @@ def graph(
         },
     }
     # the build readers open now: an update's build is recounted from it and the fold's change
-    published = (
-        layout.current_build_id(the_lake) if the_lake.exists(layout.CURRENT_POINTER) else None
-    )
+    try:
+        published: str | None = layout.current_build_id(the_lake)
+    except (FileNotFoundError, ValueError):  # none yet, or a pointer this build replaces
+        published = None
     build = build_graph(the_lake, provenance=provenance)
     store = KGStore.open(the_lake, build.build_id)
     delta, recounted_from = update_delta(the_lake, published, store)

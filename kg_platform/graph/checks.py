@@ -243,6 +243,10 @@ class UpdateDelta:
     mesh_edges: pa.Table  # the replaced rows: pmid, descriptor_ui, descriptor_major, ...
 
 
+# the previous build's arrays an update's recount reads (cite_indices: its length only)
+_DELTA_ARRAYS = ("pmids", "mesh_uis", "mesh_article_count", "mesh_major_count")
+
+
 def _fold_table(lake: Lake, key: str, columns: list[str]) -> pa.Table:
     try:
         return lake.read_parquet(key, columns=columns)
@@ -272,7 +276,10 @@ def update_delta(
     base = fold.get("base_inputs")
     if fold.get("mode") != "incremental" or not isinstance(base, dict):
         return None, f"the corpus was not folded incrementally (mode {fold.get('mode')!r})"
-    previous = KGStore.open(lake, previous_build_id)
+    try:
+        previous = KGStore.open(lake, previous_build_id)
+    except (ValueError, FileNotFoundError) as exc:
+        return None, f"graph build {previous_build_id} cannot be opened ({exc})"
     inputs = previous.manifest.get("inputs", {})
     for name in layout.CORPUS_INPUTS:
         if inputs.get(name) != base.get(name):
@@ -288,6 +295,11 @@ def update_delta(
     for key in (FOLD_TOUCHED, *(replaced_key(t) for t in REPLACED_TABLES)):
         if not lake.exists(key):
             return None, f"{lake.path(key)}: missing"
+    # the arrays the delta starts from must be the ones the previous recount passed
+    arrays = previous.manifest["arrays"]
+    for name in _DELTA_ARRAYS:
+        if array_sha256(previous.array(name)) != arrays[name]["sha256"]:
+            return None, f"graph build {previous_build_id}: {name} differs from its manifest"
     touched = _fold_table(lake, FOLD_TOUCHED, ["pmid"]).column("pmid").to_numpy()
     touched = touched.astype(np.int64, copy=False)
     if touched.size and np.any(touched[1:] <= touched[:-1]):
@@ -312,51 +324,47 @@ def _packed_pairs(citing: np.ndarray, cited: np.ndarray) -> int:
 
 
 def _citation_delta(
-    con: duckdb.DuckDBPyConnection, delta: UpdateDelta, old_pmids: np.ndarray
+    con: duckdb.DuckDBPyConnection,
+    delta: UpdateDelta,
+    old_pmids: np.ndarray,
+    corpus_pmids: np.ndarray,
+    added: np.ndarray,
 ) -> dict[str, int]:
     """citation_edges and dangling_citations of the new corpus: the previous build's, less
     the replaced rows' (against the previous articles), plus the touched PMIDs' rows now,
     plus the rows of untouched PMIDs citing an article that came (no longer dangling) or
-    went (now dangling), all four through SQL on the corpus but the replaced rows."""
+    went (now dangling). The corpus rows are found through SQL, in one scan that keeps only
+    the rows of a touched PMID or citing a changed one; the counting is on those rows."""
     prev = delta.previous
     citing = delta.citations.column("citing_pmid").to_numpy()
     cited = delta.citations.column("cited_pmid").to_numpy()
     inside = in_sorted(cited.astype(np.int64), old_pmids)
     old_pairs = _packed_pairs(citing[inside], cited[inside])
     old_dangling = int(np.count_nonzero(~inside))
-    row = con.execute(
-        """
-        WITH near AS (
-            SELECT c.citing_pmid::BIGINT * 4294967296 + c.cited_pmid AS pair,
-                   c.citing_pmid IN (SELECT pmid FROM kg_touched) AS touched,
-                   c.citing_pmid IN (SELECT pmid FROM articles) AS citing_inside,
-                   c.cited_pmid IN (SELECT pmid FROM articles) AS inside,
-                   ch.added
-            FROM citations c LEFT JOIN kg_changed ch ON c.cited_pmid = ch.pmid
-            WHERE c.citing_pmid IN (SELECT pmid FROM kg_touched) OR ch.pmid IS NOT NULL
-        )
-        SELECT
-            count(DISTINCT pair) FILTER (WHERE touched AND citing_inside AND inside),
-            count(*) FILTER (WHERE touched AND NOT inside),
-            count(DISTINCT pair) FILTER (WHERE NOT touched AND citing_inside AND added),
-            count(*) FILTER (WHERE NOT touched AND added),
-            count(DISTINCT pair) FILTER (WHERE NOT touched AND citing_inside AND NOT added),
-            count(*) FILTER (WHERE NOT touched AND NOT added)
-        FROM near
-        """
-    ).fetchone()
-    now_pairs, now_dangling, came_pairs, came_rows, went_pairs, went_rows = (int(v) for v in row)
+    near = con.execute(
+        """SELECT citing_pmid, cited_pmid FROM citations
+           WHERE citing_pmid IN (SELECT pmid FROM kg_touched)
+              OR cited_pmid IN (SELECT pmid FROM kg_changed)"""
+    ).fetchnumpy()
+    citing = np.asarray(near["citing_pmid"], dtype=np.int64)
+    cited = np.asarray(near["cited_pmid"], dtype=np.int64)
+    touched = in_sorted(citing, delta.touched)
+    inside = in_sorted(cited, corpus_pmids)
+    citing_inside = in_sorted(citing, corpus_pmids)
+    came = ~touched & in_sorted(cited, added)
+    went = ~touched & ~came  # the other rows citing a changed article cite one that went
+    now = touched & citing_inside & inside
     return {
         "citation_edges": int(prev.array("cite_indices").size)
         - old_pairs
-        + now_pairs
-        + came_pairs
-        - went_pairs,
+        + _packed_pairs(citing[now], cited[now])
+        + _packed_pairs(citing[came & citing_inside], cited[came & citing_inside])
+        - _packed_pairs(citing[went & citing_inside], cited[went & citing_inside]),
         "dangling_citations": int(prev.stats["dangling_citations"])
         - old_dangling
-        + now_dangling
-        - came_rows
-        + went_rows,
+        + int(np.count_nonzero(touched & ~inside))
+        - int(np.count_nonzero(came))
+        + int(np.count_nonzero(went)),
     }
 
 
@@ -381,10 +389,7 @@ def _mesh_delta(
     for d in np.flatnonzero(prev_counts):
         expected[prev.mesh_ui(int(d))] = [int(prev_counts[d]), int(prev_majors[d])]
     old = _PER_DESCRIPTOR.format(rows="kg_replaced_mesh", where="true")
-    now = _PER_DESCRIPTOR.format(
-        rows="mesh_edges",
-        where="pmid IN (SELECT pmid FROM kg_touched) AND pmid IN (SELECT pmid FROM articles)",
-    )
+    now = _PER_DESCRIPTOR.format(rows="mesh_edges", where="pmid IN (SELECT pmid FROM kg_present)")
     for sign, sql in ((-1, old), (1, now)):
         for ui, n, major in con.execute(sql).fetchall():
             counts = expected.setdefault(ui, [0, 0])
@@ -432,27 +437,22 @@ def _delta_totals(
             f"{untouched.size} PMID(s) came or went that the fold did not touch: "
             f"{np.sort(untouched)[:5].tolist()}"
         )
-    con.register("kg_touched", pa.table({"pmid": delta.touched}))
-    con.register(
-        "kg_changed",
-        pa.table(
-            {
-                "pmid": np.concatenate([added, removed]),
-                "added": np.concatenate(
-                    [np.ones(added.size, dtype=bool), np.zeros(removed.size, dtype=bool)]
-                ),
-            }
-        ),
-    )
-    con.register("kg_replaced_mesh", delta.mesh_edges)
+    present = delta.touched[in_sorted(delta.touched, corpus_pmids)]
+    registered = {
+        "kg_touched": pa.table({"pmid": delta.touched}),
+        "kg_present": pa.table({"pmid": present}),
+        "kg_changed": pa.table({"pmid": np.concatenate([added, removed])}),
+        "kg_replaced_mesh": delta.mesh_edges,
+    }
+    for name, table in registered.items():
+        con.register(name, table)
     try:
-        totals.update(_citation_delta(con, delta, old_pmids))
+        totals.update(_citation_delta(con, delta, old_pmids, corpus_pmids, added))
         mesh_totals, mesh_problems, compared = _mesh_delta(store, con, delta)
     finally:
-        for name in ("kg_touched", "kg_changed", "kg_replaced_mesh"):
+        for name in registered:
             con.unregister(name)
     totals.update(mesh_totals)
-    present = delta.touched[in_sorted(delta.touched, corpus_pmids)]
     return totals, problems + mesh_problems, compared, present
 
 
@@ -536,16 +536,19 @@ def recount(
     # table, not a distinct set of every citation
     for pmid, cited, in_deg, uis_of in con.execute(
         """WITH s AS (SELECT unnest(?) AS pmid),
+                near AS MATERIALIZED (
+                    SELECT citing_pmid, cited_pmid FROM citations
+                    WHERE citing_pmid IN (SELECT pmid FROM s) OR cited_pmid IN (SELECT pmid FROM s)),
+                pairs AS MATERIALIZED (
+                    SELECT DISTINCT citing_pmid, cited_pmid FROM near
+                    WHERE citing_pmid IN (SELECT pmid FROM articles)
+                      AND cited_pmid IN (SELECT pmid FROM articles)),
                 outgoing AS (
-                    SELECT citing_pmid AS pmid, list(DISTINCT cited_pmid ORDER BY cited_pmid) AS l
-                    FROM citations WHERE citing_pmid IN (SELECT pmid FROM s)
-                      AND citing_pmid IN (SELECT pmid FROM articles)
-                      AND cited_pmid IN (SELECT pmid FROM articles) GROUP BY 1),
+                    SELECT citing_pmid AS pmid, list(cited_pmid ORDER BY cited_pmid) AS l
+                    FROM pairs WHERE citing_pmid IN (SELECT pmid FROM s) GROUP BY 1),
                 incoming AS (
-                    SELECT cited_pmid AS pmid, count(DISTINCT citing_pmid) AS n
-                    FROM citations WHERE cited_pmid IN (SELECT pmid FROM s)
-                      AND cited_pmid IN (SELECT pmid FROM articles)
-                      AND citing_pmid IN (SELECT pmid FROM articles) GROUP BY 1),
+                    SELECT cited_pmid AS pmid, count(*) AS n
+                    FROM pairs WHERE cited_pmid IN (SELECT pmid FROM s) GROUP BY 1),
                 headings AS (
                     SELECT pmid, list(DISTINCT descriptor_ui ORDER BY descriptor_ui) AS l
                     FROM mesh_edges WHERE pmid IN (SELECT pmid FROM s) GROUP BY 1)

@@ -240,10 +240,20 @@ def test_what_makes_the_recount_count_every_row(
     fold_release(lake, names[:3])  # a shorter list: a full fold again
     recount_both(lake)
     fold_release(lake, names[:4])
-    lake.write_bytes(FOLD_TOUCHED, b"not parquet")
     published = layout.current_build_id(lake)
     build = build_graph(lake)
+    store = KGStore.open(lake, build.build_id)
+    lake.write_bytes(FOLD_TOUCHED, b"not parquet")
     with pytest.raises(GraphInputError, match=r"fold/touched\.parquet: not readable as the fold"):
-        update_delta(lake, published, KGStore.open(lake, build.build_id))
+        update_delta(lake, published, store)
+    # the published build's pmids changed in place at their size: not a base to count from
+    pmids_file = lake.path(layout.array_key(published, "pmids"))
+    with open(pmids_file, "r+b") as f:
+        f.seek(-4, 2)
+        f.write(b"\xff\xff\xff\x7f")
+    assert update_delta(lake, published, store) == (
+        None,
+        f"graph build {published}: pmids differs from its manifest",
+    )
     manifest = json.loads(lake.read_bytes(FOLD_MANIFEST))
     assert manifest["mode"] == "incremental" and set(manifest["base_inputs"]) >= {"articles"}
