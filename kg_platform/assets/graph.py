@@ -1,6 +1,8 @@
 """The graph store (CSR arrays over corpus + MeSH) and the corpus profile report."""
 
 import hashlib
+import os
+import tempfile
 
 import dagster as dg
 
@@ -53,6 +55,7 @@ def graph(
     from kg_platform.graph.build import build_graph
     from kg_platform.graph.checks import check_invariants, recount, update_delta
     from kg_platform.graph.store import KGStore
+    from kg_platform.pubmed.fold import DEFAULT_FOLD_MEMORY_LIMIT, FOLD_MEMORY_LIMIT_ENV
 
     scope = scope_for(context)
     the_lake = lake.get().scoped(scope)
@@ -75,15 +78,22 @@ def graph(
     store = KGStore.open(the_lake, build.build_id)
     delta, recounted_from = update_delta(the_lake, published, store)
     the_catalog = Catalog(the_lake)  # in memory: concurrent builds share no database file
-    con = the_catalog.connect()
-    try:
-        the_catalog.refresh_views(con)
-        outcomes = [
-            check_invariants(store),
-            recount(store, con, named_uis=NAMED_DESCRIPTORS, delta=delta),
-        ]
-    finally:
-        con.close()
+    # the recount's aggregates run under the fold's memory limit, spilling past it: counting
+    # every row of 2.52M records peaked at 1,769-2,572 MiB unbounded, 1,132 MiB under 1GB
+    limit = os.environ.get(FOLD_MEMORY_LIMIT_ENV) or DEFAULT_FOLD_MEMORY_LIMIT
+    with tempfile.TemporaryDirectory(prefix="kg-graph-recount-") as spill:
+        try:
+            con = the_catalog.connect(memory_limit=limit, spill_dir=spill)
+        except ValueError as exc:
+            raise ValueError(f"{FOLD_MEMORY_LIMIT_ENV}: {exc}") from exc
+        try:
+            the_catalog.refresh_views(con)
+            outcomes = [
+                check_invariants(store),
+                recount(store, con, named_uis=NAMED_DESCRIPTORS, delta=delta),
+            ]
+        finally:
+            con.close()
     results = check_results(context, outcomes, f"graph build {build.build_id}")
     layout.publish(the_lake, build.build_id)
     s = build.stats

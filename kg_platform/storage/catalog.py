@@ -29,12 +29,24 @@ class Catalog:
     lake: Lake
     database: str = ":memory:"
 
-    def connect(self, read_only: bool = False) -> duckdb.DuckDBPyConnection:
+    def connect(
+        self, read_only: bool = False, memory_limit: str | None = None, spill_dir: str | None = None
+    ) -> duckdb.DuckDBPyConnection:
+        """A connection; with ``memory_limit`` DuckDB holds to it and spills past it into
+        ``spill_dir`` (a local folder) instead of growing to its default of 80% of RAM."""
         if self.database != ":memory:":
             os.makedirs(os.path.dirname(os.path.abspath(self.database)), exist_ok=True)
         import duckdb  # here: the Dagster definitions name this resource and seldom query
 
-        con = duckdb.connect(self.database, read_only=read_only)
+        config = {"memory_limit": memory_limit} if memory_limit else {}
+        if spill_dir:
+            config["temp_directory"] = spill_dir
+        try:
+            con = duckdb.connect(self.database, read_only=read_only, config=config)
+        except duckdb.Error as exc:
+            if not memory_limit:
+                raise
+            raise ValueError(f"{memory_limit!r}: not a DuckDB memory limit ({exc})") from exc
         if not self.lake.is_local:
             con.register_filesystem(self.lake.fs)
         return con

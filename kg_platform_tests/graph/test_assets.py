@@ -61,3 +61,29 @@ def test_graph_and_profile_materialise_on_a_tmp_lake(lake: Lake) -> None:
     assert pointer["build_id"] == store.build_id
     assert json.loads(scoped.read_bytes(layout.CURRENT_POINTER)) == pointer
     assert layout.published_pairs(lake) == [(RELEASE, YEAR)]
+
+
+def test_the_graph_recount_holds_to_the_fold_memory_limit(lake: Lake, monkeypatch) -> None:
+    """The recount's DuckDB takes KG_FOLD_MEMORY_LIMIT (and spills past it): a limit DuckDB
+    cannot read fails the step naming the variable, before anything is published."""
+    from kg_platform.storage.catalog import Catalog
+
+    con = Catalog(lake).connect(memory_limit="1GB", spill_dir=str(lake.root))
+    assert con.execute("SELECT current_setting('memory_limit')").fetchone() == ("953.6 MiB",)
+    scoped = lake.scoped(release=RELEASE, mesh_year=YEAR)
+    tiny_corpus(scoped)
+    monkeypatch.setenv("KG_FOLD_MEMORY_LIMIT", "plenty")
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions("pubmed_releases", [RELEASE])
+        instance.add_dynamic_partitions("mesh_years", [YEAR])
+        result = dg.materialize(
+            [graph],
+            partition_key=dg.MultiPartitionKey({"release": RELEASE, "mesh_year": YEAR}),
+            instance=instance,
+            resources={"lake": LakeResource(root=lake.root), "catalog": CatalogResource()},
+            raise_on_error=False,
+        )
+    assert not result.success
+    error = result.failure_data_for_node("graph").error
+    assert "KG_FOLD_MEMORY_LIMIT: 'plenty': not a DuckDB memory limit" in str(error)
+    assert not lake.exists(f"graph/{RELEASE}/{YEAR}/current.json")
