@@ -1,7 +1,6 @@
 """The graph store (CSR arrays over corpus + MeSH) and the corpus profile report."""
 
 import hashlib
-import os
 import tempfile
 
 import dagster as dg
@@ -55,7 +54,7 @@ def graph(
     from kg_platform.graph.build import build_graph
     from kg_platform.graph.checks import check_invariants, recount, update_delta
     from kg_platform.graph.store import KGStore
-    from kg_platform.pubmed.fold import DEFAULT_FOLD_MEMORY_LIMIT, FOLD_MEMORY_LIMIT_ENV
+    from kg_platform.pubmed.fold import FOLD_MEMORY_LIMIT_ENV, fold_memory_limit
 
     scope = scope_for(context)
     the_lake = lake.get().scoped(scope)
@@ -80,7 +79,7 @@ def graph(
     the_catalog = Catalog(the_lake)  # in memory: concurrent builds share no database file
     # the recount's aggregates run under the fold's memory limit, spilling past it: counting
     # every row of 2.52M records peaked at 1,769-2,572 MiB unbounded, 1,132 MiB under 1GB
-    limit = os.environ.get(FOLD_MEMORY_LIMIT_ENV) or DEFAULT_FOLD_MEMORY_LIMIT
+    limit = fold_memory_limit()
     with tempfile.TemporaryDirectory(prefix="kg-graph-recount-") as spill:
         try:
             con = the_catalog.connect(memory_limit=limit, spill_dir=spill)

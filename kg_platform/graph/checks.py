@@ -138,6 +138,20 @@ def _seed(build_id: str) -> int:
 _ARTICLE_TOTALS = ("articles", "quotable", "retracted", "concern")
 
 
+# what _totals counts over every row, in its SELECT's order
+TOTALS = (
+    "articles",
+    "quotable",
+    "citation_edges",
+    "dangling_citations",
+    "mesh_pairs",
+    "major_pairs",
+    "annotated_descriptors",
+    "retracted",
+    "concern",
+)
+
+
 def _article_totals(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
     """The per-article totals (one scan of articles and the small flag tables)."""
     row = con.execute(
@@ -181,18 +195,7 @@ def _totals(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
                 SELECT pmid FROM corrections WHERE ref_type = '{layout.CONCERN_REF_TYPE}'))
         """
     ).fetchone()
-    names = (
-        "articles",
-        "quotable",
-        "citation_edges",
-        "dangling_citations",
-        "mesh_pairs",
-        "major_pairs",
-        "annotated_descriptors",
-        "retracted",
-        "concern",
-    )
-    return dict(zip(names, (int(v) for v in row), strict=True))
+    return dict(zip(TOTALS, (int(v) for v in row), strict=True))
 
 
 def _store_totals(store: KGStore) -> dict[str, int]:

@@ -108,13 +108,18 @@ def _check_files(lake: Lake, files: list[str]) -> None:
                 )
 
 
+def fold_memory_limit() -> str:
+    """DuckDB's memory limit for the fold and the graph's recount (``KG_FOLD_MEMORY_LIMIT``)."""
+    return os.environ.get(FOLD_MEMORY_LIMIT_ENV) or DEFAULT_FOLD_MEMORY_LIMIT
+
+
 def _connect(
     lake: Lake, con: duckdb.DuckDBPyConnection | None, spill_dir: str
 ) -> duckdb.DuckDBPyConnection:
     """The caller's connection as it is, or a new one bounded to the fold's memory limit."""
     if con is not None:
         return con
-    limit = os.environ.get(FOLD_MEMORY_LIMIT_ENV) or DEFAULT_FOLD_MEMORY_LIMIT
+    limit = fold_memory_limit()
     try:
         con = duckdb.connect(config={"memory_limit": limit, "temp_directory": spill_dir})
     except duckdb.Error as exc:

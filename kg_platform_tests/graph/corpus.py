@@ -8,6 +8,7 @@ import polars as pl
 from kg_platform.mesh.tables import descriptor_table
 from kg_platform.schemas import CORPUS_MODELS, MeshDescriptors, MeshTree
 from kg_platform.storage.lake import Lake
+from kg_platform_tests.conftest import require_reference
 
 _SCHEMAS: dict[str, dict[str, pl.DataType]] = {
     "articles": {
@@ -148,3 +149,23 @@ def tiny_corpus(lake: Lake) -> None:
             ("D000068116", "E05.318"),
         ],
     )
+
+
+def write_mesh_2024(lake: Lake) -> None:
+    """mesh/descriptors and mesh/tree from the MeSH 2024 descriptor TSV."""
+    tsv = require_reference("mesh", "tsv", "mesh2024_descriptors.tsv.gz")
+    mesh = pl.read_csv(
+        tsv,
+        separator="\t",
+        has_header=False,
+        quote_char=None,
+        new_columns=["ui", "name", "terms", "trees", "taxa"],
+        infer_schema=False,
+    )
+    lake.write_parquet("mesh/descriptors.parquet", mesh.select("ui", "name").to_arrow())
+    tree = (
+        mesh.select("ui", pl.col("trees").str.split("|").alias("tree_number"))
+        .explode("tree_number")
+        .drop_nulls()
+    )
+    lake.write_parquet("mesh/tree.parquet", tree.to_arrow())

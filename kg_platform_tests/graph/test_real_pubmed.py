@@ -20,6 +20,7 @@ from kg_platform.graph.store import KGStore
 from kg_platform.storage.catalog import Catalog
 from kg_platform.storage.lake import Lake
 from kg_platform_tests.conftest import require_reference
+from kg_platform_tests.graph.corpus import write_mesh_2024
 
 parse = pytest.importorskip("kg_platform.pubmed.parse")
 FILES = ("baseline/pubmed26n1334.xml.gz", "updatefiles/pubmed26n1335.xml.gz")
@@ -61,25 +62,10 @@ def _fold(parsed: list[dict]) -> dict[str, pl.DataFrame]:
 
 def test_graph_of_two_real_files(tmp_path) -> None:
     mirror = require_reference("pubmed", "mirror")
-    tsv = require_reference("mesh", "tsv", "mesh2024_descriptors.tsv.gz")
     lake = Lake(str(tmp_path / "lake"))
     for table, frame in _fold([parse.parse_file(mirror / f) for f in FILES]).items():
         lake.write_parquet(f"corpus/{table}.parquet", frame.to_arrow())
-    mesh = pl.read_csv(
-        tsv,
-        separator="\t",
-        has_header=False,
-        quote_char=None,
-        new_columns=["ui", "name", "terms", "trees", "taxa"],
-        infer_schema=False,
-    )
-    lake.write_parquet("mesh/descriptors.parquet", mesh.select("ui", "name").to_arrow())
-    tree = (
-        mesh.select("ui", pl.col("trees").str.split("|").alias("tree_number"))
-        .explode("tree_number")
-        .drop_nulls()
-    )
-    lake.write_parquet("mesh/tree.parquet", tree.to_arrow())
+    write_mesh_2024(lake)
 
     build = build_graph(lake)
     s = build.stats

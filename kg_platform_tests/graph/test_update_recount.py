@@ -14,7 +14,7 @@ import pytest
 
 from kg_platform.graph import layout
 from kg_platform.graph.build import GraphInputError, build_graph
-from kg_platform.graph.checks import CheckOutcome, recount, update_delta
+from kg_platform.graph.checks import TOTALS, CheckOutcome, recount, update_delta
 from kg_platform.graph.store import KGStore
 from kg_platform.pubmed.fold import (
     FOLD_MANIFEST,
@@ -27,39 +27,8 @@ from kg_platform.pubmed.synthetic import write_synthetic_release
 from kg_platform.storage.catalog import Catalog
 from kg_platform.storage.lake import Lake
 from kg_platform_tests.conftest import require_reference
+from kg_platform_tests.graph.corpus import write_mesh_2024
 from kg_platform_tests.sources.test_fold import load_tables
-
-TOTALS = (
-    "articles",
-    "quotable",
-    "citation_edges",
-    "dangling_citations",
-    "mesh_pairs",
-    "major_pairs",
-    "annotated_descriptors",
-    "retracted",
-    "concern",
-)
-
-
-def write_mesh_2024(lake: Lake) -> None:
-    """mesh/descriptors and mesh/tree from the MeSH 2024 descriptor TSV."""
-    tsv = require_reference("mesh", "tsv", "mesh2024_descriptors.tsv.gz")
-    mesh = pl.read_csv(
-        tsv,
-        separator="\t",
-        has_header=False,
-        quote_char=None,
-        new_columns=["ui", "name", "terms", "trees", "taxa"],
-        infer_schema=False,
-    )
-    lake.write_parquet("mesh/descriptors.parquet", mesh.select("ui", "name").to_arrow())
-    tree = (
-        mesh.select("ui", pl.col("trees").str.split("|").alias("tree_number"))
-        .explode("tree_number")
-        .drop_nulls()
-    )
-    lake.write_parquet("mesh/tree.parquet", tree.to_arrow())
 
 
 def recount_both(lake: Lake) -> tuple[KGStore, CheckOutcome, CheckOutcome, str]:
