@@ -44,9 +44,19 @@ _MODULES = {
     "dagster._core.launcher": ["CheckRunHealthResult", "WorkerStatus"],
     "dagster._core.execution.retries": ["RetryMode"],
 }
+# private methods the platform overrides, by class (freshness.BulkStaleStatusResolver answers
+# them from records read in bulk) and the queryer method it calls: an upgrade that renames or
+# drops one would leave Dagster's per-partition queries in place, or call nothing
+OVERRIDDEN = {
+    "CachingStaleStatusResolver": (
+        "_get_latest_data_version_record",
+        "_is_dep_updated",
+        "instance_queryer",
+    ),
+}
 # name -> the private module that defines it
 NAMES = {name: module for module, names in _MODULES.items() for name in names}
-__all__ = ["DAGSTER_VERSION", "NAMES", *NAMES]
+__all__ = ["DAGSTER_VERSION", "NAMES", "OVERRIDDEN", *NAMES]
 
 
 def __getattr__(name: str) -> Any:

@@ -46,6 +46,16 @@ def test_every_name_is_its_modules_own() -> None:
         assert getattr(internals, name) is getattr(importlib.import_module(module), name), name
 
 
+def test_every_overridden_method_is_the_classes_own() -> None:
+    for name, methods in internals.OVERRIDDEN.items():
+        cls = getattr(internals, name)
+        assert [m for m in methods if m not in vars(cls)] == [], name
+    queryer = importlib.import_module("dagster._utils.caching_instance_queryer")
+    assert callable(
+        queryer.CachingInstanceQueryer.asset_partition_has_materialization_or_observation
+    )
+
+
 def test_staleness_and_provenance_on_a_real_instance() -> None:
     graph = defs.resolve_asset_graph()
     with dg.instance_for_test() as instance:
