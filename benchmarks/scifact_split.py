@@ -1,10 +1,11 @@
-"""Split a SciFact claims CSV into K train / test file pairs by claim, for `kg eval scifact
---train FILE --test FILE`: fold f's claims (``scifact_eval.claim_folds``, the folds `kg eval
-scifact --claims` cross-validates on, same seed) go to ``test_f.csv``, every other claim to
-``train_f.csv``; rows are copied as they are. The last line printed is one JSON object.
+"""Split a SciFact claims CSV into K train / test file pairs by claim, for `kg eval
+verification --claims TRAIN --test FILE`: fold f's claims (``claim_folds``, the folds
+`kg eval verification --claims` scores out of fold, same seed) go to ``test_f.csv``, every
+other claim to ``train_f.csv``; rows are copied as they are. The last line printed is one
+JSON object.
 
     .venv/bin/python benchmarks/scifact_split.py --out /tmp/scifact_folds
-    .venv/bin/kg eval scifact --kind probe --train /tmp/scifact_folds/train_0.csv \\
+    .venv/bin/kg eval verification --kind probe --claims /tmp/scifact_folds/train_0.csv \\
         --test /tmp/scifact_folds/test_0.csv --json
 """
 

@@ -64,6 +64,15 @@ def kg_home(tmp_path, monkeypatch) -> Path:
     return use_kg_home(monkeypatch, tmp_path / "kg")
 
 
+@pytest.fixture
+def eval_home(tmp_path, monkeypatch) -> Path:
+    """A fresh KG_HOME whose instance a `kg eval` command materialises into; DAGSTER_HOME,
+    which prepare_instance sets for the process, is restored after the test."""
+    home = use_kg_home(monkeypatch, tmp_path / "kg")
+    monkeypatch.setenv("DAGSTER_HOME", str(home / "dagster"))
+    return home
+
+
 @pytest.fixture(scope="session")
 def reference_data() -> Path:
     return require_reference()

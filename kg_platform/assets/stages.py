@@ -64,6 +64,7 @@ STEP_MODULES = (
     "kg_platform.grounding.index",
     "kg_platform.grounding.surface_index",
     "kg_platform.evaluation.grounding.evaluation",
+    "kg_platform.evaluation.grounding.hybrid",
     # embeddings
     "kg_platform.embeddings.encoder",
     "kg_platform.embeddings.concepts",

@@ -133,9 +133,11 @@ def refusal_report(context: dg.AssetExecutionContext, lake: LakeResource) -> dg.
     """Are the ladder's refusals right: real vs control answered shares with the paired leak,
     the min_paths sweep, refusal under evidence deletion (T0-T3), the gate-class tables, and
     graph certification vs reader confidence: markdown, PNGs and JSON under
-    reports/refusal/<question set>/<ladder config>/. Partitioned by **question set x ladder configuration**; the configuration names
-    the graph build, gate 7's verifier and the reader configuration whose posterior cache is
-    read, each by name from the lake."""
+    reports/refusal/<question set>/<ladder config>/. Partitioned by **question set x ladder
+    configuration**; the configuration (registered by `kg eval refusal` or `kg eval
+    verification`) names the graph build, gate 7's verifier (a verifier_model or a verifier
+    folder, with its tau), whether the agent loop is measured beside the pipeline, and the
+    reader configuration whose posterior cache is read, each by name from the lake."""
     from kg_platform.evaluation.common.question_sets import (
         check_question_set_matches_key,
         open_question_set,

@@ -336,23 +336,32 @@ def failure_message(result) -> str:
 
 
 def materialise_in_order(
-    assets: list, steps: list[tuple[str, object]], instance, lake_root: str, command: str
+    assets: list,
+    steps: list[tuple[str, object]],
+    instance,
+    lake_root: str,
+    command: str,
+    configs: dict[str, dict] | None = None,
+    resources: dict | None = None,
 ) -> str:
     """Each ``(asset, partition)`` of ``steps`` materialised in turn, in this process, on the
-    persistent ``instance`` (so its runs and checks show in the UI, tagged ``kg/command``);
-    stops at the first failure and returns its one line, else ""."""
+    persistent ``instance`` (so its runs and checks show in the UI, tagged ``kg/command``),
+    with its run config from ``configs`` (asset name -> config) and ``resources`` beside the
+    lake; stops at the first failure and returns its one line, else ""."""
     import dagster as dg
 
     from kg_platform.orchestration.recovery import owner_tags
     from kg_platform.resources.lake import LakeResource
 
+    configs = configs or {}
     for asset, partition in steps:
         result = dg.materialize(
             assets,
             selection=[asset],
             partition_key=partition,
             instance=instance,
-            resources={"lake": LakeResource(root=lake_root)},
+            resources={"lake": LakeResource(root=lake_root), **(resources or {})},
+            run_config={"ops": {asset: {"config": configs[asset]}}} if asset in configs else None,
             tags={"kg/command": command, **owner_tags()},  # see orchestration/recovery.py
             raise_on_error=False,
         )

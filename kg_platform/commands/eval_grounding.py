@@ -1,4 +1,9 @@
-"""`kg eval grounding --pubmedqa PATH [--json] [--lake DIR | --mesh-source PATH]`."""
+"""`kg eval grounding --pubmedqa PATH [--json] [--lake DIR] [--mesh-source PATH]
+[--release R --mesh-year Y]`: register the question set and materialise grounding_report
+(question set x MeSH year) through the persistent Dagster instance, with the graph build's
+release as its run config (roles from that graph's article counts; none: from MeSH
+structure), so the run and its check show in the UI. ``--mesh-source`` first materialises
+mesh_tables of that source's year into the lake, and grounds without a graph."""
 
 from __future__ import annotations
 
@@ -6,17 +11,9 @@ import argparse
 import json
 import sys
 
-import polars as pl
+from kg_platform.commands.partition_args import add_partition_args
 
-from kg_platform.commands.partition_args import add_partition_args, may_hold_graph, scoped_lake
-from kg_platform.evaluation.grounding.evaluation import (
-    evaluate_with_mesh,
-    graph_linkable,
-    load_pubmedqa,
-    render_report,
-)
-from kg_platform.graph.store import KGStore
-from kg_platform.storage.lake import Lake
+REPORT = "reports/grounding"
 
 
 def add_eval_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -24,69 +21,108 @@ def add_eval_parser(subparsers: argparse._SubParsersAction) -> None:
         "grounding",
         help="precision, recall and coverage of BRIDGE groundings against PubMedQA headings",
     )
-    parser.add_argument("--pubmedqa", required=True, help="PubMedQA JSON (pqal_*.json)")
-    parser.add_argument("--json", action="store_true", help="print the figures as JSON")
-    source = parser.add_mutually_exclusive_group()
-    source.add_argument("--lake", default=None, help="lake holding mesh/ (and graph/)")
-    source.add_argument("--mesh-source", help="MeSH folder/URL to build the tables from")
-    add_partition_args(parser)
+    add_report_args(parser)
     parser.set_defaults(func=run_eval_grounding)
 
 
-def mesh_frames(
-    args: argparse.Namespace,
-) -> tuple[dict[str, pl.DataFrame], Lake | None, dict[str, str | None]]:
-    """The MeSH frames to evaluate with, the lake they came from (None: a MeSH source) and
-    the graph build / MeSH year used."""
+def add_report_args(parser: argparse.ArgumentParser) -> None:
+    """The options of both grounding studies (``kg eval hybrid`` adds its own)."""
+    parser.add_argument("--pubmedqa", required=True, help="PubMedQA JSON (pqal_*.json)")
+    parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    parser.add_argument("--lake", default=None, help="lake holding mesh/ (and graph/)")
+    parser.add_argument(
+        "--mesh-source", help="MeSH folder/URL whose tables are materialised into the lake first"
+    )
+    add_partition_args(parser)
+
+
+def graph_build(args: argparse.Namespace, lake) -> dict[str, str | None]:
+    """The (release, MeSH year) grounded against: the MeSH source's year and no graph, or
+    the lake's chosen graph build (a MeSH year alone when none is built)."""
     if args.mesh_source:
         from kg_platform.mesh.source import mesh_year, resolve_mesh_source
-        from kg_platform.mesh.tables import build_mesh_tables
 
-        year = mesh_year(resolve_mesh_source(args.mesh_source))
-        tables = build_mesh_tables(args.mesh_source)
-        frames = {t: pl.from_arrow(tables[t]) for t in ("descriptors", "tree", "terms")}
-        return frames, None, {"release": None, "mesh_year": year}
-    lake, build = scoped_lake(args, quiet=args.json, need_graph=False)
-    frames = {}
-    for table in ("descriptors", "tree", "terms"):
-        key = f"mesh/{table}.parquet"
-        if not lake.exists(key):
-            raise FileNotFoundError(
-                f"{lake.path(key)}: no MeSH tables in lake {args.lake}; materialise "
-                "`mesh_tables` or pass --mesh-source"
-            )
-        frames[table] = pl.from_arrow(lake.read_parquet(key))
-    return frames, lake, build
+        return {"release": None, "mesh_year": str(mesh_year(resolve_mesh_source(args.mesh_source)))}
+    from kg_platform.commands.partition_args import scoped_lake
+
+    _, build = scoped_lake(args, quiet=args.json, need_graph=False)
+    if build["mesh_year"] is None:
+        raise ValueError(f"{lake.root}: no MeSH year partition; build the lake with kg build")
+    return build
 
 
 def run_eval_grounding(args: argparse.Namespace) -> int:
-    try:
-        questions = load_pubmedqa(args.pubmedqa)
-        frames, lake, build = mesh_frames(args)
-    except (OSError, ValueError) as error:
-        print(f"kg eval grounding: {error}", file=sys.stderr)
-        return 2
-    counts, n_articles, linkable = None, None, None
-    if lake is not None and may_hold_graph(lake):
-        try:
-            from kg_platform.answer.api import graph_article_counts
+    return run_report(args, "grounding", {}, {})
 
-            store = KGStore.open(lake)
-            counts, n_articles = graph_article_counts(store), store.n_articles
-            linkable = graph_linkable(store)
-        except FileNotFoundError:
-            pass  # no graph built yet: roles come from MeSH structure alone
-    result = evaluate_with_mesh(
-        questions,
-        frames["descriptors"],
-        frames["tree"],
-        frames["terms"],
-        article_counts=counts,
-        n_articles=n_articles,
-        linkable=linkable,
-    )
+
+def run_report(args: argparse.Namespace, command: str, config: dict, resources: dict) -> int:
+    """Register the question set, materialise grounding_report with ``config`` beside the
+    graph build's release, print its report (``kg eval hybrid``: the hybrid one, also
+    copied to ``--report-dir``); the exit code."""
+    from kg_platform.evaluation.common.question_sets import register_question_set
+    from kg_platform.evaluation.grounding.evaluation import load_pubmedqa
+    from kg_platform.settings import Settings
+    from kg_platform.storage.lake import Lake
+
+    settings = Settings.load()
+    args.lake = args.lake or settings.lake
+    lake = Lake(args.lake)
+    try:
+        load_pubmedqa(args.pubmedqa)  # a file that is no PubMedQA set is named here
+        build = graph_build(args, lake)
+        question_set = register_question_set(lake, "pubmedqa", args.pubmedqa)
+    except (OSError, ValueError) as error:
+        print(f"kg eval {command}: {error}", file=sys.stderr)
+        return 2
+    config = {"release": build["release"] or "", **config}
+    key = {"question_set": question_set, "mesh_year": build["mesh_year"]}
+    failure = materialise(settings, lake, key, args.mesh_source, command, config, resources)
+    if failure:
+        print(f"kg eval {command}: {failure}", file=sys.stderr)
+        return 1
+    folder = f"{REPORT}/{question_set}/{build['mesh_year']}"
+    folder += "/hybrid" if command == "hybrid" else ""
+    if getattr(args, "report_dir", None):
+        out = Lake(args.report_dir)  # a folder or s3://bucket/prefix, each file atomically
+        for name in ("report.md", "report.json"):
+            out.write_bytes(name, lake.read_bytes(f"{folder}/{name}"))
     if args.json:
-        print(json.dumps({**result.to_json(), "partition": build}))
+        doc = json.loads(lake.read_bytes(f"{folder}/report.json"))
+        print(json.dumps({**doc, "partition": build}))
     else:
-        print(render_report(result, args.pubmedqa), end="")
+        print(lake.read_bytes(f"{folder}/report.md").decode(), end="")
     return 0
+
+
+def materialise(
+    settings, lake, key: dict[str, str], mesh_source: str | None, command: str, config, resources
+) -> str:
+    """grounding_report of ``key`` (question set, MeSH year) with run ``config`` and
+    ``resources`` beside the defaults on the persistent instance, after mesh_tables of that
+    year from ``mesh_source`` when given; the failure, or ""."""
+    import dagster as dg
+
+    from kg_platform.assets import grounding, mesh
+    from kg_platform.assets.partitions import mesh_years, pubmedqa_sets
+    from kg_platform.commands.build_run import materialise_in_order
+    from kg_platform.orchestration.instance import prepare_instance
+    from kg_platform.resources.encoder import EncoderResource
+    from kg_platform.resources.mesh import MeshSourceResource
+
+    instance = prepare_instance(settings)
+    instance.add_dynamic_partitions(pubmedqa_sets.name, [key["question_set"]])
+    instance.add_dynamic_partitions(mesh_years.name, [key["mesh_year"]])
+    steps = [("mesh_tables", key["mesh_year"])] if mesh_source else []
+    defaults = {
+        "mesh_source": MeshSourceResource(location=mesh_source or ""),
+        "encoder": EncoderResource(),
+    }
+    return materialise_in_order(
+        [*mesh.defs.assets, *grounding.defs.assets],
+        [*steps, ("grounding_report", dg.MultiPartitionKey(key))],
+        instance,
+        lake.root,
+        f"eval {command}",
+        configs={"grounding_report": config},
+        resources={**defaults, **resources},
+    )

@@ -1,25 +1,18 @@
 """`kg eval refusal --pubmedqa FILE [--json] [--lake DIR] [--release R --mesh-year Y]
 [--min-paths K] [--seed S] [--per-class N] [--verifier DIR [--verifier-tau T]]
-[--agent [--hops N]]`."""
+[--agent [--hops N]]`: register the question set and a ladder configuration holding these
+options, then materialise refusal_report through the persistent Dagster instance (as
+`kg eval verification` does), so the run and its checks show in the UI."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from kg_platform.answer.agent import DEFAULT_HOPS
-from kg_platform.answer.api import AskConfig, KnowledgeGraph
-from kg_platform.answer.ladder import LadderConfig
-from kg_platform.answer.readers.base import load_pubmedqa
-from kg_platform.commands.ask import gate_tau, open_verifier
-from kg_platform.commands.partition_args import add_partition_args, scoped_lake
-from kg_platform.evaluation.refusal.agent import evaluate_agent, render_agent
-from kg_platform.evaluation.refusal.evaluation import (
-    evaluate_refusal,
-    render_report,
-    with_min_paths,
-)
+from kg_platform.commands.partition_args import add_partition_args
 
 
 def add_eval_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -32,9 +25,7 @@ def add_eval_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--json", action="store_true", help="the figures as one JSON line")
     parser.add_argument("--lake", default=None)
     add_partition_args(parser)
-    parser.add_argument(
-        "--min-paths", type=int, default=None, help="k for the headline figures (default: 1)"
-    )
+    parser.add_argument("--min-paths", type=int, default=1, help="k for the headline figures")
     parser.add_argument("--seed", type=int, default=0, help="control swaps, sets, bootstrap")
     parser.add_argument(
         "--per-class",
@@ -46,8 +37,8 @@ def add_eval_parser(subparsers: argparse._SubParsersAction) -> None:
         "--verifier",
         default=None,
         metavar="DIR",
-        help="a local verifier folder (kg eval scifact --save, a verifier_model, an NLI "
-        "model): gate 7 on, so the ablation's verifier-NOINFO class is built and measured",
+        help="a local verifier folder (a verifier_model, an NLI model): gate 7 on, so the "
+        "ablation's verifier-NOINFO class is built and measured",
     )
     parser.add_argument(
         "--verifier-tau",
@@ -68,38 +59,87 @@ def add_eval_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run_eval_refusal)
 
 
+def ladder_config(args: argparse.Namespace):
+    """The ladder configuration of the options; a ValueError (or OSError) names a bad one
+    before anything is registered."""
+    from kg_platform.answer.ladder import LadderConfig
+    from kg_platform.answer.readers.base import load_pubmedqa
+    from kg_platform.commands.ask import gate_tau, open_verifier
+    from kg_platform.commands.partition_args import scoped_lake
+    from kg_platform.evaluation.refusal.report import LadderEvalConfig
+
+    load_pubmedqa(args.pubmedqa)  # a file that is no PubMedQA set is named here
+    for option, value, least in (("per-class", args.per_class, 1), ("hops", args.hops, 0)):
+        if value < least:
+            raise ValueError(f"--{option} {value}: must be at least {least}")
+    if args.verifier_tau is not None and args.verifier is None:
+        raise ValueError(f"--verifier-tau {args.verifier_tau}: needs --verifier")
+    LadderConfig(verifier_tau=gate_tau(args.verifier_tau, open_verifier(args.verifier)))
+    scoped_lake(args, quiet=args.json)  # says which graph build is read; none is an error
+    return LadderEvalConfig(
+        min_paths=args.min_paths,
+        seed=args.seed,
+        per_class=args.per_class,
+        release=args.release,
+        mesh_year=args.mesh_year,
+        verifier_folder=str(Path(args.verifier).resolve()) if args.verifier else "",
+        verifier_tau=args.verifier_tau,
+        agent=args.agent,
+        hops=args.hops,
+    )
+
+
 def run_eval_refusal(args: argparse.Namespace) -> int:
+    from kg_platform.evaluation.common.question_sets import register_question_set
+    from kg_platform.evaluation.refusal import report as refusal
+    from kg_platform.evaluation.refusal.agent import render_agent
+    from kg_platform.evaluation.refusal.evaluation import render_report
+    from kg_platform.settings import Settings
+    from kg_platform.storage.lake import Lake
+
+    settings = Settings.load()
+    lake = Lake(args.lake or settings.lake)
     try:
-        questions = [(q.qid, q.question) for q in load_pubmedqa(args.pubmedqa)]
-        if args.per_class < 1:
-            raise ValueError(f"--per-class {args.per_class}: must be at least 1")
-        if args.verifier_tau is not None and args.verifier is None:
-            raise ValueError(f"--verifier-tau {args.verifier_tau}: needs --verifier")
-        verifier = open_verifier(args.verifier)
-        tau = gate_tau(args.verifier_tau, verifier)
-        config = AskConfig(ladder=LadderConfig(verifier_tau=tau))
-        lake, build = scoped_lake(args, quiet=args.json)
-        kg = KnowledgeGraph.open(lake, config, verifier=verifier)
-        if args.hops < 0:
-            raise ValueError(f"--hops {args.hops}: must be at least 0")
-        report = evaluate_refusal(kg, questions, args.min_paths, args.seed, args.per_class)
-        agent = None
-        if args.agent:
-            graph = with_min_paths(kg, report.controls.min_paths)
-            agent = evaluate_agent(graph, questions, args.hops, args.seed).to_json()
+        config = ladder_config(args)
+        keys = {
+            "question_set": register_question_set(lake, "pubmedqa", args.pubmedqa),
+            "ladder_config": refusal.register_ladder_config(lake, config),
+        }
     except (OSError, ValueError) as error:
         print(f"kg eval refusal: {error}", file=sys.stderr)
         return 2
-    gate = None
-    if verifier is not None:
-        gate = {"folder": str(args.verifier), "verifier": verifier.name, "tau": tau}
+    failure = materialise(settings, lake, keys)
+    if failure:
+        print(f"kg eval refusal: {failure}", file=sys.stderr)
+        return 1
+    folder = f"{refusal.REPORT_PREFIX}/{keys['question_set']}/{keys['ladder_config']}"
+    doc = json.loads(lake.read_bytes(f"{folder}/report.json"))
     if args.json:
-        doc = {**report.to_json(), "partition": build, "verifier": gate}
-        print(json.dumps(doc if agent is None else {**doc, "agent": agent}))
-    else:
-        print(render_report(report, args.pubmedqa), end="")
-        if agent is not None:
-            print("\n".join(render_agent(agent)))
-        if gate is not None:
-            print(f"  gate 7: {gate['verifier']} from {gate['folder']}, tau {gate['tau']}")
+        print(json.dumps({**doc, "partition": doc["graph_build"]}))
+        return 0
+    print(render_report(doc, args.pubmedqa), end="")
+    if doc["agent"] is not None:
+        print("\n".join(render_agent(doc["agent"])))
+    gate = doc["verifier"]
+    if gate is not None:
+        print(f"  gate 7: {gate['verifier']} from {gate['folder']}, tau {gate['tau']}")
     return 0
+
+
+def materialise(settings, lake, keys: dict[str, str]) -> str:
+    """refusal_report of (question set, ladder configuration) on the persistent instance;
+    its failure in one line, or ""."""
+    import dagster as dg
+
+    from kg_platform.assets import verification
+    from kg_platform.assets.partitions import ladder_configs, pubmedqa_sets
+    from kg_platform.commands.build_run import materialise_in_order
+    from kg_platform.orchestration.instance import prepare_instance
+
+    instance = prepare_instance(settings)
+    instance.add_dynamic_partitions(pubmedqa_sets.name, [keys["question_set"]])
+    instance.add_dynamic_partitions(ladder_configs.name, [keys["ladder_config"]])
+    steps = [("refusal_report", dg.MultiPartitionKey(keys))]
+    return materialise_in_order(
+        verification.defs.assets, steps, instance, lake.root, "eval refusal"
+    )

@@ -243,13 +243,14 @@ def print_report(report: dict, as_json: bool) -> None:
         print(json.dumps(report))
         return
     model, row = report["verifier_model"], report["scifact"]
-    base = row["baseline"]
+    base, control = row["baseline"], row["controls"]["baseline_shuffled_labels"]
     print(f"verifier_model: {model['verifier']} at {model['path']} (tau {model['tau']})")
     print(
         f"scifact_report: {row['n_claims']} claims, {row['n_pairs']} pairs, "
         f"{row['folds']}-fold out of fold: NOINFO AUROC {row['noinfo_auroc']}, macro-F1 "
         f"{row['macro_f1']}; untrained-encoder baseline {base['noinfo_auroc']} / "
-        f"{base['macro_f1']}"
+        f"{base['macro_f1']}; the baseline on shuffled labels {control['noinfo_auroc']} / "
+        f"{control['macro_f1']}"
     )
     held = report.get("heldout")
     if held is not None:

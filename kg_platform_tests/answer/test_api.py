@@ -92,6 +92,7 @@ def test_assets_materialise_index_and_report(tmp_path) -> None:
 
     from kg_platform.assets.grounding import grounding_index, grounding_report
     from kg_platform.evaluation.common.question_sets import register_question_set
+    from kg_platform.resources.encoder import EncoderResource
     from kg_platform.resources.lake import LakeResource
     from kg_platform.storage.lake import Lake
     from kg_platform_tests.answer.graph_fixture import build_question_graph
@@ -104,7 +105,7 @@ def test_assets_materialise_index_and_report(tmp_path) -> None:
     pubmedqa = require_reference("pubmedqa", "pqal_dev400.json")
     question_set = register_question_set(lake, "pubmedqa", pubmedqa)
     assert question_set.startswith("pqal_dev400-")
-    resources = {"lake": LakeResource(root=lake.root)}
+    resources = {"lake": LakeResource(root=lake.root), "encoder": EncoderResource()}
     with dg.instance_for_test() as instance:
         instance.add_dynamic_partitions("mesh_years", [year])
         instance.add_dynamic_partitions("pubmedqa_sets", [question_set])

@@ -1,26 +1,64 @@
 """`kg eval verification --claims TRAIN --test TEST` through the persistent instance: the
 probe (a tiny BERT frozen) trained on 12 real SciFact training claims as verifier_model, then
-scifact_heldout_report scores 8 other claims once; the same figures as `kg eval scifact
---train TRAIN --test TEST` (the same configuration, saved and reloaded), and a test set that
-shares claims with the training set refused by name before anything runs."""
+scifact_heldout_report scores 8 other claims once, its figures recomputed with scikit-learn;
+and a test set that shares claims with the training set refused by name before anything
+runs."""
 
 from __future__ import annotations
 
 import contextlib
+import csv
 import io
 import json
+from pathlib import Path
 
+import numpy as np
 import pytest
+from sklearn.linear_model import LogisticRegression
+from sklearn.metrics import roc_auc_score
 
+from kg_platform.answer.verifier import (
+    NOINFO,
+    VERDICTS,
+    claim_text_features,
+    read_corpus,
+    scifact_pairs,
+)
+from kg_platform.answer.verifier import read_claims as read_claim_file
 from kg_platform.cli import main
+from kg_platform.embeddings.encoder import Encoder
 from kg_platform.evaluation.common.question_sets import question_set_key
+from kg_platform.evaluation.scifact.verifier_training import file_sha256
 from kg_platform_tests.answer.readers import conftest as reader_fixtures
 from kg_platform_tests.assets.test_verification import write_scifact_slice
 from kg_platform_tests.conftest import use_kg_home
-from kg_platform_tests.evaluation.scifact.test_transfer import split_claims
 
 one_torch_thread = reader_fixtures.one_torch_thread
 tiny_bert = reader_fixtures.tiny_bert
+
+
+def split_claims(claims: Path, folder: Path, first: int) -> tuple[Path, Path]:
+    """The slice's rows of its first ``first`` claim ids, and of the rest, as two CSVs."""
+    with open(claims, encoding="utf-8", newline="") as f:
+        reader = csv.DictReader(f)
+        fields, rows = reader.fieldnames, list(reader)
+    ids = sorted({int(r["id"]) for r in rows})
+    out = []
+    for name, wanted in (("train", set(ids[:first])), ("test", set(ids[first:]))):
+        path = folder / f"claims_{name}_part.csv"
+        with open(path, "w", encoding="utf-8", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=fields)
+            writer.writeheader()
+            writer.writerows(r for r in rows if int(r["id"]) in wanted)
+        out.append(path)
+    return out[0], out[1]
+
+
+def probabilities(fitted: LogisticRegression, x: np.ndarray) -> np.ndarray:
+    """(n, 3) in VERDICTS order, 0 for a verdict the fit never saw, as float32 (the report's)."""
+    out = np.zeros((len(x), 3))
+    out[:, fitted.classes_] = fitted.predict_proba(x)
+    return out.astype(np.float32)
 
 
 def run_cli(home, argv: list[str]) -> tuple[int, str]:
@@ -55,18 +93,39 @@ def test_heldout_report_matches_train_here_score_there(
         question_set_key(train),
         question_set_key(test),
     )
-    # the same configuration trained and scored in one process, nothing saved
-    argv = ["eval", "scifact", "--kind", "probe", "--train", str(train), "--test", str(test)]
-    argv += ["--corpus", str(corpus), "--base-model", str(tiny_bert), "--folds", "2", "--json"]
-    assert main(argv) == 0
-    direct = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert direct["verifier_config"] == held["config"]
-    files = {"train": train, "test": test}
-    for key in ("train", "test"):  # the asset reads the lake's copies of the files
-        assert held[key].pop("claims").endswith(f"/{question_set_key(files[key])}.csv")
-        assert held[key] == {k: v for k, v in direct[key].items() if k != "claims"}, key
-    for key in ("tau", "test_at_tau", "baseline", "controls", "recipe", "train_out_of_fold"):
-        assert held[key] == direct[key], key
+    assert (held["train"]["sha256"], held["test"]["sha256"]) == (
+        file_sha256(train),
+        file_sha256(test),
+    )
+    assert (held["train"]["n_claims"], held["test"]["n_claims"]) == (12, 8)
+    assert held["tau_fitted_on"] == "train, out of fold"
+    # recomputed: the head fitted with scikit-learn on every training pair's features
+    encoder = Encoder(str(tiny_bert), device="cpu")
+    docs = read_corpus(corpus)
+
+    def features_labels(path: Path):
+        pairs = scifact_pairs(read_claim_file(path), docs, seed=0)
+        x = claim_text_features([p.claim for p in pairs], [p.text for p in pairs], encoder.encode)
+        return x, np.array([VERDICTS.index(p.label) for p in pairs])
+
+    (x_train, y_train), (x_test, y_test) = features_labels(train), features_labels(test)
+    assert held["test"]["n_pairs"] == len(y_test) == 16
+    scores = probabilities(
+        LogisticRegression(max_iter=2000, random_state=0).fit(x_train, y_train), x_test
+    )
+    auroc = round(roc_auc_score(y_test == NOINFO, scores[:, NOINFO]), 6)
+    assert held["test"]["noinfo_auroc"] == auroc
+    recall = (scores[:, NOINFO] > held["tau"])[y_test == NOINFO].mean()
+    assert held["test_at_tau"]["noinfo_recall"] == round(float(recall), 6)
+    # the probe is the untrained-encoder baseline; the control is fitted on shuffled labels
+    assert held["baseline"]["noinfo_auroc"] == auroc
+    shuffled = np.random.default_rng(1).permutation(y_train)  # seed + 1, as the report
+    blind = probabilities(
+        LogisticRegression(max_iter=2000, random_state=0).fit(x_train, shuffled), x_test
+    )
+    control = held["controls"]["baseline_shuffled_labels"]
+    assert control["n"] == 16
+    assert control["noinfo_auroc"] == round(roc_auc_score(y_test == NOINFO, blind[:, NOINFO]), 6)
     # a verifier trained on all 20 claims joins the lake: it saw the held-out claims, so
     # the held-out report's blocking check fails, naming it, and nothing is published
     base = ["--corpus", str(corpus), "--recipe", recipe, "--folds", "2"]

@@ -475,30 +475,38 @@ def report_checks(result: GroundingEvaluation) -> list[CheckOutcome]:
     ]
 
 
-def write_grounding_report(
-    lake: Lake, pubmedqa: str | Path, graph_counts: bool = True
-) -> GroundingEvaluation:
-    """Evaluate on ``pubmedqa`` with the lake's MeSH tables (and, with ``graph_counts``, the
-    graph's article counts when one is built); write reports/grounding/{report.md, .json}."""
+def mesh_frames(lake: Lake) -> dict[str, pl.DataFrame]:
+    """The lake's MeSH descriptors, tree and terms; an error names a missing table."""
     frames = {}
     for table in ("descriptors", "tree", "terms"):
         key = f"mesh/{table}.parquet"
         if not lake.exists(key):
             raise FileNotFoundError(f"{lake.path(key)}: materialise `mesh_tables` first")
         frames[table] = pl.from_arrow(lake.read_parquet(key))
-    counts, n_articles, linkable = None, None, None
-    try:
-        if not graph_counts:
-            raise FileNotFoundError("roles from MeSH structure alone")
-        from kg_platform.graph.store import KGStore
+    return frames
 
-        store = KGStore.open(lake)
-        uis = [u.decode("ascii") for u in store.array("mesh_uis")]
-        counts = pl.DataFrame({"ui": uis, "n_articles": store.array("mesh_article_count")})
-        n_articles = store.n_articles
-        linkable = graph_linkable(store)
-    except FileNotFoundError:
-        pass  # no graph: roles from MeSH structure alone
+
+def graph_counts(graph: Lake | None) -> tuple[KGStore | None, pl.DataFrame | None, int | None]:
+    """The graph build's store, article count per descriptor and article total (None
+    without a graph: roles from MeSH structure alone)."""
+    if graph is None:
+        return None, None, None
+    from kg_platform.answer.api import graph_article_counts
+    from kg_platform.graph.store import KGStore
+
+    store = KGStore.open(graph)
+    return store, graph_article_counts(store), store.n_articles
+
+
+def write_grounding_report(
+    lake: Lake, pubmedqa: str | Path, source: str, graph: Lake | None = None
+) -> GroundingEvaluation:
+    """Evaluate on ``pubmedqa`` (named ``source`` in the report) with the lake's MeSH tables,
+    roles from MeSH structure or, given the ``graph`` build's view, from its article counts
+    with the linkable coverage; write reports/grounding/{report.md, report.json}."""
+    frames = mesh_frames(lake)
+    store, counts, n_articles = graph_counts(graph)
+    linkable = None if store is None else graph_linkable(store)
     result = evaluate_with_mesh(
         load_pubmedqa(pubmedqa),
         frames["descriptors"],
@@ -508,7 +516,7 @@ def write_grounding_report(
         n_articles=n_articles,
         linkable=linkable,
     )
-    lake.write_bytes("reports/grounding/report.md", render_report(result, str(pubmedqa)).encode())
+    lake.write_bytes("reports/grounding/report.md", render_report(result, source).encode())
     lake.write_bytes(
         "reports/grounding/report.json", json.dumps(result.to_json(), indent=1).encode()
     )

@@ -20,7 +20,7 @@ import json
 import time
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import polars as pl
@@ -38,16 +38,21 @@ from kg_platform.evaluation.grounding.evaluation import (
     GroundingEvaluation,
     PubmedqaQuestion,
     evaluate_grounding,
+    graph_counts,
+    heading_index,
+    load_pubmedqa,
+    mesh_frames,
 )
 from kg_platform.graph.store import KGStore
-from kg_platform.grounding.grounder import Grounding, question_words
+from kg_platform.grounding.grounder import Grounder, Grounding, question_words
 from kg_platform.grounding.hybrid import DENSE_KIND, HybridGrounder, SpanLink
-from kg_platform.grounding.roles import Role
+from kg_platform.grounding.roles import Role, RoleConfig, assign_roles
 from kg_platform.retrieval.linking import concepts_in_graph, score_pairs
 from kg_platform.storage.lake import Lake
 from kg_platform.text.normalise import normalise
 
 DEFAULT_THRESHOLDS = (0.80, 0.85, 0.90, 0.95)
+REPORT_PREFIX = "reports/grounding/hybrid"  # beside the grounding report of the same partition
 # the threshold rule: the most coverage among thresholds that keep BRIDGE precision at the
 # grounding target of the question-path issue (MIN_PRECISION, in contracts: at least 0.70)
 
@@ -506,3 +511,33 @@ def render_report(evaluation: HybridEvaluation, source: str, command: str = "") 
                 f"| {', '.join(s.example_pmids)} |"
             )
     return "\n".join(lines) + "\n"
+
+
+def evaluate_on_lake(
+    lake: Lake,
+    pubmedqa: str | Path,
+    encoder: Encoder,
+    thresholds: Sequence[float],
+    cache_root: str | Path,
+    graph: Lake | None = None,
+) -> HybridEvaluation:
+    """Lexical vs hybrid on ``pubmedqa`` with the lake's MeSH tables and concept index (see
+    ``provide_concept_index``); roles and the pair selection from the ``graph`` build's view
+    when given, else roles from MeSH structure and no pair selection."""
+    frames = mesh_frames(lake)
+    store, counts, n_articles = graph_counts(graph)
+    concepts, info = provide_concept_index(frames["terms"], encoder, lake, cache_root)
+    descriptors, tree, terms = frames["descriptors"], frames["tree"], frames["terms"]
+    roles = assign_roles(descriptors, tree, RoleConfig(), counts, n_articles)
+    role_of = dict(zip(roles["ui"].to_list(), roles["role"].to_list(), strict=True))
+    hybrid = HybridGrounder(Grounder.from_terms(terms, descriptors), encoder, concepts)
+    questions = load_pubmedqa(pubmedqa)
+    result = evaluate_hybrid(questions, hybrid, role_of, heading_index(terms), thresholds, store)
+    return replace(result, concept_index=info)
+
+
+def write_hybrid_report(lake: Lake, evaluation: HybridEvaluation, source: str) -> None:
+    """reports/grounding/hybrid/{report.md, report.json}, naming the questions ``source``."""
+    lake.write_bytes(f"{REPORT_PREFIX}/report.md", render_report(evaluation, source).encode())
+    payload = json.dumps(evaluation.to_json(), indent=1).encode()
+    lake.write_bytes(f"{REPORT_PREFIX}/report.json", payload)

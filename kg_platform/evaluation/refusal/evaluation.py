@@ -503,8 +503,8 @@ def evaluate_refusal(
     return RefusalReport(controls, ablation, sizes, seed, deletion)
 
 
-def render_report(report: RefusalReport, source: str) -> str:
-    doc = report.to_json()
+def render_report(doc: dict, source: str) -> str:
+    """The terminal summary of a refusal report's document (RefusalReport.to_json)."""
     lo_hi = doc["difference_ci95"]
     ci = f" (95% CI {lo_hi[0]:+.3f} to {lo_hi[1]:+.3f})" if lo_hi else ""
     lines = [

@@ -7,8 +7,10 @@ confidence as predictors of the reader's correctness, read from a posterior cach
 A ladder configuration (``refusal/configs/<key>.json``, key ``ladder-1a2b3c4d``) fixes
 min_paths, the seed, the ablation's set size, the graph build (release x MeSH year; none:
 the newest, or the plain lake), optionally a verifier configuration whose trained model and
-tau switch gate 7 on, and optionally a reader configuration whose posterior cache on the
-question set gives the reader's answers (setting, rule and truncation named here).
+tau (or a local verifier folder, at its saved tau or a given one) switch gate 7 on, whether
+the agent loop is measured beside the one-pass pipeline, and optionally a reader
+configuration whose posterior cache on the question set gives the reader's answers
+(setting, rule and truncation named here). ``kg eval refusal`` registers one from its options.
 
 Certification: the ladder answers the real question at min_paths. Correctness: the reader's
 argmax (no class bias) is the gold label. Both signals are scored by AUROC for correctness
@@ -25,9 +27,11 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import pyarrow
 
+from kg_platform.answer.agent import DEFAULT_HOPS
 from kg_platform.answer.api import AskConfig, KnowledgeGraph
 from kg_platform.answer.ladder import DEFAULT_VERIFIER_TAU, LadderConfig
 from kg_platform.answer.readers.base import LABEL_INDEX, LabelledQuestion
+from kg_platform.answer.verifier import load_verifier
 from kg_platform.checks import CheckOutcome
 from kg_platform.evaluation.common.configs import load_config, register_config
 from kg_platform.evaluation.common.posteriors import (
@@ -44,12 +48,14 @@ from kg_platform.evaluation.common.trained import (
     read_trained_reader,
     read_trained_verifier,
 )
+from kg_platform.evaluation.refusal.agent import evaluate_agent, render_agent
 from kg_platform.evaluation.refusal.evaluation import (
     FAILURE_CLASSES,
     SWEEP_KS,
     RefusalReport,
     evaluate_refusal,
     is_monotone,
+    with_min_paths,
 )
 from kg_platform.graph.layout import CURRENT_POINTER, choose_pair, published_pairs
 from kg_platform.graph.profile import figure_png, new_figure
@@ -70,15 +76,23 @@ class LadderEvalConfig:
     release: str | None = None
     mesh_year: str | None = None
     verifier_config: str = ""  # gate 7 with this configuration's verifier and tau
+    verifier_folder: str = ""  # or with a local verifier folder (as kg ask --verifier)
+    verifier_tau: float | None = None  # gate 7's tau; None: the one saved with the verifier
     reader_config: str = ""  # the posterior cache read for certification vs confidence
     reader_setting: str = "retrieved"
     reader_rule: str = "mean@1"
     reader_truncation: int = 0  # 0: the longest the cache holds
     resamples: int = 10_000
+    agent: bool = False  # also the agent loop (answer/agent.py) beside the one-pass pipeline
+    hops: int = DEFAULT_HOPS  # the agent's hop budget
 
     def __post_init__(self) -> None:
-        if self.min_paths < 1 or self.per_class < 1 or self.resamples < 1:
-            raise ValueError(f"{self}: min_paths, per_class and resamples must be at least 1")
+        if min(self.min_paths, self.per_class, self.resamples, self.hops + 1) < 1:
+            raise ValueError(
+                f"{self}: min_paths, per_class and resamples must be at least 1, hops 0"
+            )
+        if self.verifier_config and self.verifier_folder:
+            raise ValueError(f"{self}: a verifier configuration or a folder, not both")
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -113,15 +127,22 @@ def graph_view(root: Lake, config: LadderEvalConfig) -> tuple[Lake, dict[str, st
 def open_graph(
     root: Lake, config: LadderEvalConfig
 ) -> tuple[KnowledgeGraph, dict[str, str | None], dict | None]:
-    """The configuration's graph opened for asking (gate 7 on with the trained verifier and
-    its tau when it names one), the graph build, and which verifier."""
+    """The configuration's graph opened for asking (gate 7 on with the trained verifier or
+    the verifier folder when it names one, at its tau), the graph build, and which verifier."""
     view, build = graph_view(root, config)
-    verifier, tau, described = None, DEFAULT_VERIFIER_TAU, None
+    verifier, described = None, None
     if config.verifier_config:
         record = read_trained_verifier(root, config.verifier_config)
         verifier = load_trained_verifier(root, record)
-        tau = DEFAULT_VERIFIER_TAU if verifier.tau is None else verifier.tau
-        described = {"config": config.verifier_config, "model": record["model"], "tau": tau}
+        described = {"config": config.verifier_config, "model": record["model"]}
+    elif config.verifier_folder:
+        verifier = load_verifier(config.verifier_folder)
+        described = {"folder": config.verifier_folder, "verifier": verifier.name}
+    saved = getattr(verifier, "tau", None)
+    tau = config.verifier_tau if config.verifier_tau is not None else saved
+    tau = DEFAULT_VERIFIER_TAU if tau is None else float(tau)
+    if described is not None:
+        described["tau"] = tau
     ladder = LadderConfig(min_paths=config.min_paths, verifier_tau=tau)
     kg = KnowledgeGraph.open(view, AskConfig(ladder=ladder), verifier=verifier)
     return kg, build, described
@@ -136,6 +157,10 @@ def refusal_report(
     report = evaluate_refusal(
         kg, questions, config.min_paths, config.seed, config.per_class, config.resamples
     )
+    agent = None
+    if config.agent:
+        graph = with_min_paths(kg, config.min_paths)
+        agent = evaluate_agent(graph, questions, config.hops, config.seed, config.resamples)
     certification = None
     if config.reader_config:
         record = read_trained_reader(root, config.reader_config)
@@ -144,7 +169,7 @@ def refusal_report(
             report, question_set.questions, caches, record["reader"], config
         )
     doc = build_refusal_report(report, question_set.key, config, build, certification, verifier)
-    return doc, report
+    return {**doc, "agent": None if agent is None else agent.to_json()}, report
 
 
 # -- certification vs confidence ------------------------------------------------------------
@@ -350,12 +375,12 @@ def render_plots(doc: dict) -> dict[str, bytes]:
 def render_markdown(doc: dict, plots: dict[str, bytes]) -> str:
     ci = doc["difference_ci95"]
     ci_text = f" (95% CI {ci[0]:+.3f} to {ci[1]:+.3f})" if ci else ""
-    build = doc["graph_build"]
+    build, gate = doc["graph_build"], doc["verifier"]
     lines = [
         f"# Refusal: {doc['question_set']} under {doc['ladder_config']}",
         "",
         f"- graph build: release {build['release']}, MeSH {build['mesh_year']}; "
-        f"verifier (gate 7): {doc['verifier']['config'] if doc['verifier'] else 'off'}",
+        f"verifier (gate 7): {gate.get('config') or gate['folder'] if gate else 'off'}",
         f"- {doc['n']} questions, {doc['n_controls']} with a control twin; min_paths "
         f"{doc['min_paths']}",
         f"- answered: real {percent(doc['real_answered'])}, controls (the leak) "
@@ -408,6 +433,8 @@ def render_markdown(doc: dict, plots: dict[str, bytes]) -> str:
                 f"| {percent(r['coverage'])} | {r['n']} | {percent(r['reader_confidence'])} "
                 f"| {percent(r['graph_certification'])} |"
             )
+    if doc.get("agent"):
+        lines += ["", "## Agent loop", "", "```", *render_agent(doc["agent"]), "```"]
     lines.append("")
     lines += plot_lines(plots)
     return "\n".join(lines) + "\n"

@@ -19,7 +19,6 @@ import numpy as np
 from kg_platform.answer.readers.crossfit import fit_folds, macro_f1_of
 from kg_platform.answer.verifier import (
     NOINFO,
-    RANDOM,
     VERDICTS,
     Embed,
     VerifierPair,
@@ -188,100 +187,3 @@ def out_of_fold_scores(
             pairs, folds, None, seed, features=features, c=recipe.c, max_iter=recipe.max_iter
         )
     return cross_validate_verifier(pairs, folds, seed, recipe, on_fold)
-
-
-@dataclass(frozen=True)
-class ScifactReport:
-    n_claims: int
-    n_claims_scored: int
-    n_pairs: int
-    pair_sources: dict[str, int]
-    folds: int
-    seed: int
-    verifier: VerdictMetrics | None
-    baseline: VerdictMetrics
-    tau: float | None
-    recipe: dict[str, Any]
-    # the baseline fitted on shuffled training labels: the control that cannot carry signal
-    shuffled_control: VerdictMetrics | None = None
-
-    def to_json(self) -> dict:
-        v = self.verifier
-        return {
-            "n_claims": self.n_claims,
-            "n_claims_scored": self.n_claims_scored,
-            "n_pairs": self.n_pairs,
-            "pair_sources": dict(self.pair_sources),
-            "folds": self.folds,
-            "seed": self.seed,
-            "noinfo_auroc": None if v is None else v.to_json()["noinfo_auroc"],
-            "macro_f1": None if v is None else v.to_json()["macro_f1"],
-            "confusion": None if v is None else v.confusion,
-            "noinfo_auroc_hard": None if v is None else v.to_json()["noinfo_auroc_hard"],
-            "tau": self.tau,
-            "baseline": self.baseline.to_json(),
-            "controls": {
-                "baseline_shuffled_labels": None
-                if self.shuffled_control is None
-                else self.shuffled_control.to_json()
-            },
-            "recipe": dict(self.recipe),
-        }
-
-
-def evaluate_scifact(
-    pairs: Sequence[VerifierPair],
-    folds: int,
-    seed: int,
-    recipe: Any | None,
-    embed: Embed | None,
-    on_fold: Callable[[int], None] | None = None,
-    scores: np.ndarray | None = None,
-    features: np.ndarray | None = None,
-) -> ScifactReport:
-    """Cross-validated verifier (skipped when ``recipe`` is None: a ``ClassifierRecipe`` is
-    fine-tuned per fold, a ``VerifierProbeRecipe`` fits its head on the frozen encoder's features)
-    and baseline. ``scores``: the verifier's out-of-fold scores on these claim folds when
-    already computed; ``features``: the baseline's features when already computed."""
-    pairs = list(pairs)
-    fold_of = claim_folds(pairs, folds, seed)
-    labels = labels_of(pairs)
-    hard = np.array([p.source != RANDOM for p in pairs])
-    verifier = tau = None
-    if recipe is not None:
-        if scores is None:
-            scores = out_of_fold_scores(pairs, fold_of, seed, recipe, on_fold=on_fold)
-        scores = np.asarray(scores, dtype=np.float32)
-        if scores.shape != (len(pairs), 3):
-            raise ValueError(f"verifier scores of shape {scores.shape} for {len(pairs)} pairs")
-        verifier = verdict_metrics(scores, labels, hard)
-        tau = round(fit_tau(scores[:, NOINFO], labels), 6)
-    if features is None:
-        features = baseline_features(pairs, embed)
-    baseline = verdict_metrics(
-        baseline_posteriors(pairs, fold_of, embed, seed, features=features), labels, hard
-    )
-    shuffled = baseline_posteriors(
-        pairs, fold_of, embed, seed, shuffle_seed=seed + 1, features=features
-    )
-    shuffled_control = verdict_metrics(shuffled, labels, hard)
-    sources: dict[str, int] = {}
-    for p in pairs:
-        sources[p.source] = sources.get(p.source, 0) + 1
-    claims = {p.claim_id for p in pairs}
-    kind = (
-        None if recipe is None else "probe" if isinstance(recipe, VerifierProbeRecipe) else "minilm"
-    )
-    return ScifactReport(
-        n_claims=len(claims),
-        n_claims_scored=len({p.claim_id for p, f in zip(pairs, fold_of, strict=True) if f >= 0}),
-        n_pairs=len(pairs),
-        pair_sources=dict(sorted(sources.items())),
-        folds=folds,
-        seed=seed,
-        verifier=verifier,
-        baseline=baseline,
-        tau=tau,
-        recipe={"kind": kind, **recipe.to_dict()} if recipe is not None else {},
-        shuffled_control=shuffled_control,
-    )

@@ -27,6 +27,7 @@ from kg_platform.evaluation.common.report_files import (
 from kg_platform.evaluation.common.trained import read_trained_verifier, verifier_trained_key
 from kg_platform.evaluation.scifact.evaluation import (
     Embed,
+    baseline_features,
     baseline_posteriors,
     claim_folds,
     labels_of,
@@ -52,6 +53,7 @@ class VerifierScores:
     pairs: list[VerifierPair]
     oof: np.ndarray  # (n, 3), VERDICTS order
     baseline: np.ndarray  # (n, 3)
+    shuffled: np.ndarray  # (n, 3): the baseline fitted on shuffled labels, the control
 
 
 def aligned_scores(
@@ -80,8 +82,12 @@ def aligned_scores(
             f"verifier configuration {config.key}: its saved folds are not the claim folds "
             f"of seed {config.seed}; materialise verifier_model"
         )
-    baseline = baseline_posteriors(pairs, folds, embed, config.seed)
-    return VerifierScores(config, record, pairs, oof.astype(np.float32), baseline)
+    features = baseline_features(pairs, embed)
+    baseline = baseline_posteriors(pairs, folds, None, config.seed, features=features)
+    shuffled = baseline_posteriors(
+        pairs, folds, None, config.seed, shuffle_seed=config.seed + 1, features=features
+    )
+    return VerifierScores(config, record, pairs, oof.astype(np.float32), baseline, shuffled)
 
 
 def trained_on(lake: Lake, claim_set: str) -> list[tuple[VerifierConfig, dict]]:
@@ -131,6 +137,7 @@ def build_scifact_report(claim_set: ClaimSet, scored: Sequence[VerifierScores]) 
         hard = np.array([p.source != RANDOM for p in s.pairs])
         verifier = verdict_metrics(s.oof, labels, hard).to_json()
         baseline = verdict_metrics(s.baseline, labels, hard).to_json()
+        control = verdict_metrics(s.shuffled, labels, hard).to_json()
         verifiers.append(
             {
                 "config": s.config.key,
@@ -142,6 +149,7 @@ def build_scifact_report(claim_set: ClaimSet, scored: Sequence[VerifierScores]) 
                 "n_claims_scored": len({p.claim_id for p in s.pairs}),
                 **verifier,
                 "baseline": baseline,
+                "controls": {"baseline_shuffled_labels": control},
             }
         )
     return {

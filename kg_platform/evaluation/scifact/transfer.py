@@ -3,7 +3,7 @@ another whose claims it never saw.
 
 Everything that is fitted is fitted on the training set only: the verifier (on every
 training pair), gate 7's tau (on the training set's own K-fold out-of-fold scores, as
-``kg eval scifact --save`` fits it) and the untrained-encoder baseline's head. The test set
+``verifier_model`` fits it) and the untrained-encoder baseline's head. The test set
 is then scored once: NOINFO AUROC, macro-F1, the confusion matrix, and the decision
 ``P(NOINFO) > tau`` at the training tau (its balanced accuracy, NOINFO recall and the
 other verdicts' specificity). Beside it, the control that cannot carry signal: the

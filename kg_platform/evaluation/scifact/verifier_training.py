@@ -16,8 +16,8 @@ configuration (``minilm``, ``probe``) on K-fold out-of-fold scores (each claim s
 model that never saw it), for a saved folder (not trained here) on its scores of the
 training claims.
 
-The same training and folder writing serve ``kg eval scifact --save DIR`` (a claim set read
-from files, ``claim_set_from_files``; the folder written by ``write_verifier_folder``).
+A claim set is read from files by ``claim_set_from_files`` (``kg eval verification`` checks
+a held-out set against it); a trained verifier's folder is written by ``write_verifier_folder``.
 """
 
 from __future__ import annotations
@@ -130,7 +130,7 @@ class VerifierConfig:
     def classifier_recipe(self) -> Any:
         from kg_platform.answer.readers.classifier import ClassifierRecipe
 
-        # the claim is whole; the end of an over-long abstract is cut (as kg eval scifact)
+        # the claim is whole; the end of an over-long abstract is cut
         return ClassifierRecipe(**{"truncation_side": "right", **self.recipe})
 
     def recipe_object(self) -> Any:

@@ -6,16 +6,17 @@ is a command (`kg eval hybrid`), not a test."""
 
 from __future__ import annotations
 
-import argparse
 import gzip
 import json
 from functools import lru_cache
 
+import dagster as dg
 import polars as pl
 import pytest
 
 from kg_platform.embeddings.concepts import ConceptIndex, build_concept_index
 from kg_platform.embeddings.feeder import FeederSettings
+from kg_platform.evaluation.common.question_sets import question_set_key
 from kg_platform.evaluation.grounding.evaluation import (
     PubmedqaQuestion,
     evaluate_grounding,
@@ -199,31 +200,43 @@ def test_pair_selection_keeps_the_supported_pair_and_discards_the_rest(tmp_path)
     assert result.rows[0].pair_selection is None  # lexical row: nothing dense to follow
 
 
-def test_cli_builds_the_concept_index_once_into_the_cache_then_reuses_it(setup, tmp_path, capsys):
-    from kg_platform.commands.eval_hybrid import add_eval_parser
+def test_cli_builds_the_concept_index_once_into_the_cache_then_reuses_it(
+    setup, eval_home, tmp_path, capsys
+):
+    from kg_platform.cli import main
 
     lake, questions, frames, role_of, hybrid = setup
-    bare = Lake(str(tmp_path / "bare"))  # MeSH tables, no concept_index
+    bare = Lake(str(tmp_path / "bare"))  # MeSH 2024 tables, no concept_index, no graph
     for t in ("descriptors", "tree", "terms"):
-        bare.write_parquet(f"mesh/{t}.parquet", lake.read_parquet(f"mesh/{t}.parquet"))
+        bare.write_parquet(f"mesh/2024/{t}.parquet", lake.read_parquet(f"mesh/{t}.parquet"))
+    bare.write_bytes("mesh/2024/manifest.json", b"{}")
     subset = {q.pmid: {"QUESTION": q.question, "MESHES": list(q.headings)} for q in questions[:2]}
     qfile = tmp_path / "dev5.json"
     qfile.write_text(json.dumps(subset))
     cache = tmp_path / "cache"
-    parser = argparse.ArgumentParser()
-    add_eval_parser(parser.add_subparsers())
-    argv = ["hybrid", "--pubmedqa", str(qfile), "--lake", bare.root, "--cache", str(cache)]
-    args = parser.parse_args([*argv, "--json", "--thresholds", "0.6", "0.9"])
-    assert args.func(args) == 0
+    argv = ["eval", "hybrid", "--pubmedqa", str(qfile), "--lake", bare.root, "--cache", str(cache)]
+    assert main([*argv, "--json", "--thresholds", "0.6", "0.9"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["n"] == 2 and [r["threshold"] for r in doc["rows"]] == [None, 0.6, 0.9]
+    assert doc["partition"] == {"release": None, "mesh_year": "2024"}
     assert doc["concept_index"]["built_now"] is True
     assert doc["concept_index"]["location"].startswith(str(cache))
     index, info = provide_concept_index(frames["terms"], packaged_encoder(), bare, cache)
     assert info.built_now is False and info.location == doc["concept_index"]["location"]
     assert len(index.uis) == info.surfaces == doc["concept_index"]["surfaces"]
-    args = parser.parse_args([*argv, "--thresholds", "0"])
-    assert args.func(args) == 2
+    # published by grounding_report, beside its lexical report, on the instance
+    folder = f"reports/grounding/{question_set_key(qfile)}/2024"
+    published = json.loads(bare.read_bytes(f"{folder}/hybrid/report.json"))
+    assert published["rows"] == doc["rows"]
+    lexical = json.loads(bare.read_bytes(f"{folder}/report.json"))
+    assert (lexical["n"], lexical["precision"]) == (2, doc["rows"][0]["grounding"]["precision"])
+    instance = dg.DagsterInstance.from_config(str(eval_home / "dagster"))
+    event = instance.get_latest_materialization_event(dg.AssetKey("grounding_report"))
+    assert event.asset_materialization.metadata["hybrid_thresholds"].value == [0.6, 0.9]
+    # `kg eval grounding` materialises the same asset without the hybrid thresholds
+    assert main(["eval", "grounding", "--pubmedqa", str(qfile), "--lake", bare.root, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {**lexical, "partition": doc["partition"]}
+    assert main([*argv, "--thresholds", "0"]) == 2
     assert "--thresholds [0.0]: each must be in (0, 1]" in capsys.readouterr().err
 
 

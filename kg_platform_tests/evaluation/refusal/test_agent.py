@@ -99,7 +99,7 @@ def test_kg_ask_agent_json_trace(wide, capsys) -> None:  # noqa: F811
     assert "Agent hop 1: broaden (no_path) -> answered" in out
 
 
-def test_kg_eval_refusal_agent_json(wide, tmp_path, capsys) -> None:  # noqa: F811
+def test_kg_eval_refusal_agent_json(wide, eval_home, tmp_path, capsys) -> None:  # noqa: F811
     questions = {
         "1": {"QUESTION": QUESTIONS[0][1], "CONTEXTS": ["c"], "final_decision": "yes"},
         "2": {"QUESTION": QUESTIONS[1][1], "CONTEXTS": ["c"], "final_decision": "no"},

@@ -179,7 +179,7 @@ def test_report_json_carries_the_verifier_class(kg) -> None:
     assert [t["per_class"]["verifier_noinfo"] for t in plain["ablation_tiers"]] == [None] * 4
 
 
-def test_cli_json_last_line(question_lake, tmp_path, capsys) -> None:
+def test_cli_json_last_line(question_lake, eval_home, tmp_path, capsys) -> None:
     questions = {
         "1": {"QUESTION": QUESTIONS[0][1], "CONTEXTS": ["c"], "final_decision": "yes"},
         "2": {"QUESTION": QUESTIONS[1][1], "CONTEXTS": ["c"], "final_decision": "no"},

@@ -27,6 +27,8 @@ from kg_platform_tests.evaluation.refusal.test_evaluation import QUESTIONS
 one_torch_thread = reader_fixtures.one_torch_thread
 tiny_bert = reader_fixtures.tiny_bert
 SAVED_TAU = 0.25
+# each `kg eval refusal` materialises refusal_report on a fresh instance
+pytestmark = pytest.mark.usefixtures("eval_home")
 
 
 @pytest.fixture(scope="module")
@@ -84,8 +86,8 @@ def test_gate_seven_fills_the_verifier_class(question_lake, probe_folder, tmp_pa
 def test_the_tau_saved_with_the_verifier_by_default(
     question_lake, probe_folder, tmp_path, capsys
 ) -> None:
-    code, out, _ = run(question_lake, tmp_path, capsys, "--verifier", str(probe_folder))
-    assert code == 0
+    code, out, err = run(question_lake, tmp_path, capsys, "--verifier", str(probe_folder))
+    assert code == 0, err
     doc = json.loads(out.strip().splitlines()[-1])
     assert doc["verifier"]["tau"] == read_tau(probe_folder) == SAVED_TAU
     assert doc["ablation_monotone"] is True

@@ -9,9 +9,11 @@ import pytest
 from kg_platform.answer.readers.classifier import ClassifierRecipe
 from kg_platform.answer.verifier import EVIDENCE, RANDOM, VERDICTS, VerifierPair
 from kg_platform.evaluation.scifact.evaluation import (
+    baseline_posteriors,
     claim_folds,
-    evaluate_scifact,
     fit_tau,
+    labels_of,
+    out_of_fold_scores,
     verdict_metrics,
 )
 from kg_platform_tests.answer.readers import conftest as reader_fixtures
@@ -66,24 +68,26 @@ def test_metrics_by_hand() -> None:
 
 def test_cross_validation_with_a_tiny_verifier(tiny_bert) -> None:
     recipe = ClassifierRecipe(base_model=str(tiny_bert), epochs=1, batch_size=8, max_length=32)
-    report = evaluate_scifact(_pairs(), 2, 0, recipe, hashed_embed)
-    doc = report.to_json()
-    assert (doc["n_claims"], doc["n_claims_scored"], doc["n_pairs"]) == (10, 10, 30)
-    assert doc["pair_sources"] == {"evidence": 20, "random": 10}
-    assert sum(map(sum, doc["confusion"])) == 30 and 0.0 <= doc["tau"] <= 1.0
-    assert 0.0 <= doc["noinfo_auroc"] <= 1.0
-    # no cited non-evidence here: the hard AUROC (evidence vs cited) has no NOINFO side
-    assert doc["noinfo_auroc_hard"] is None and doc["baseline"]["noinfo_auroc_hard"] is None
+    pairs = _pairs()
+    folds = claim_folds(pairs, 2, 0)
+    scores = out_of_fold_scores(pairs, folds, 0, recipe)
+    labels = labels_of(pairs)
+    verifier = verdict_metrics(scores, labels, np.ones(30, dtype=bool))
+    assert scores.shape == (30, 3) and sum(map(sum, verifier.confusion)) == 30
+    assert 0.0 <= fit_tau(scores[:, 2], labels) <= 1.0
+    assert 0.0 <= verifier.noinfo_auroc <= 1.0
     # the hashed encoder sees the cue word: the baseline separates the classes
-    assert doc["baseline"]["macro_f1"] == 1.0 and doc["baseline"]["noinfo_auroc"] == 1.0
+    baseline = verdict_metrics(baseline_posteriors(pairs, folds, hashed_embed, 0), labels)
+    assert (baseline.macro_f1, baseline.noinfo_auroc) == (1.0, 1.0)
 
 
 def test_the_shuffled_label_control_loses_the_baselines_signal() -> None:
     """The same pairs, folds and features: the baseline reads the cue perfectly; fitted on
     each training fold's labels permuted, it cannot."""
-    report = evaluate_scifact(_pairs(), 2, 0, None, hashed_embed).to_json()
-    assert report["baseline"]["noinfo_auroc"] == 1.0
-    control = report["controls"]["baseline_shuffled_labels"]
+    pairs = _pairs()
+    folds, labels = claim_folds(pairs, 2, 0), labels_of(pairs)
+    shuffled = baseline_posteriors(pairs, folds, hashed_embed, 0, shuffle_seed=1)
+    control = verdict_metrics(shuffled, labels).to_json()
     # 15 training pairs a fold: the permuted fit is as likely to anti-learn as to learn
     assert (control["noinfo_auroc"], control["macro_f1"]) == (0.1875, 0.064073)
     assert control["confusion"] == [[0, 8, 2], [3, 1, 6], [5, 4, 1]]
