@@ -675,11 +675,8 @@ def _kg(home: str, args: list[str], extra_env: dict[str, str] | None = None) -> 
 
 def _instance_file_runs(home: str, names: list[str]) -> dict:
     import dagster as dg
-    from dagster._core.instance.ref import InstanceRef
 
-    with dg.DagsterInstance.from_ref(
-        InstanceRef.from_dir(os.path.join(home, "dagster"))
-    ) as instance:
+    with dg.DagsterInstance.from_config(os.path.join(home, "dagster")) as instance:
         return {
             "per_file_run_s": _file_run_seconds(instance, names),
             **_file_run_counts(instance, names),

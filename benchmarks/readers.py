@@ -38,7 +38,7 @@ from kg_platform.answer.readers import (  # noqa: E402
 from kg_platform.answer.readers.classifier import ClassifierRecipe  # noqa: E402
 from kg_platform.answer.readers.controls import MajorityRecipe  # noqa: E402
 from kg_platform.answer.readers.crossfit import shuffled_label_cross_fit  # noqa: E402
-from kg_platform.answer.readers.cues import CueRecipe, cue_text  # noqa: E402
+from kg_platform.answer.readers.cues import CueRecipe  # noqa: E402
 from kg_platform.answer.readers.probe import ProbeRecipe, frozen_encoder  # noqa: E402
 from kg_platform.settings import reference_data_dir  # noqa: E402
 
@@ -162,7 +162,7 @@ def main() -> int:
     cue_recipe = CueRecipe(truncation_chars=args.truncation, C=args.cue_c)
     start = time.perf_counter()
     cues = cross_fit_posteriors(
-        examples, k, seed, cue_recipe, lambda ex: [cue_text(ex, cue_recipe), ""]
+        examples, k, seed, cue_recipe, lambda ex: [ex.text(cue_recipe.text_field), ""]
     )
     cue_seconds = time.perf_counter() - start
     result["cues"] = {
@@ -171,7 +171,7 @@ def main() -> int:
         "blind": scores(np.stack([p[1] for p in cues.posteriors]), examples),
         "cross_fit_seconds": round(cue_seconds, 2),
         "shuffled_label": shuffled(
-            examples, k, shuffled_seeds, cue_recipe, lambda ex: [cue_text(ex, cue_recipe)]
+            examples, k, shuffled_seeds, cue_recipe, lambda ex: [ex.text(cue_recipe.text_field)]
         ),
     }
     log(f"cues {result['cues']}")

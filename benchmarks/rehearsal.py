@@ -329,10 +329,9 @@ def runs_by_asset(dagster_home: str, since: float) -> dict:
     """The instance's runs started after ``since``: per asset selection, how many, their
     summed and longest wall seconds."""
     import dagster as dg
-    from dagster._core.instance.ref import InstanceRef
 
     out: dict[str, dict] = {}
-    with dg.DagsterInstance.from_ref(InstanceRef.from_dir(dagster_home)) as instance:
+    with dg.DagsterInstance.from_config(dagster_home) as instance:
         for record in instance.get_run_records():
             if not record.start_time or record.start_time < since or not record.end_time:
                 continue
@@ -355,7 +354,6 @@ def timeline(dagster_home: str, since: float) -> dict:
     created, started and ended, each step's own seconds (STEP_START to its end) and the
     seconds each check recorded (the corpus checks time themselves)."""
     import dagster as dg
-    from dagster._core.instance.ref import InstanceRef
 
     step_events = {
         dg.DagsterEventType.STEP_START,
@@ -363,7 +361,7 @@ def timeline(dagster_home: str, since: float) -> dict:
         dg.DagsterEventType.STEP_FAILURE,
     }
     out: dict = {"backfills_submitted_s": [], "runs": []}
-    with dg.DagsterInstance.from_ref(InstanceRef.from_dir(dagster_home)) as instance:
+    with dg.DagsterInstance.from_config(dagster_home) as instance:
         for backfill in instance.get_backfills():
             if backfill.backfill_timestamp >= since:
                 out["backfills_submitted_s"].append(round(backfill.backfill_timestamp - since, 2))

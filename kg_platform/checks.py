@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-# {check name: (what it guards, as the UI shows it, or None; whether a failure blocks)}
-Checks = dict[str, tuple[str | None, bool]]
+# {check name: (what it guards, as the UI shows it; whether a failure blocks)}
+Checks = dict[str, tuple[str, bool]]
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from kg_platform.assets.partitions import (
     scope_for,
 )
 from kg_platform.embeddings.contracts import CONCEPT_CHECKS, INDEX_CHECKS, SHARD_CHECKS
+from kg_platform.orchestration.instance import GPU_POOL
 from kg_platform.orchestration.queues import embedding_queue_tags
 from kg_platform.resources.encoder import EncoderResource
 from kg_platform.resources.lake import LakeResource
@@ -38,7 +39,7 @@ SHARDS_CODE_VERSION = "2"
         )
     ],
     partitions_def=pubmed_files,
-    pool="gpu",
+    pool=GPU_POOL,
     op_tags=embedding_queue_tags(),
     # a backfill hands several files to one run, so super-batches span files
     backfill_policy=dg.BackfillPolicy.multi_run(max_partitions_per_run=16),
@@ -115,7 +116,7 @@ def shard_version(lake, file: str) -> str:
     deps=[dg.AssetDep("embedding_shards", partition_mapping=FILES_TO_RELEASE), "corpus"],
     # 3: the manifest records each array's size and sha256
     code_version="3",
-    pool="gpu",
+    pool=GPU_POOL,
     group_name="embeddings",
     op_tags=embedding_queue_tags(),
     kinds={"numpy"},

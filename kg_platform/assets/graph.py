@@ -30,6 +30,30 @@ def _graph_version(build) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
+def _judged(the_lake, store, delta) -> list:
+    """The graph's checks of the staged build ``store``: its invariants, and the recount
+    against the corpus (``delta``: an update's), whose aggregates run under the fold's memory
+    limit, spilling past it (counting every row of 2.52M records peaked at 1,769-2,572 MiB
+    unbounded, 1,132 MiB under 1GB)."""
+    from kg_platform.graph.checks import check_invariants, recount
+    from kg_platform.pubmed.fold import FOLD_MEMORY_LIMIT_ENV, fold_memory_limit
+
+    the_catalog = Catalog(the_lake)  # in memory: concurrent builds share no database file
+    with tempfile.TemporaryDirectory(prefix="kg-graph-recount-") as spill:
+        try:
+            con = the_catalog.connect(memory_limit=fold_memory_limit(), spill_dir=spill)
+        except ValueError as exc:
+            raise ValueError(f"{FOLD_MEMORY_LIMIT_ENV}: {exc}") from exc
+        try:
+            the_catalog.refresh_views(con)
+            return [
+                check_invariants(store),
+                recount(store, con, named_uis=NAMED_DESCRIPTORS, delta=delta),
+            ]
+        finally:
+            con.close()
+
+
 @dg.asset(
     partitions_def=graph_builds,
     deps=[
@@ -52,9 +76,8 @@ def graph(
     # the step's own libraries (polars, duckdb): loaded here, not with the definitions
     from kg_platform.graph import layout
     from kg_platform.graph.build import build_graph
-    from kg_platform.graph.checks import check_invariants, recount, update_delta
+    from kg_platform.graph.checks import update_delta
     from kg_platform.graph.store import KGStore
-    from kg_platform.pubmed.fold import FOLD_MEMORY_LIMIT_ENV, fold_memory_limit
 
     scope = scope_for(context)
     the_lake = lake.get().scoped(scope)
@@ -76,23 +99,7 @@ def graph(
     build = build_graph(the_lake, provenance=provenance)
     store = KGStore.open(the_lake, build.build_id)
     delta, recounted_from = update_delta(the_lake, published, store)
-    the_catalog = Catalog(the_lake)  # in memory: concurrent builds share no database file
-    # the recount's aggregates run under the fold's memory limit, spilling past it: counting
-    # every row of 2.52M records peaked at 1,769-2,572 MiB unbounded, 1,132 MiB under 1GB
-    limit = fold_memory_limit()
-    with tempfile.TemporaryDirectory(prefix="kg-graph-recount-") as spill:
-        try:
-            con = the_catalog.connect(memory_limit=limit, spill_dir=spill)
-        except ValueError as exc:
-            raise ValueError(f"{FOLD_MEMORY_LIMIT_ENV}: {exc}") from exc
-        try:
-            the_catalog.refresh_views(con)
-            outcomes = [
-                check_invariants(store),
-                recount(store, con, named_uis=NAMED_DESCRIPTORS, delta=delta),
-            ]
-        finally:
-            con.close()
+    outcomes = _judged(the_lake, store, delta)
     results = check_results(context, outcomes, f"graph build {build.build_id}")
     layout.publish(the_lake, build.build_id)
     s = build.stats

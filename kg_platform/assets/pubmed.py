@@ -22,6 +22,7 @@ from kg_platform.assets.partitions import (
     scope_for,
 )
 from kg_platform.assets.table_metadata import table_metadata
+from kg_platform.orchestration.instance import NCBI_POOL
 from kg_platform.orchestration.queues import parse_queue_tags
 from kg_platform.pubmed import tables as pubmed_tables_domain
 from kg_platform.pubmed.contracts import CORPUS_CHECKS, TABLE_CHECKS
@@ -110,7 +111,7 @@ FILE_SPECS = [
     check_specs=check_specs("pubmed_tables", TABLE_CHECKS, pubmed_files),
     partitions_def=pubmed_files,
     can_subset=True,
-    pool="ncbi",
+    pool=NCBI_POOL,
     op_tags=parse_queue_tags(),
     backfill_policy=dg.BackfillPolicy.multi_run(max_partitions_per_run=FILES_PER_RUN),
 )

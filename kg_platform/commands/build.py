@@ -96,14 +96,6 @@ def release_files(settings: Settings, first: int | None) -> list[str]:
     return [f.name for f in files][:first] if first else [f.name for f in files]
 
 
-def cuda_available() -> bool:
-    try:
-        import torch
-    except ImportError:
-        return False
-    return bool(torch.cuda.is_available())
-
-
 def ensure_synthetic(settings: Settings) -> None:
     folder = Path(settings.pubmed_source)
     if not synthetic_pending(settings):
@@ -320,6 +312,8 @@ def observe_source(defs, instance) -> None:
 def choose_selection(args: argparse.Namespace):
     import dagster as dg
 
+    from kg_platform.orchestration.deployment import gpu_present
+
     if args.select:
         return dg.AssetSelection.from_string(args.select)
     selection = dg.AssetSelection.all()
@@ -327,7 +321,7 @@ def choose_selection(args: argparse.Namespace):
         # evaluation reports read the reference question sets, not the sources
         print(f"no reference data at {reference_data_dir()}: skipping evaluation reports")
         selection = selection - dg.AssetSelection.groups("evaluation")
-    if not cuda_available():
+    if not gpu_present():
         print(
             "no GPU: skipping the dense layer (embeddings); add it with --select 'group:embeddings'"
         )

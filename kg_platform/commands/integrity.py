@@ -21,6 +21,7 @@ Three levels, cheapest first:
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -73,13 +74,31 @@ class Published:
     hashed: Callable[[Lake, Materialised | None], str | None]
 
 
+def _deferred(function: str, first: bool = False, **kwargs) -> Callable[..., str | None]:
+    """``module:name``, imported when first called (the domain modules load numpy and Polars;
+    `kg status` imports this one at start), called on the lake with ``kwargs``; with
+    ``first``, the first line of the list it returns, or None."""
+    module, name = function.split(":")
+
+    def call(lake: Lake, *_) -> str | None:
+        found = getattr(importlib.import_module(module), name)(lake, **kwargs)
+        return (found[0] if found else None) if first else found
+
+    return call
+
+
+def _listed(module: str, manifest: str, *others: str) -> Callable[[Lake], list[str]]:
+    """The keys named ``manifest`` and ``others`` in ``module``, when the manifest is
+    published (none before)."""
+
+    def keys(lake: Lake) -> list[str]:
+        found = [getattr(importlib.import_module(module), n) for n in (manifest, *others)]
+        return found if lake.exists(found[0]) else []
+
+    return keys
+
+
 # -- the graph build -----------------------------------------------------------------------
-def _graph_cheap(lake: Lake) -> str | None:
-    from kg_platform.graph.layout import published_problem
-
-    return published_problem(lake)
-
-
 def _graph_files(lake: Lake) -> list[str]:
     from kg_platform.graph.layout import (
         CURRENT_POINTER,
@@ -94,12 +113,6 @@ def _graph_files(lake: Lake) -> list[str]:
     build_id = current_build_id(lake)
     arrays = read_manifest(lake, build_id)["arrays"]
     return [CURRENT_POINTER, manifest_key(build_id), *(array_key(build_id, a) for a in arrays)]
-
-
-def _graph_hashed(lake: Lake, _: Materialised | None) -> str | None:
-    from kg_platform.graph.layout import published_problem
-
-    return published_problem(lake, verify=True)
 
 
 # -- the corpus tables ---------------------------------------------------------------------
@@ -145,68 +158,27 @@ def _corpus_hashed(lake: Lake, materialised: Materialised | None) -> str | None:
     )
 
 
-# -- the embedding index -------------------------------------------------------------------
-def _embedding_cheap(lake: Lake) -> str | None:
-    from kg_platform.embeddings.index import index_problem
-
-    return index_problem(lake)
-
-
-def _embedding_files(lake: Lake) -> list[str]:
-    from kg_platform.embeddings.index import INDEX_MANIFEST, INDEX_PMIDS, INDEX_VECTORS
-
-    if not lake.exists(INDEX_MANIFEST):
-        return []
-    return [INDEX_MANIFEST, INDEX_PMIDS, INDEX_VECTORS]
-
-
-def _embedding_hashed(lake: Lake, _: Materialised | None) -> str | None:
-    from kg_platform.embeddings.index import index_hash_problems
-
-    problems = index_hash_problems(lake)
-    return problems[0] if problems else None
-
-
-# -- the grounding index -------------------------------------------------------------------
-def _grounding_cheap(lake: Lake) -> str | None:
-    from kg_platform.grounding.index import published_problem
-
-    return published_problem(lake)
-
-
-def _grounding_files(lake: Lake) -> list[str]:
-    from kg_platform.grounding.index import INDEX_KEY, MANIFEST_KEY, SURFACES_KEY
-
-    if not lake.exists(MANIFEST_KEY):
-        return []
-    return [MANIFEST_KEY, SURFACES_KEY, INDEX_KEY]
-
-
-def _grounding_hashed(lake: Lake, _: Materialised | None) -> str | None:
-    from kg_platform.grounding.index import hash_problems
-
-    problems = hash_problems(lake)
-    return problems[0] if problems else None
-
-
 CHECKED: dict[str, Published] = {
     "graph": Published(
-        lambda lake, p: lake.scoped(**_dimensions(p)), _graph_cheap, _graph_files, _graph_hashed
+        lambda lake, p: lake.scoped(**_dimensions(p)),
+        _deferred("kg_platform.graph.layout:published_problem"),
+        _graph_files,
+        _deferred("kg_platform.graph.layout:published_problem", verify=True),
     ),
     "corpus": Published(
         lambda lake, p: lake.scoped(release=p), _corpus_cheap, _corpus_files, _corpus_hashed
     ),
     "embedding_index": Published(
         lambda lake, p: lake.scoped(release=p),
-        _embedding_cheap,
-        _embedding_files,
-        _embedding_hashed,
+        _deferred("kg_platform.embeddings.index:index_problem"),
+        _listed("kg_platform.embeddings.index", "INDEX_MANIFEST", "INDEX_PMIDS", "INDEX_VECTORS"),
+        _deferred("kg_platform.embeddings.index:index_hash_problems", first=True),
     ),
     "grounding_index": Published(
         lambda lake, p: lake.scoped(mesh_year=p),
-        _grounding_cheap,
-        _grounding_files,
-        _grounding_hashed,
+        _deferred("kg_platform.grounding.index:published_problem"),
+        _listed("kg_platform.grounding.index", "MANIFEST_KEY", "SURFACES_KEY", "INDEX_KEY"),
+        _deferred("kg_platform.grounding.index:hash_problems", first=True),
     ),
 }
 

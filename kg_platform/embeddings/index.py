@@ -66,20 +66,13 @@ class IndexBuild:
         return self.gap == self.missing_vectors
 
 
-def build_index(
-    lake: Lake,
-    fingerprint: str,
-    block_rows: int = 1 << 20,
-    stride: int = 1024,
-) -> IndexBuild:
-    """Consolidate the verified shards of model ``fingerprint`` into the index."""
-    started = time.perf_counter()
-    expected = quotable_pmids_by_file(lake)
-
-    # pass 1: verify, size, and sample the PMID space
-    accepted: list[tuple[np.ndarray, np.ndarray]] = []  # (pmids memmap, vectors memmap)
+def _verified_shards(
+    lake: Lake, expected: dict[str, np.ndarray], fingerprint: str
+) -> tuple[list[tuple[np.ndarray, np.ndarray]], dict[str, str], int]:
+    """The non-empty shards of model ``fingerprint`` that verify (cheaply) for the files of
+    ``expected`` as (pmids, vectors) memmaps; the files without one, with why; the dim."""
+    accepted: list[tuple[np.ndarray, np.ndarray]] = []
     missing: dict[str, str] = {}
-    samples: list[np.ndarray] = []
     dim = 0
     for file, pmids in expected.items():
         status = verify_shard(lake, file, pmids, fingerprint, deep=False)
@@ -96,7 +89,60 @@ def build_index(
             )
         dim = int(shard_vectors.shape[1])
         accepted.append((shard_pmids, shard_vectors))
-        samples.append(np.asarray(shard_pmids[::stride]))
+    return accepted, missing, dim
+
+
+def _merge_blocks(
+    accepted: list[tuple[np.ndarray, np.ndarray]],
+    lows: np.ndarray,
+    highs: np.ndarray,
+    out_pmids: np.ndarray,
+    out_vectors: np.ndarray,
+) -> int:
+    """Write the shards' rows into the outputs in PMID order, one PMID block [low, high) at
+    a time (only that block's rows in memory); the rows written. A PMID in two shards is an
+    IndexBuildError."""
+    bounds = [(int(p[0]), int(p[-1])) for p, _ in accepted]
+    row = 0
+    for low, high in zip(lows, highs, strict=True):
+        block_pmids: list[np.ndarray] = []
+        block_vectors: list[np.ndarray] = []
+        for (first, last), (pmids, vectors) in zip(bounds, accepted, strict=True):
+            if last < low or first >= high:
+                continue
+            lo, hi = np.searchsorted(pmids, [low, high], side="left")
+            if hi > lo:
+                block_pmids.append(np.asarray(pmids[lo:hi]))
+                block_vectors.append(np.asarray(vectors[lo:hi]))
+        if not block_pmids:
+            continue
+        pmids = np.concatenate(block_pmids)
+        order = np.argsort(pmids, kind="stable")
+        pmids = pmids[order]
+        duplicated = pmids[1:][np.diff(pmids) == 0]
+        if len(duplicated):
+            raise IndexBuildError(
+                f"{SHARDS}: PMIDs in more than one shard, e.g. {duplicated[:5].tolist()}"
+            )
+        n = len(pmids)
+        out_pmids[row : row + n] = pmids
+        out_vectors[row : row + n] = np.concatenate(block_vectors)[order]
+        row += n
+    return row
+
+
+def build_index(
+    lake: Lake,
+    fingerprint: str,
+    block_rows: int = 1 << 20,
+    stride: int = 1024,
+) -> IndexBuild:
+    """Consolidate the verified shards of model ``fingerprint`` into the index."""
+    started = time.perf_counter()
+    expected = quotable_pmids_by_file(lake)
+
+    # pass 1: verify, size, and sample the PMID space
+    accepted, missing, dim = _verified_shards(lake, expected, fingerprint)
     total = sum(len(p) for p, _ in accepted)
     quotable = sum(len(p) for p in expected.values())
     missing_vectors = sum(len(expected[f]) for f in missing)
@@ -106,7 +152,7 @@ def build_index(
             f"({len(missing)} files without one); materialise embedding_shards first"
         )
 
-    sample = np.unique(np.concatenate(samples))
+    sample = np.unique(np.concatenate([np.asarray(p[::stride]) for p, _ in accepted]))
     step = max(1, block_rows // stride)
     boundaries = sample[step::step]
     lows = np.concatenate([[np.iinfo(np.int64).min], boundaries])
@@ -124,32 +170,7 @@ def build_index(
         out_pmids = np.lib.format.open_memmap(
             os.path.join(staging, "pmids.npy"), mode="w+", dtype=np.int64, shape=(total,)
         )
-        bounds = [(int(p[0]), int(p[-1])) for p, _ in accepted]
-        row = 0
-        for low, high in zip(lows, highs, strict=True):
-            block_pmids: list[np.ndarray] = []
-            block_vectors: list[np.ndarray] = []
-            for (first, last), (pmids, vectors) in zip(bounds, accepted, strict=True):
-                if last < low or first >= high:
-                    continue
-                lo, hi = np.searchsorted(pmids, [low, high], side="left")
-                if hi > lo:
-                    block_pmids.append(np.asarray(pmids[lo:hi]))
-                    block_vectors.append(np.asarray(vectors[lo:hi]))
-            if not block_pmids:
-                continue
-            pmids = np.concatenate(block_pmids)
-            order = np.argsort(pmids, kind="stable")
-            pmids = pmids[order]
-            duplicated = pmids[1:][np.diff(pmids) == 0]
-            if len(duplicated):
-                raise IndexBuildError(
-                    f"{SHARDS}: PMIDs in more than one shard, e.g. {duplicated[:5].tolist()}"
-                )
-            n = len(pmids)
-            out_pmids[row : row + n] = pmids
-            out_vectors[row : row + n] = np.concatenate(block_vectors)[order]
-            row += n
+        row = _merge_blocks(accepted, lows, highs, out_pmids, out_vectors)
         if row != total:
             raise IndexBuildError(f"{INDEX}: wrote {row} rows, expected {total}")
         out_vectors.flush()

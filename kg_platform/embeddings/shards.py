@@ -10,7 +10,6 @@ sealed shard that still matches the corpus and the model is skipped.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import time
 from collections.abc import Iterator, Sequence
@@ -23,6 +22,7 @@ import pyarrow.parquet as pq
 from kg_platform.checks import CheckOutcome
 from kg_platform.embeddings.encoder import Encoder
 from kg_platform.embeddings.feeder import FeederSettings, FeederStats, embed_stream
+from kg_platform.storage.digest import array_sha256
 from kg_platform.storage.lake import Lake
 
 CORPUS_ARTICLES = "corpus/articles.parquet"
@@ -137,7 +137,7 @@ def verify_shard(
         return ShardStatus(file, False, "vector, PMID and sealed counts disagree")
     if not np.array_equal(pmids, expected_pmids):
         return ShardStatus(file, False, "stale: PMIDs differ from the corpus")
-    if deep and meta.get("vectors_sha256") != _sha256(vectors):
+    if deep and meta.get("vectors_sha256") != array_sha256(vectors):
         return ShardStatus(file, False, "vectors checksum mismatch")
     return ShardStatus(file, True, "verified")
 
@@ -164,7 +164,7 @@ def write_shard(
         "count": len(pmids),
         "dim": int(vectors.shape[1]),
         "fingerprint": fingerprint,
-        "vectors_sha256": _sha256(vectors),
+        "vectors_sha256": array_sha256(vectors),
     }
     status = verify_shard(lake, file, pmids, fingerprint, seal=meta)
     if status.done:
@@ -264,7 +264,3 @@ def _embed_by_file(
                 filled = 0
                 if current < len(todo):
                     buffer = np.empty((len(todo[current].texts), encoder.dim), dtype=np.float16)
-
-
-def _sha256(vectors: np.ndarray) -> str:
-    return hashlib.sha256(np.ascontiguousarray(vectors).tobytes()).hexdigest()

@@ -170,6 +170,7 @@ def _article_totals(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
 
 
 def _totals(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
+    """Every total from DuckDB: the per-article ones, and the edges' over the articles."""
     row = con.execute(
         f"""
         WITH cit AS (
@@ -181,21 +182,16 @@ def _totals(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
             WHERE pmid IN (SELECT pmid FROM articles) GROUP BY pmid, descriptor_ui
         )
         SELECT
-            (SELECT count(*) FROM articles),
-            (SELECT count(*) FROM articles WHERE has_abstract),
             (SELECT count(*) FROM (SELECT DISTINCT citing_pmid, cited_pmid FROM cit)),
             (SELECT count(*) FROM citations) - (SELECT count(*) FROM cit),
             (SELECT count(*) FROM pairs),
             (SELECT count(*) FROM pairs WHERE major),
-            (SELECT count(DISTINCT descriptor_ui) FROM pairs),
-            (SELECT count(*) FROM articles WHERE pmid IN (
-                SELECT pmid FROM corrections WHERE ref_type = '{layout.RETRACTION_REF_TYPE}'
-                UNION SELECT pmid FROM pubtypes WHERE name = '{layout.RETRACTED_PUBTYPE}')),
-            (SELECT count(*) FROM articles WHERE pmid IN (
-                SELECT pmid FROM corrections WHERE ref_type = '{layout.CONCERN_REF_TYPE}'))
+            (SELECT count(DISTINCT descriptor_ui) FROM pairs)
         """
     ).fetchone()
-    return dict(zip(TOTALS, (int(v) for v in row), strict=True))
+    edges = [name for name in TOTALS if name not in _ARTICLE_TOTALS]
+    totals = {**_article_totals(con), **dict(zip(edges, (int(v) for v in row), strict=True))}
+    return {name: totals[name] for name in TOTALS}
 
 
 def _store_totals(store: KGStore) -> dict[str, int]:
@@ -459,6 +455,100 @@ def _delta_totals(
     return totals, problems + mesh_problems, compared, present
 
 
+def _chosen_descriptors(
+    store: KGStore, rng: np.random.Generator, sample: int, named_uis: tuple[str, ...], full: bool
+) -> tuple[list[int], list[str]]:
+    """The descriptors to recount: ``sample`` random annotated ones, the largest and the
+    named ones the build holds (none without ``full``); and those named ones."""
+    counts = store.array("mesh_article_count")
+    annotated = np.flatnonzero(counts) if full else np.zeros(0, dtype=np.int64)
+    chosen = set(rng.choice(annotated, min(sample, annotated.size), replace=False).tolist())
+    if annotated.size:
+        chosen.add(int(np.argmax(counts)))
+    named_here = []
+    for ui in named_uis:  # a handful of names, not rows
+        with contextlib.suppress(KeyError):
+            d = store.desc_idx(ui)
+            named_here.append(ui)
+            if full:
+                chosen.add(d)
+    return sorted(chosen), named_here
+
+
+def _descriptor_mismatches(
+    store: KGStore, con: duckdb.DuckDBPyConnection, ds: list[int]
+) -> list[str]:
+    """A line for each descriptor of ``ds`` whose articles or major articles in the arrays
+    are not DuckDB's count of them."""
+    counts = store.array("mesh_article_count")
+    mismatches = []
+    uis = [store.mesh_ui(d) for d in ds]
+    sql = dict.fromkeys(uis, (0, 0))
+    for ui, n_art, n_major in con.execute(
+        f"""SELECT descriptor_ui, count(DISTINCT pmid),
+                   count(DISTINCT pmid) FILTER (WHERE {_MAJOR})
+            FROM mesh_edges WHERE descriptor_ui IN (SELECT unnest(?))
+              AND pmid IN (SELECT pmid FROM articles)
+            GROUP BY descriptor_ui""",
+        [uis],
+    ).fetchall():
+        sql[ui] = (int(n_art), int(n_major))
+    for d, ui in zip(ds, uis, strict=True):
+        got = (store.articles_of(d).size, store.articles_of(d, major_only=True).size)
+        if got != sql[ui] or int(counts[d]) != got[0]:
+            mismatches.append(f"descriptor {ui}: arrays {got}, DuckDB {sql[ui]}")
+    return mismatches
+
+
+def _article_mismatches(
+    store: KGStore, con: duckdb.DuckDBPyConnection, idxs: list[int]
+) -> list[str]:
+    """A line for each article of ``idxs`` whose cited articles, in-degree or headings in the
+    arrays are not DuckDB's, and for each title that differs (``_title_mismatches``)."""
+    pmids = [store.pmid(i) for i in idxs]
+    sql_deg: dict[int, tuple] = dict.fromkeys(pmids, ((), 0, ()))
+    # each side filtered to the sampled PMIDs before it is made distinct: one scan of each
+    # table, not a distinct set of every citation
+    for pmid, cited, in_deg, uis_of in con.execute(
+        """WITH s AS (SELECT unnest(?) AS pmid),
+                near AS MATERIALIZED (
+                    SELECT citing_pmid, cited_pmid FROM citations
+                    WHERE citing_pmid IN (SELECT pmid FROM s) OR cited_pmid IN (SELECT pmid FROM s)),
+                pairs AS MATERIALIZED (
+                    SELECT DISTINCT citing_pmid, cited_pmid FROM near
+                    WHERE citing_pmid IN (SELECT pmid FROM articles)
+                      AND cited_pmid IN (SELECT pmid FROM articles)),
+                outgoing AS (
+                    SELECT citing_pmid AS pmid, list(cited_pmid ORDER BY cited_pmid) AS l
+                    FROM pairs WHERE citing_pmid IN (SELECT pmid FROM s) GROUP BY 1),
+                incoming AS (
+                    SELECT cited_pmid AS pmid, count(*) AS n
+                    FROM pairs WHERE cited_pmid IN (SELECT pmid FROM s) GROUP BY 1),
+                headings AS (
+                    SELECT pmid, list(DISTINCT descriptor_ui ORDER BY descriptor_ui) AS l
+                    FROM mesh_edges WHERE pmid IN (SELECT pmid FROM s) GROUP BY 1)
+           SELECT s.pmid, outgoing.l, coalesce(incoming.n, 0), headings.l
+           FROM s LEFT JOIN outgoing USING (pmid) LEFT JOIN incoming USING (pmid)
+                  LEFT JOIN headings USING (pmid)""",
+        [pmids],
+    ).fetchall():
+        sql_deg[int(pmid)] = (tuple(cited or ()), int(in_deg), tuple(uis_of or ()))
+    mismatches = _title_mismatches(store, con, pmids)
+    pmid_of = store.array("pmids")
+    for i, pmid in zip(idxs, pmids, strict=True):
+        # exact neighbour lists for the outgoing side (short), the count for the incoming one
+        got = (
+            tuple(int(p) for p in pmid_of[store.cites(i)]),
+            int(store.cited_by(i).size),
+            tuple(store.mesh_ui(int(d)) for d in store.mesh_of(i)),
+        )
+        if got != sql_deg[pmid]:
+            mismatches.append(
+                f"PMID {pmid} (cites, in-degree, MeSH): arrays {got}, DuckDB {sql_deg[pmid]}"
+            )
+    return mismatches
+
+
 def recount(
     store: KGStore,
     con: duckdb.DuckDBPyConnection,
@@ -491,36 +581,9 @@ def recount(
             label = "DuckDB" if name in _ARTICLE_TOTALS else source
             mismatches.append(f"{name}: arrays {arr_totals[name]}, {label} {expected}")
 
-    # descriptors: random annotated ones, the largest, and the named ones (an update's
-    # build: every descriptor was compared above)
-    counts = store.array("mesh_article_count")
-    annotated = np.flatnonzero(counts) if delta is None else np.zeros(0, dtype=np.int64)
-    chosen = set(rng.choice(annotated, min(sample, annotated.size), replace=False).tolist())
-    if annotated.size:
-        chosen.add(int(np.argmax(counts)))
-    named_here = []
-    for ui in named_uis:  # a handful of names, not rows
-        with contextlib.suppress(KeyError):
-            d = store.desc_idx(ui)
-            named_here.append(ui)
-            if delta is None:
-                chosen.add(d)
-    ds = sorted(chosen)
-    uis = [store.mesh_ui(d) for d in ds]
-    sql = dict.fromkeys(uis, (0, 0))
-    for ui, n_art, n_major in con.execute(
-        f"""SELECT descriptor_ui, count(DISTINCT pmid),
-                   count(DISTINCT pmid) FILTER (WHERE {_MAJOR})
-            FROM mesh_edges WHERE descriptor_ui IN (SELECT unnest(?))
-              AND pmid IN (SELECT pmid FROM articles)
-            GROUP BY descriptor_ui""",
-        [uis],
-    ).fetchall():
-        sql[ui] = (int(n_art), int(n_major))
-    for d, ui in zip(ds, uis, strict=True):
-        got = (store.articles_of(d).size, store.articles_of(d, major_only=True).size)
-        if got != sql[ui] or int(counts[d]) != got[0]:
-            mismatches.append(f"descriptor {ui}: arrays {got}, DuckDB {sql[ui]}")
+    # an update's build: every descriptor was compared above
+    ds, named_here = _chosen_descriptors(store, rng, sample, named_uis, full=delta is None)
+    mismatches += _descriptor_mismatches(store, con, ds)
 
     # articles: random ones, highest out/in degree, and the named ones
     n = store.n_articles
@@ -533,47 +596,7 @@ def recount(
         chosen_pmids = rng.choice(present, min(sample, present.size), replace=False)
         picked |= {store.idx(int(p)) for p in chosen_pmids}
     idxs = sorted(picked)
-    pmids = [store.pmid(i) for i in idxs]
-    sql_deg: dict[int, tuple] = dict.fromkeys(pmids, ((), 0, ()))
-    # each side filtered to the sampled PMIDs before it is made distinct: one scan of each
-    # table, not a distinct set of every citation
-    for pmid, cited, in_deg, uis_of in con.execute(
-        """WITH s AS (SELECT unnest(?) AS pmid),
-                near AS MATERIALIZED (
-                    SELECT citing_pmid, cited_pmid FROM citations
-                    WHERE citing_pmid IN (SELECT pmid FROM s) OR cited_pmid IN (SELECT pmid FROM s)),
-                pairs AS MATERIALIZED (
-                    SELECT DISTINCT citing_pmid, cited_pmid FROM near
-                    WHERE citing_pmid IN (SELECT pmid FROM articles)
-                      AND cited_pmid IN (SELECT pmid FROM articles)),
-                outgoing AS (
-                    SELECT citing_pmid AS pmid, list(cited_pmid ORDER BY cited_pmid) AS l
-                    FROM pairs WHERE citing_pmid IN (SELECT pmid FROM s) GROUP BY 1),
-                incoming AS (
-                    SELECT cited_pmid AS pmid, count(*) AS n
-                    FROM pairs WHERE cited_pmid IN (SELECT pmid FROM s) GROUP BY 1),
-                headings AS (
-                    SELECT pmid, list(DISTINCT descriptor_ui ORDER BY descriptor_ui) AS l
-                    FROM mesh_edges WHERE pmid IN (SELECT pmid FROM s) GROUP BY 1)
-           SELECT s.pmid, outgoing.l, coalesce(incoming.n, 0), headings.l
-           FROM s LEFT JOIN outgoing USING (pmid) LEFT JOIN incoming USING (pmid)
-                  LEFT JOIN headings USING (pmid)""",
-        [pmids],
-    ).fetchall():
-        sql_deg[int(pmid)] = (tuple(cited or ()), int(in_deg), tuple(uis_of or ()))
-    mismatches += _title_mismatches(store, con, pmids)
-    pmid_of = store.array("pmids")
-    for i, pmid in zip(idxs, pmids, strict=True):
-        # exact neighbour lists for the outgoing side (short), the count for the incoming one
-        got = (
-            tuple(int(p) for p in pmid_of[store.cites(i)]),
-            int(store.cited_by(i).size),
-            tuple(store.mesh_ui(int(d)) for d in store.mesh_of(i)),
-        )
-        if got != sql_deg[pmid]:
-            mismatches.append(
-                f"PMID {pmid} (cites, in-degree, MeSH): arrays {got}, DuckDB {sql_deg[pmid]}"
-            )
+    mismatches += _article_mismatches(store, con, idxs)
 
     meta: dict[str, int | float | str] = {
         "mode": "full" if delta is None else "update",

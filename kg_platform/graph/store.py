@@ -13,8 +13,6 @@ import numpy as np
 from kg_platform.graph import layout
 from kg_platform.storage.lake import Lake
 
-QUOTABLE, RETRACTED, CONCERN = layout.QUOTABLE, layout.RETRACTED, layout.CONCERN
-
 
 @dataclass(frozen=True)
 class Expansion:
@@ -140,18 +138,6 @@ class KGStore:
     # -- per node -------------------------------------------------------------------------
     def year(self, i: int) -> int:
         return int(self.array("year")[i])
-
-    def has_flag(self, i: int, bit: int) -> bool:
-        return bool(self.array("flags")[i] & bit)
-
-    def is_quotable(self, i: int) -> bool:
-        return self.has_flag(i, QUOTABLE)
-
-    def is_retracted(self, i: int) -> bool:
-        return self.has_flag(i, RETRACTED)
-
-    def has_concern(self, i: int) -> bool:
-        return self.has_flag(i, CONCERN)
 
     # -- titles (format 2) ----------------------------------------------------------------
     @property

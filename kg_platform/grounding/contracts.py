@@ -6,7 +6,8 @@ from kg_platform.checks import Checks
 # each guards every question grounded against the index: a failure leaves the last good one
 CHECKS: Checks = {
     "every_surface_unique_and_mapped": (
-        "one descriptor per surface; every descriptor with a name is reachable",
+        "each surface stands once, for one descriptor of mesh/descriptors; every descriptor "
+        "with a name has a surface",
         True,
     ),
     "index_round_trips": (

@@ -68,15 +68,40 @@ def build_grounding_index(lake: Lake) -> tuple[GroundingIndexStats, list[CheckOu
         common_words=len(COMMON_WORD_GUARD),
         index_bytes=size,
     )
-    mapped = CheckOutcome(
-        "every_surface_unique_and_mapped",
-        stats.surfaces > 0 and stats.descriptors_reachable > 0,
-        f"{stats.surfaces} surfaces, {stats.descriptors_reachable} descriptors reachable",
-    )
-    checks = [mapped, *index_checks(lake, surfaces, frames["descriptors"])]
+    checks = [
+        surfaces_mapped(surfaces, frames["descriptors"]),
+        *index_checks(lake, surfaces, frames["descriptors"]),
+    ]
     manifest = {**asdict(stats), "files": published_files(lake, surfaces.height)}
     lake.write_bytes(MANIFEST_KEY, json.dumps(manifest, indent=1).encode())
     return stats, checks
+
+
+def surfaces_mapped(surfaces: pl.DataFrame, descriptors: pl.DataFrame) -> CheckOutcome:
+    """``every_surface_unique_and_mapped``: each surface key stands once (one descriptor),
+    names a descriptor of mesh/descriptors, and every descriptor with a name has a surface."""
+    problems = []
+    if surfaces.is_empty():
+        problems.append("no surfaces")
+    repeated = surfaces.height - surfaces["key"].n_unique()
+    if repeated:
+        problems.append(f"{repeated} surface key(s) stand more than once")
+    unknown = surfaces.filter(~pl.col("ui").is_in(descriptors["ui"].implode()))["ui"].unique()
+    if unknown.len():
+        problems.append(f"{unknown.len()} UI(s) not in mesh/descriptors, e.g. {unknown.min()}")
+    named = descriptors.filter(pl.col("name").str.len_chars() > 0)["ui"]
+    unreachable = named.filter(~named.is_in(surfaces["ui"].implode()))
+    if unreachable.len():
+        problems.append(
+            f"{unreachable.len()} named descriptor(s) without a surface, e.g. {unreachable.min()}"
+        )
+    return CheckOutcome(
+        "every_surface_unique_and_mapped",
+        not problems,
+        "; ".join(problems)
+        or f"{surfaces.height} surfaces, each of one of the {named.len()} named descriptors, "
+        "all reachable",
+    )
 
 
 def published_files(lake: Lake, surfaces: int) -> dict[str, dict]:

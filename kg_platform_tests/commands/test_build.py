@@ -42,9 +42,8 @@ def build_pubmed_stage(*extra: str, source: Path | None = None) -> int:
 
 
 def runs_of(instance, asset: str) -> list:
-    from dagster._core.storage.dagster_run import RunsFilter
 
-    records = instance.get_run_records(RunsFilter())
+    records = instance.get_run_records(dg.RunsFilter())
     return [r for r in records if dg.AssetKey(asset) in (r.dagster_run.asset_selection or ())]
 
 

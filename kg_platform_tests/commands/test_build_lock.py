@@ -12,7 +12,6 @@ import time
 from pathlib import Path
 
 import dagster as dg
-from dagster._core.storage.dagster_run import RunsFilter
 
 from kg_platform.orchestration.lock import LOCK_FILE, BuildLockHeld, build_lock, read_holder
 from kg_platform_tests.conftest import REPO_ROOT, require_reference
@@ -60,7 +59,7 @@ def test_two_builds_started_together_one_runs_the_other_says_who(tmp_path: Path)
     # runs its policy made, all succeeded)
     instance = dg.DagsterInstance.from_config(str(home / "dagster"))
     [backfill] = instance.get_backfills()
-    runs = instance.get_runs(RunsFilter(tags={"dagster/backfill": backfill.backfill_id}))
+    runs = instance.get_runs(dg.RunsFilter(tags={"dagster/backfill": backfill.backfill_id}))
     assert runs and {r.status.value for r in runs} == {"SUCCESS"}
     assert f"runs: {len(runs)} succeeded, 0 failed; checks: 12 passed, 0 failed" in out
     assert loser_out == ""
@@ -83,26 +82,28 @@ def test_two_builds_started_together_one_runs_the_other_says_who(tmp_path: Path)
     assert "0 of 5 asset partitions to materialise; the rest are fresh" in out
 
 
-def test_a_lock_file_of_a_killed_build_is_taken_over(tmp_path: Path) -> None:
-    home = tmp_path / "dagster"
-    # a process that takes the lock and is killed outright: its file stays, naming it
+def lock_holder(tmp_path: Path, home: Path) -> subprocess.Popen:
+    """A process that holds the build lock of ``home`` until a line comes on its stdin."""
+    script = (
+        "import sys\nfrom pathlib import Path\n"
+        "from kg_platform.orchestration.lock import build_lock\n"
+        "with build_lock(Path(sys.argv[1])):\n    print('held', flush=True)\n    sys.stdin.readline()\n"
+    )
     holder = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "import sys, time\n"
-            "from pathlib import Path\n"
-            "from kg_platform.orchestration.lock import build_lock\n"
-            "with build_lock(Path(sys.argv[1])):\n"
-            "    print('held', flush=True)\n"
-            "    time.sleep(600)\n",
-            str(home),
-        ],
+        [sys.executable, "-c", script, str(home)],
         env=kg_env(tmp_path),
+        stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
     )
     assert holder.stdout.readline() == "held\n"
+    return holder
+
+
+def test_a_lock_file_of_a_killed_build_is_taken_over(tmp_path: Path) -> None:
+    home = tmp_path / "dagster"
+    # a process that takes the lock and is killed outright: its file stays, naming it
+    holder = lock_holder(tmp_path, home)
     named = read_holder(home / LOCK_FILE)
     assert named is not None and named.pid == holder.pid and named.alive()
     try:
@@ -121,24 +122,7 @@ def test_a_lock_file_of_a_killed_build_is_taken_over(tmp_path: Path) -> None:
 
 def test_wait_waits_for_the_holder(tmp_path: Path) -> None:
     home = tmp_path / "dagster"
-    holder = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "import sys, time\n"
-            "from pathlib import Path\n"
-            "from kg_platform.orchestration.lock import build_lock\n"
-            "with build_lock(Path(sys.argv[1])):\n"
-            "    print('held', flush=True)\n"
-            "    sys.stdin.readline()\n",
-            str(home),
-        ],
-        env=kg_env(tmp_path),
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert holder.stdout.readline() == "held\n"
+    holder = lock_holder(tmp_path, home)
     said: list[str] = []
 
     def on_wait(line: str) -> None:

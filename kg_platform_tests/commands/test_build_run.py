@@ -5,10 +5,10 @@ from __future__ import annotations
 import sys
 
 import pytest
-from dagster._core.errors import DagsterSubprocessError
-from dagster._utils.error import serializable_error_info_from_exc_info
+from dagster import DagsterSubprocessError
 
 from kg_platform.commands.build_run import innermost, one_line
+from kg_platform.orchestration.dagster_internals import serializable_error_info_from_exc_info
 from kg_platform.orchestration.executor import WorkerLost
 
 

@@ -22,7 +22,7 @@ from kg_platform.graph import layout
 from kg_platform.grounding.index import build_grounding_index
 from kg_platform.storage.lake import Lake
 from kg_platform_tests.answer.graph_fixture import build_question_graph
-from kg_platform_tests.e2e.test_ui import CHROMIUM, CHROMIUM_ARGS
+from kg_platform_tests.e2e.platform import browser_page
 
 ANSWERED = "Does aspirin prevent myocardial infarction?"
 NOT_QUOTABLE = "Does heparin prevent pulmonary embolism?"
@@ -210,41 +210,28 @@ def test_status_health_and_openapi(server, lake) -> None:
 
 
 def test_page_in_headless_chromium(server) -> None:
-    if not Path(CHROMIUM).exists():
-        pytest.fail(f"{CHROMIUM} is missing: apt-get install -y chromium (.ci/run does this)")
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import expect
 
     base = server[0]
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(
-            executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True
-        )
-        try:
-            page = browser.new_page()
-            page.goto(base + "/", timeout=60_000)
-            page.get_by_label("question").fill(ANSWERED)
-            page.get_by_role("button", name="Ask").click()
-            verdict = page.locator("#verdict")
-            expect(verdict).to_have_text(
-                "Answerable: the graph holds evidence for this question.", timeout=60_000
-            )
-            links = page.locator("#evidence a.pmid")
-            expect(links).to_have_count(5)  # 100; 200 -> 300; 100 <- 400
-            hrefs = [links.nth(i).get_attribute("href") for i in range(5)]
-            assert hrefs == [
-                f"https://pubmed.ncbi.nlm.nih.gov/{p}/" for p in (100, 200, 300, 100, 400)
-            ]
-            expect(page.locator("#pair")).to_contain_text("Aspirin + Myocardial Infarction")
-            expect(page.locator("#groundings li")).to_have_count(2)
-            page.get_by_label("question").fill(NONSENSE)
-            page.get_by_role("button", name="Ask").click()
-            expect(verdict).to_have_text("Refused at gate 1 (no mesh entry point).", timeout=60_000)
-            expect(page.locator("#evidence")).to_have_text("no evidence shown")
-            page.get_by_label("question").fill("")
-            page.get_by_role("button", name="Ask").click()
-            expect(page.locator("#error")).to_have_text("question: empty", timeout=60_000)
-        finally:
-            browser.close()
+    with browser_page("serve_failure.png") as page:
+        page.goto(base + "/")
+        page.get_by_label("question").fill(ANSWERED)
+        page.get_by_role("button", name="Ask").click()
+        verdict = page.locator("#verdict")
+        expect(verdict).to_have_text("Answerable: the graph holds evidence for this question.")
+        links = page.locator("#evidence a.pmid")
+        expect(links).to_have_count(5)  # 100; 200 -> 300; 100 <- 400
+        hrefs = [links.nth(i).get_attribute("href") for i in range(5)]
+        assert hrefs == [f"https://pubmed.ncbi.nlm.nih.gov/{p}/" for p in (100, 200, 300, 100, 400)]
+        expect(page.locator("#pair")).to_contain_text("Aspirin + Myocardial Infarction")
+        expect(page.locator("#groundings li")).to_have_count(2)
+        page.get_by_label("question").fill(NONSENSE)
+        page.get_by_role("button", name="Ask").click()
+        expect(verdict).to_have_text("Refused at gate 1 (no mesh entry point).")
+        expect(page.locator("#evidence")).to_have_text("no evidence shown")
+        page.get_by_label("question").fill("")
+        page.get_by_role("button", name="Ask").click()
+        expect(page.locator("#error")).to_have_text("question: empty")
 
 
 def test_workers_follow_a_reload_through_the_shared_generation(lake, tmp_path) -> None:

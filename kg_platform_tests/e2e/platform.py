@@ -19,8 +19,10 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
+import pytest
 import requests
 
+from kg_platform.orchestration import dagster_internals as internals
 from kg_platform_tests.conftest import REPO_ROOT
 
 BIN = Path(sys.executable).parent
@@ -29,10 +31,52 @@ REPOSITORY = {"repositoryLocationName": "kg_platform", "repositoryName": "__repo
 # The backfill daemon wakes every 30 s; a test cannot wait minutes per step, so the daemon
 # process used here wakes every 2 s. Nothing else about it changes.
 DAEMON = (
-    "import sys, dagster._daemon.controller as c; c.DEFAULT_DAEMON_INTERVAL_SECONDS = 2; "
-    "from dagster._daemon.cli import main; sys.argv = ['dagster-daemon', 'run', '-w', "
-    "'workspace.yaml']; main()"
+    f"import sys, {internals.NAMES['DEFAULT_DAEMON_INTERVAL_SECONDS']} as c; "
+    "c.DEFAULT_DAEMON_INTERVAL_SECONDS = 2; from importlib.metadata import entry_points; "
+    "sys.argv = ['dagster-daemon', 'run', '-w', 'workspace.yaml']; "
+    "entry_points(group='console_scripts')['dagster-daemon'].load()()"
 )
+
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+ARTIFACTS = REPO_ROOT / "test-artifacts"
+WAIT_MS = 60_000  # for pages and expectations alike: a loaded 2-core CI machine is slow
+DONE = ("COMPLETED", "COMPLETED_SUCCESS")
+
+
+@contextmanager
+def browser_page(failure_png: str) -> Iterator[Any]:
+    """A page of a headless Debian chromium (Playwright) that waits WAIT_MS for pages and
+    expectations; what it showed when the block failed is kept as ARTIFACTS/failure_png."""
+    from playwright.sync_api import expect, sync_playwright
+
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"{CHROMIUM} is missing: apt-get install -y chromium (.ci/run does this)")
+    expect.set_options(timeout=WAIT_MS)
+    ARTIFACTS.mkdir(exist_ok=True)
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True
+        )
+        page = browser.new_page(viewport={"width": 1400, "height": 900})
+        try:
+            page.set_default_timeout(WAIT_MS)
+            yield page
+        except BaseException:
+            # for whoever reads the CI artefacts
+            page.screenshot(path=str(ARTIFACTS / failure_png), full_page=True)
+            raise
+        finally:
+            browser.close()
 
 
 def free_port() -> int:
@@ -67,6 +111,18 @@ class Platform:
 
     def set_nux_seen(self) -> None:
         self.graphql("mutation { setNuxSeen }")
+
+    def backfill(self, assets: list[str], partitions: list[str], title: str = "") -> dict:
+        """Launch a backfill of ``assets`` over ``partitions`` (as the UI's Materialize
+        dialog does, over GraphQL) and wait for it: its id and final status."""
+        params = {
+            "partitionNames": partitions,
+            "assetSelection": [{"path": [asset]} for asset in assets],
+            **({"title": title} if title else {}),
+        }
+        launched = self.graphql(LAUNCH_BACKFILL, {"params": params})["launchPartitionBackfill"]
+        assert launched["__typename"] == "LaunchBackfillSuccess", launched
+        return {**launched, "status": self.wait_for_backfill(launched["backfillId"])}
 
     def wait_for_backfill(self, backfill_id: str, timeout_s: float = 300) -> str:
         deadline = time.monotonic() + timeout_s

@@ -20,7 +20,7 @@ import pytest
 from kg_platform.assets.partitions import pubmed_files
 from kg_platform.commands.build_run import partition_label
 from kg_platform_tests.conftest import materialised_partitions, require_reference
-from kg_platform_tests.e2e.platform import LAUNCH_BACKFILL, content_hashes, running_platform
+from kg_platform_tests.e2e.platform import DONE, browser_page, content_hashes, running_platform
 from kg_platform_tests.sources.mirror_server import serve_mirror
 
 pytestmark = pytest.mark.slow
@@ -78,38 +78,18 @@ def check_statuses(instance: dg.DagsterInstance, asset: str, names: list[str]) -
 def reexecute_from_failure_in_browser(platform, backfill: dict) -> str:
     """Headless Chromium on the backfill's page: open its actions menu, choose "Re-execute
     from failure"; the id of the backfill the UI says it created."""
-    from playwright.sync_api import sync_playwright
-
-    from kg_platform_tests.e2e.test_ui import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, WAIT_MS
-
-    if not Path(CHROMIUM).exists():
-        pytest.fail(f"{CHROMIUM} is missing: apt-get install -y chromium (.ci/run does this)")
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(
-            executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True
-        )
-        page = browser.new_page(viewport={"width": 1400, "height": 900})
-        try:
-            page.set_default_timeout(WAIT_MS)
-            page.goto(f"{platform.url}/runs/b/{backfill['backfillId']}")
-            page.get_by_text("Partition selection").wait_for()
-            # the page's one icon-only button opens the backfill's actions menu
-            [menu] = [
-                b
-                for b in page.locator("button").all()
-                if b.is_visible() and not b.inner_text().strip()
-            ]
-            menu.click()
-            page.get_by_text("Re-execute from failure", exact=True).click()
-            toast = page.get_by_text(re.compile(r"Created backfill \w+"))
-            toast.wait_for()
-            return re.search(r"Created backfill (\w+)", toast.inner_text()).group(1)
-        except BaseException:
-            ARTIFACTS.mkdir(exist_ok=True)
-            page.screenshot(path=str(ARTIFACTS / "ui_backfill_failure.png"), full_page=True)
-            raise
-        finally:
-            browser.close()
+    with browser_page("ui_backfill_failure.png") as page:
+        page.goto(f"{platform.url}/runs/b/{backfill['backfillId']}")
+        page.get_by_text("Partition selection").wait_for()
+        # the page's one icon-only button opens the backfill's actions menu
+        [menu] = [
+            b for b in page.locator("button").all() if b.is_visible() and not b.inner_text().strip()
+        ]
+        menu.click()
+        page.get_by_text("Re-execute from failure", exact=True).click()
+        toast = page.get_by_text(re.compile(r"Created backfill \w+"))
+        toast.wait_for()
+        return re.search(r"Created backfill (\w+)", toast.inner_text()).group(1)
 
 
 def clean_run(root: Path, url: str) -> dict[str, str]:
@@ -147,19 +127,8 @@ def test_failed_shard_is_backfilled_from_failure(tmp_path: Path) -> None:
         mirror_state.corrupt.add(f"/updatefiles/{CORRUPT}.xml.gz")
         with running_platform(tmp_path / "platform", url) as platform:
             platform.add_partitions(FILES)
-            first = platform.graphql(
-                LAUNCH_BACKFILL,
-                {
-                    "params": {
-                        "partitionNames": FILES,
-                        "assetSelection": [{"path": ["pubmed_xml"]}, {"path": ["pubmed_tables"]}],
-                        "title": "first build",
-                    }
-                },
-            )["launchPartitionBackfill"]
-            assert first["__typename"] == "LaunchBackfillSuccess", first
-            first_status = platform.wait_for_backfill(first["backfillId"])
-            assert first_status in ("COMPLETED_FAILED", "FAILED"), first_status
+            first = platform.backfill(["pubmed_xml", "pubmed_tables"], FILES, "first build")
+            assert first["status"] in ("COMPLETED_FAILED", "FAILED"), first
 
             instance = dg.DagsterInstance.from_config(platform.env["DAGSTER_HOME"])
             try:
@@ -194,10 +163,7 @@ def test_failed_shard_is_backfilled_from_failure(tmp_path: Path) -> None:
                 # from the UI, in a browser: the backfill's page, its menu, "Re-execute from
                 # failure" (the webserver's reexecutePartitionBackfill, FROM_FAILURE)
                 second = {"backfillId": reexecute_from_failure_in_browser(platform, first)}
-                assert platform.wait_for_backfill(second["backfillId"]) in (
-                    "COMPLETED",
-                    "COMPLETED_SUCCESS",
-                )
+                assert platform.wait_for_backfill(second["backfillId"]) in DONE
                 # only the failed partition ran again
                 rerun = runs_of_backfill(instance, second["backfillId"])
                 assert [partition_label(r.tags) for r in rerun] == [CORRUPT]
@@ -208,21 +174,7 @@ def test_failed_shard_is_backfilled_from_failure(tmp_path: Path) -> None:
                 )
                 # then the release's corpus: a backfill of its one release partition
                 platform.add_partitions(["pubmed26"], "pubmed_releases")
-                fold = platform.graphql(
-                    LAUNCH_BACKFILL,
-                    {
-                        "params": {
-                            "partitionNames": ["pubmed26"],
-                            "assetSelection": [{"path": ["corpus"]}],
-                            "title": "fold",
-                        }
-                    },
-                )["launchPartitionBackfill"]
-                assert fold["__typename"] == "LaunchBackfillSuccess", fold
-                assert platform.wait_for_backfill(fold["backfillId"]) in (
-                    "COMPLETED",
-                    "COMPLETED_SUCCESS",
-                )
+                assert platform.backfill(["corpus"], ["pubmed26"], "fold")["status"] in DONE
                 assert instance.get_materialized_partitions(dg.AssetKey("corpus")) == {"pubmed26"}
 
                 table_checks = check_statuses(instance, "pubmed_tables", TABLE_CHECKS)

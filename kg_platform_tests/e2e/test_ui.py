@@ -10,26 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from kg_platform_tests.conftest import REPO_ROOT, require_reference
-from kg_platform_tests.e2e.platform import LAUNCH_BACKFILL, running_platform
+from kg_platform_tests.conftest import require_reference
+from kg_platform_tests.e2e.platform import ARTIFACTS, DONE, browser_page, running_platform
 from kg_platform_tests.sources.mirror_server import serve_mirror
 
 pytestmark = pytest.mark.slow
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
-ARTIFACTS = REPO_ROOT / "test-artifacts"
 FILE = "pubmed26n1334"
 CHECKS = ["schema", "recount_matches_xml", "unique_pmid_version", "pmids_in_articles"]
-WAIT_MS = 60_000  # for pages and expectations alike: a loaded 2-core CI machine is slow
 
 
 def open_materialize_dialog(page, button_name: str, title: str | None = None):
@@ -70,11 +58,7 @@ query Checks($key: AssetKeyInput!) {
 
 
 def test_materialise_one_partition_from_the_ui(tmp_path: Path) -> None:
-    if not Path(CHROMIUM).exists():
-        pytest.fail(f"{CHROMIUM} is missing: apt-get install -y chromium (.ci/run does this)")
-    from playwright.sync_api import expect, sync_playwright
-
-    expect.set_options(timeout=WAIT_MS)
+    from playwright.sync_api import expect
 
     mirror = require_reference("pubmed", "mirror")
     shutil.copytree(mirror, tmp_path / "mirror")
@@ -85,65 +69,44 @@ def test_materialise_one_partition_from_the_ui(tmp_path: Path) -> None:
         platform.set_nux_seen()  # no community pop-up over the page
         platform.add_partitions([FILE])
         # the download is upstream of the asset under test: done first, over GraphQL
-        launched = platform.graphql(
-            LAUNCH_BACKFILL,
-            {"params": {"partitionNames": [FILE], "assetSelection": [{"path": ["pubmed_xml"]}]}},
-        )["launchPartitionBackfill"]
-        assert launched["__typename"] == "LaunchBackfillSuccess", launched
-        assert platform.wait_for_backfill(launched["backfillId"]) in (
-            "COMPLETED",
-            "COMPLETED_SUCCESS",
-        )
+        assert platform.backfill(["pubmed_xml"], [FILE])["status"] in DONE
 
-        ARTIFACTS.mkdir(exist_ok=True)
-        with sync_playwright() as playwright:
-            browser = playwright.chromium.launch(
-                executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True
+        with browser_page("ui_failure.png") as page:
+            # 1. the asset graph of the pubmed group
+            page.goto(f"{platform.url}/locations/kg_platform/asset-groups/pubmed")
+            node = page.locator("text=pubmed_tables").first
+            node.wait_for()
+            expect(page.get_by_text("pubmed_xml", exact=True).first).to_be_visible()
+            # 2. open pubmed_tables (its side panel lists the checks)
+            node.dblclick()
+            expect(page.get_by_text("View in Asset Catalog")).to_be_visible()
+            # 3. the Materialize dialog, one partition
+            dialog = open_materialize_dialog(
+                page, "Materialize selected", "Launch runs to materialize pubmed_tables"
             )
-            page = browser.new_page(viewport={"width": 1400, "height": 900})
-            try:
-                page.set_default_timeout(WAIT_MS)
-                # 1. the asset graph of the pubmed group
-                page.goto(f"{platform.url}/locations/kg_platform/asset-groups/pubmed")
-                node = page.locator("text=pubmed_tables").first
-                node.wait_for()
-                expect(page.get_by_text("pubmed_xml", exact=True).first).to_be_visible()
-                # 2. open pubmed_tables (its side panel lists the checks)
-                node.dblclick()
-                expect(page.get_by_text("View in Asset Catalog")).to_be_visible()
-                # 3. the Materialize dialog, one partition
-                dialog = open_materialize_dialog(
-                    page, "Materialize selected", "Launch runs to materialize pubmed_tables"
-                )
-                dialog.get_by_text("Select a partition or create one").click()
-                page.locator("span", has_text=FILE).first.click()
-                page.keyboard.press("Escape")
-                launch = page.get_by_role("button", name="Launch 1 run")
-                expect(launch).to_be_enabled()
-                launch.click()
-                # 4. wait for success on the run page the launch toast links to
-                toast = page.get_by_role("region", name=re.compile("Notifications"))
-                run_link = toast.locator('a[href*="/runs/"]').first
-                run_link.wait_for()
-                page.goto(platform.url + str(run_link.get_attribute("href")))
-                expect(page.get_by_text("Success", exact=True).first).to_be_visible(timeout=240_000)
-                page.screenshot(path=str(ARTIFACTS / "ui_pubmed_tables_run.png"), full_page=True)
-                # 5. its check results on the asset page
-                page.goto(f"{platform.url}/assets/pubmed_tables?view=checks")
-                for check in CHECKS:
-                    expect(page.get_by_text(check, exact=True).first).to_be_visible()
-                expect(page.get_by_text("Passed").first).to_be_visible()
-                # the latest execution names the file it judged (check specs partitioned)
-                page.get_by_text(CHECKS[0], exact=True).first.click()
-                expect(page.get_by_text(FILE, exact=True).first).to_be_visible()
-                # 6. the screenshot, kept as a test artefact
-                page.screenshot(path=str(ARTIFACTS / "ui_pubmed_tables_checks.png"), full_page=True)
-            except BaseException:
-                # what the page showed when it failed, for whoever reads the CI artefacts
-                page.screenshot(path=str(ARTIFACTS / "ui_failure.png"), full_page=True)
-                raise
-            finally:
-                browser.close()
+            dialog.get_by_text("Select a partition or create one").click()
+            page.locator("span", has_text=FILE).first.click()
+            page.keyboard.press("Escape")
+            launch = page.get_by_role("button", name="Launch 1 run")
+            expect(launch).to_be_enabled()
+            launch.click()
+            # 4. wait for success on the run page the launch toast links to
+            toast = page.get_by_role("region", name=re.compile("Notifications"))
+            run_link = toast.locator('a[href*="/runs/"]').first
+            run_link.wait_for()
+            page.goto(platform.url + str(run_link.get_attribute("href")))
+            expect(page.get_by_text("Success", exact=True).first).to_be_visible(timeout=240_000)
+            page.screenshot(path=str(ARTIFACTS / "ui_pubmed_tables_run.png"), full_page=True)
+            # 5. its check results on the asset page
+            page.goto(f"{platform.url}/assets/pubmed_tables?view=checks")
+            for check in CHECKS:
+                expect(page.get_by_text(check, exact=True).first).to_be_visible()
+            expect(page.get_by_text("Passed").first).to_be_visible()
+            # the latest execution names the file it judged (check specs partitioned)
+            page.get_by_text(CHECKS[0], exact=True).first.click()
+            expect(page.get_by_text(FILE, exact=True).first).to_be_visible()
+            # 6. the screenshot, kept as a test artefact
+            page.screenshot(path=str(ARTIFACTS / "ui_pubmed_tables_checks.png"), full_page=True)
         # the UI's run really did run the checks, and they passed
         data = platform.graphql(CHECK_STATUS, {"key": {"path": ["pubmed_tables"]}})
         checks = data["assetNodeOrError"]["assetChecksOrError"]["checks"]
@@ -172,11 +135,7 @@ query Materialized($key: AssetKeyInput!) {
 def test_partitions_reports_and_one_mesh_year_from_the_ui(tmp_path: Path, monkeypatch) -> None:
     """The partition dimensions on the graph's page, a report's inline plot loaded, and one
     MeSH year launched from the Materialize dialog: exactly that partition is built."""
-    if not Path(CHROMIUM).exists():
-        pytest.fail(f"{CHROMIUM} is missing: apt-get install -y chromium (.ci/run does this)")
-    from playwright.sync_api import expect, sync_playwright
-
-    expect.set_options(timeout=WAIT_MS)
+    from playwright.sync_api import expect
 
     from kg_platform.evaluation.common.question_sets import register_question_set
     from kg_platform.storage.lake import Lake
@@ -193,61 +152,37 @@ def test_partitions_reports_and_one_mesh_year_from_the_ui(tmp_path: Path, monkey
         question_set = register_question_set(Lake(str(platform.lake)), "hotpotqa", hotpotqa)
         platform.add_partitions([question_set], "hotpotqa_sets")
         platform.add_partitions(["2019", "2020"], "mesh_years")
-        report = platform.graphql(
-            LAUNCH_BACKFILL,
-            {
-                "params": {
-                    "partitionNames": [f"matched_ceilings|{question_set}"],
-                    "assetSelection": [{"path": ["allocation_report"]}],
-                }
-            },
-        )["launchPartitionBackfill"]
-        assert report["__typename"] == "LaunchBackfillSuccess", report
-        assert platform.wait_for_backfill(report["backfillId"]) in (
-            "COMPLETED",
-            "COMPLETED_SUCCESS",
-        )
-        ARTIFACTS.mkdir(exist_ok=True)
-        with sync_playwright() as playwright:
-            browser = playwright.chromium.launch(
-                executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True
-            )
-            page = browser.new_page(viewport={"width": 1400, "height": 900})
-            try:
-                page.set_default_timeout(WAIT_MS)
-                # 1. the graph's two partition dimensions
-                page.goto(f"{platform.url}/assets/graph?view=partitions")
-                expect(page.get_by_placeholder(re.compile("Filter by mesh_year"))).to_be_visible()
-                expect(page.get_by_placeholder(re.compile("Filter by release"))).to_be_visible()
-                # 2. the allocation report's markdown, its plot loaded inline
-                page.goto(f"{platform.url}/assets/allocation_report")
-                page.get_by_text("[Show Markdown]").first.click()
-                image = page.get_by_role("dialog").locator("img").first
-                image.wait_for()
-                page.wait_for_function("(img) => img.complete", arg=image.element_handle())
-                assert image.evaluate("img => img.naturalWidth") > 0
-                assert str(image.get_attribute("src")).startswith("data:image/png;base64,")
-                page.keyboard.press("Escape")
-                # 3. one MeSH year from the Materialize dialog
-                page.goto(f"{platform.url}/assets/mesh_tables")
-                dialog = open_materialize_dialog(page, "Materialize…")
-                dialog.get_by_text("Select a partition or create one").click()
-                page.locator("span", has_text="2020").first.click()
-                page.keyboard.press("Escape")
-                launch = page.get_by_role("button", name="Launch 1 run")
-                expect(launch).to_be_enabled()
-                launch.click()
-                toast = page.get_by_role("region", name=re.compile("Notifications"))
-                run_link = toast.locator('a[href*="/runs/"]').first
-                run_link.wait_for()
-                page.goto(platform.url + str(run_link.get_attribute("href")))
-                expect(page.get_by_text("Success", exact=True).first).to_be_visible(timeout=240_000)
-                page.screenshot(path=str(ARTIFACTS / "ui_mesh_year_run.png"), full_page=True)
-            except BaseException:
-                page.screenshot(path=str(ARTIFACTS / "ui_partitions_failure.png"), full_page=True)
-                raise
-            finally:
-                browser.close()
+        report = platform.backfill(["allocation_report"], [f"matched_ceilings|{question_set}"])
+        assert report["status"] in DONE
+        with browser_page("ui_partitions_failure.png") as page:
+            # 1. the graph's two partition dimensions
+            page.goto(f"{platform.url}/assets/graph?view=partitions")
+            expect(page.get_by_placeholder(re.compile("Filter by mesh_year"))).to_be_visible()
+            expect(page.get_by_placeholder(re.compile("Filter by release"))).to_be_visible()
+            # 2. the allocation report's markdown, its plot loaded inline
+            page.goto(f"{platform.url}/assets/allocation_report")
+            page.get_by_text("[Show Markdown]").first.click()
+            image = page.get_by_role("dialog").locator("img").first
+            image.wait_for()
+            page.wait_for_function("(img) => img.complete", arg=image.element_handle())
+            assert image.evaluate("img => img.naturalWidth") > 0
+            assert str(image.get_attribute("src")).startswith("data:image/png;base64,")
+            page.keyboard.press("Escape")
+            # 3. one MeSH year from the Materialize dialog
+            page.goto(f"{platform.url}/assets/mesh_tables")
+            dialog = open_materialize_dialog(page, "Materialize…")
+            dialog.get_by_text("Select a partition or create one").click()
+            page.locator("span", has_text="2020").first.click()
+            page.keyboard.press("Escape")
+            launch = page.get_by_role("button", name="Launch 1 run")
+            expect(launch).to_be_enabled()
+            launch.click()
+            toast = page.get_by_role("region", name=re.compile("Notifications"))
+            run_link = toast.locator('a[href*="/runs/"]').first
+            run_link.wait_for()
+            page.goto(platform.url + str(run_link.get_attribute("href")))
+            expect(page.get_by_text("Success", exact=True).first).to_be_visible(timeout=240_000)
+            page.screenshot(path=str(ARTIFACTS / "ui_mesh_year_run.png"), full_page=True)
         data = platform.graphql(MATERIALIZED, {"key": {"path": ["mesh_tables"]}})
         statuses = data["assetNodeOrError"]["assetPartitionStatuses"]
         assert statuses["materializedPartitions"] == ["2020"]

@@ -46,24 +46,25 @@ TINY_VOCAB = [
 ]  # fmt: skip
 
 
-def build_tiny_bert(folder: Path, max_position_embeddings: int = 64) -> Path:
-    """A 2-layer, 32-wide BERT with a WordPiece tokenizer, saved as a plain HF folder."""
+def build_tiny_bert(
+    folder: Path, max_position_embeddings: int = 64, vocab: list[str] = TINY_VOCAB, seed: int = 7
+) -> Path:
+    """A 2-layer, 32-wide BERT (seeded) with a WordPiece tokenizer over ``vocab``, saved as a
+    plain HF folder."""
     import torch
     from transformers import BertConfig, BertModel, BertTokenizerFast
 
     folder.mkdir(parents=True, exist_ok=True)
-    vocab = folder / "vocab.txt"
-    vocab.write_text("\n".join(TINY_VOCAB) + "\n")
-    tokenizer = BertTokenizerFast(vocab_file=str(vocab), do_lower_case=True)
+    tokenizer = BertTokenizerFast(vocab={w: i for i, w in enumerate(vocab)}, do_lower_case=True)
     config = BertConfig(
-        vocab_size=len(TINY_VOCAB),
+        vocab_size=len(vocab),
         hidden_size=32,
         num_hidden_layers=2,
         num_attention_heads=2,
         intermediate_size=64,
         max_position_embeddings=max_position_embeddings,
     )
-    torch.manual_seed(7)
+    torch.manual_seed(seed)
     BertModel(config).save_pretrained(str(folder))
     tokenizer.save_pretrained(str(folder))
     return folder

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from kg_platform.graph import layout
-from kg_platform.graph.store import CONCERN, QUOTABLE, RETRACTED, KGStore, intersect_sorted
+from kg_platform.graph.layout import CONCERN, QUOTABLE, RETRACTED
+from kg_platform.graph.store import KGStore, intersect_sorted
 from kg_platform.storage.lake import Lake
 
 
@@ -57,9 +58,10 @@ def test_accessors(lake: Lake, tiny) -> None:
     assert s.mesh_of(2).tolist() == [2, 4]
     assert s.mesh_of(2, major_only=True).tolist() == [2]
     assert s.year(1) == 0 and s.year(4) == 2021
-    assert [s.is_quotable(i) for i in range(5)] == [False, True, True, True, False]
-    assert [s.is_retracted(i) for i in range(5)] == [False, False, True, True, False]
-    assert [s.has_concern(i) for i in range(5)] == [False, False, False, False, True]
+    flags = s.array("flags")[:5]
+    assert (flags & QUOTABLE > 0).tolist() == [False, True, True, True, False]
+    assert (flags & RETRACTED > 0).tolist() == [False, False, True, True, False]
+    assert (flags & CONCERN > 0).tolist() == [False, False, False, False, True]
     assert (QUOTABLE, RETRACTED, CONCERN) == (1, 2, 4)
 
 

@@ -175,6 +175,21 @@ def test_asset_checks_pass_on_a_real_index(question_lake) -> None:
     ]
 
 
+def test_a_named_descriptor_without_a_surface_fails_the_mapping_check(tmp_path: Path) -> None:
+    from kg_platform_tests.answer.graph_fixture import STROKE, write_real_mesh
+
+    lake = Lake(str(tmp_path / "lake"))
+    write_real_mesh(lake)
+    terms = pl.from_arrow(lake.read_parquet("mesh/terms.parquet"))
+    lake.write_parquet("mesh/terms.parquet", terms.filter(pl.col("ui") != STROKE).to_arrow())
+    [mapped, *_] = build_grounding_index(lake)[1]
+    assert (mapped.name, mapped.passed, mapped.details) == (
+        "every_surface_unique_and_mapped",
+        False,
+        f"1 named descriptor(s) without a surface, e.g. {STROKE}",
+    )
+
+
 def _copy(index_lake: Lake, tmp_path: Path) -> Path:
     target = tmp_path / "index.kgi"
     target.write_bytes(Path(index_lake.path(INDEX_KEY)).read_bytes())

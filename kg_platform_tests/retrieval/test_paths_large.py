@@ -20,7 +20,8 @@ from benchmarks.graph import generate
 from kg_platform.answer.ladder import LadderConfig, LadderInput, RefusalReason, path_counts
 from kg_platform.graph import layout
 from kg_platform.graph.build import build_graph
-from kg_platform.graph.store import CONCERN, KGStore, intersect_sorted
+from kg_platform.graph.layout import CONCERN
+from kg_platform.graph.store import KGStore, intersect_sorted
 from kg_platform.retrieval import paths as paths_module
 from kg_platform.retrieval.linking import ConceptPair
 from kg_platform.retrieval.paths import (

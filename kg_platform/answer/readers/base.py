@@ -48,6 +48,11 @@ class LabelledQuestion:
         if self.label not in LABEL_INDEX:
             raise ValueError(f"question {self.qid}: label {self.label!r} is not one of {LABELS}")
 
+    def text(self, text_field: str) -> str:
+        """What a reader whose recipe names ``text_field`` reads: the results sections when
+        it asks for them and the abstract has them, else the context."""
+        return self.results if text_field == "results" and self.results else self.context
+
 
 def check_posteriors(array: np.ndarray, n: int, reader: str = "reader") -> np.ndarray:
     """The array as float32 (n, 3) with finite, non-negative rows summing to 1; else a

@@ -57,14 +57,6 @@ class CueRecipe:
         return asdict(self)
 
 
-def cue_text(example: LabelledQuestion, recipe: CueRecipe) -> str:
-    """The text the cue model reads for a labelled question: its results sentences when
-    the recipe asks for them and the abstract has them, else the whole context."""
-    if recipe.text_field == "results" and example.results:
-        return example.results
-    return example.context
-
-
 class CueReader(PairReader):
     """Fitted vectorisers and logistic regression; ``posteriors`` is the reader contract."""
 
@@ -155,7 +147,7 @@ def train_cue_reader(
         )
 
     questions = [ex.question for ex in examples]
-    texts = [truncate(cue_text(ex, recipe), recipe.truncation_chars) for ex in examples]
+    texts = [truncate(ex.text(recipe.text_field), recipe.truncation_chars) for ex in examples]
     # tiny sets can leave no n-gram at min_df; fall back to every n-gram
     min_df = recipe.min_df if len(examples) >= 10 * recipe.min_df else 1
     question_vectoriser = vectoriser(min_df).fit(questions)

@@ -99,14 +99,6 @@ class ProbeRecipe:
         return values
 
 
-def probe_text(example: LabelledQuestion, recipe: ProbeRecipe) -> str:
-    """The text the probe trains on: the context, or the results sentences where the recipe
-    asks for them and the abstract has them."""
-    if recipe.text_field == "results" and example.results:
-        return example.results
-    return example.context
-
-
 # -- the frozen encoder and its embedding cache ---------------------------------------------
 
 
@@ -370,7 +362,7 @@ def train_probe(
         encoder=encoder,
     )
     x = blank.features(
-        [ex.question for ex in examples], [probe_text(ex, recipe) for ex in examples]
+        [ex.question for ex in examples], [ex.text(recipe.text_field) for ex in examples]
     )
     if recipe.standardise:
         mean = x.mean(axis=0)

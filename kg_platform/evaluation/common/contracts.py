@@ -93,6 +93,12 @@ GROUNDING_REPORT_CHECKS: Checks = {
     ),
 }
 ALLOCATION_REPORT_CHECKS: Checks = {
-    "ceilings_respected": (None, False),
-    "identities_recorded": (None, False),
+    "ceilings_respected": (
+        "no arm admitted more objects or tokens than its ceilings, on any question",
+        False,
+    ),
+    "identities_recorded": (
+        "every comparison records the sha256 of its questions, graph and outcomes",
+        False,
+    ),
 }

@@ -9,6 +9,7 @@ import pytest
 
 from kg_platform.answer.readers.base import LABELS, LabelledQuestion, load_pubmedqa
 from kg_platform_tests.conftest import require_reference
+from kg_platform_tests.embeddings.models import build_tiny_bert
 
 # cue words that decide the synthetic labels, and filler shared by every class
 CUES = {"yes": "improved", "no": "unchanged", "maybe": "unclear"}
@@ -54,25 +55,8 @@ def pubmedqa_dev() -> list[LabelledQuestion]:
 @pytest.fixture(scope="session")
 def tiny_bert(tmp_path_factory) -> Path:
     """A 2-layer BERT encoder (no head) with a word-piece vocabulary of the test words."""
-    import torch
-    from transformers import BertConfig, BertModel, BertTokenizerFast
-
-    folder = tmp_path_factory.mktemp("tiny-bert")
     vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *sorted({w.lower() for w in WORDS})]
-    tokenizer = BertTokenizerFast(vocab={w: i for i, w in enumerate(vocab)}, do_lower_case=True)
-    assert tokenizer.tokenize("improved unclear") == ["improved", "unclear"]
-    config = BertConfig(
-        vocab_size=len(vocab),
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=64,
-        max_position_embeddings=64,
-    )
-    torch.manual_seed(0)
-    BertModel(config).save_pretrained(str(folder))
-    tokenizer.save_pretrained(str(folder))
-    return folder
+    return build_tiny_bert(tmp_path_factory.mktemp("tiny-bert"), vocab=vocab, seed=0)
 
 
 def word_level_tokenizer(words: list[str]):

@@ -11,7 +11,7 @@ from kg_platform.answer.readers.controls import (
     train_majority,
 )
 from kg_platform.answer.readers.crossfit import shuffled_label_cross_fit
-from kg_platform.answer.readers.cues import CueRecipe, cue_text, load_cue_reader, train_cue_reader
+from kg_platform.answer.readers.cues import CueRecipe, load_cue_reader, train_cue_reader
 from kg_platform_tests.answer.readers.conftest import synthetic_questions
 
 RECIPE = CueRecipe(C=10.0)
@@ -21,7 +21,7 @@ def test_cue_reader_on_real_questions(pubmedqa_dev, tmp_path):
     subset = pubmedqa_dev[:40]
     reader = train_cue_reader(subset, seed=0, recipe=RECIPE)
     again = train_cue_reader(subset, seed=0, recipe=RECIPE)
-    texts = [cue_text(q, RECIPE) for q in pubmedqa_dev[40:50]]
+    texts = [q.text(RECIPE.text_field) for q in pubmedqa_dev[40:50]]
     out = reader.posteriors(pubmedqa_dev[40].question, texts)
     assert out.dtype == np.float32 and out.shape == (10, 3)
     np.testing.assert_allclose(out.sum(axis=1), 1.0, atol=1e-6)
@@ -36,8 +36,8 @@ def test_cue_reader_on_real_questions(pubmedqa_dev, tmp_path):
 
 def test_cue_text_prefers_results():
     question = synthetic_questions(1)[0]
-    assert cue_text(question, CueRecipe()) == question.results
-    assert cue_text(question, CueRecipe(text_field="context")) == question.context
+    assert question.text(CueRecipe().text_field) == question.results
+    assert question.text(CueRecipe(text_field="context").text_field) == question.context
 
 
 def test_cross_fit_learns_cues_and_shuffled_labels_do_not():

@@ -71,31 +71,22 @@ def test_causal_lm_config_is_recognised(tmp_path) -> None:
 
 
 def test_bogus_folders_are_named(tmp_path, tiny_bert) -> None:
-    missing = tmp_path / "missing"
-    with pytest.raises(ValueError, match=f"^{missing}: reader folder not found$"):
-        load_reader(missing)
-    empty = tmp_path / "empty"
-    empty.mkdir()
-    with pytest.raises(
-        ValueError, match=f"^{empty}: neither reader.json nor a Hugging Face config.json$"
-    ):
-        load_reader(empty)
-    unknown = tmp_path / "unknown"
-    unknown.mkdir()
-    (unknown / "reader.json").write_text(json.dumps({"reader": "oracle"}))
-    with pytest.raises(ValueError, match=f"^{unknown}/reader.json: unknown reader kind 'oracle'$"):
-        load_reader(unknown)
-    broken = tmp_path / "broken"
-    broken.mkdir()
-    (broken / "reader.json").write_text("{not json")
-    with pytest.raises(ValueError, match=f"^{broken}/reader.json: not JSON"):
-        load_reader(broken)
-    # a cue reader's metadata without its model file
-    half = tmp_path / "half"
-    half.mkdir()
-    (half / "reader.json").write_text(json.dumps({"reader": "cues"}))
-    with pytest.raises(ValueError, match=f"^{half}: not a saved cue reader"):
-        load_reader(half)
+    with pytest.raises(ValueError, match=f"^{tmp_path}/missing: reader folder not found$"):
+        load_reader(tmp_path / "missing")
+    # folder: (its reader.json, or None for none; the error)
+    for name, (written, error) in {
+        "empty": (None, ": neither reader.json nor a Hugging Face config.json$"),
+        "unknown": ('{"reader": "oracle"}', "/reader.json: unknown reader kind 'oracle'$"),
+        "broken": ("{not json", "/reader.json: not JSON"),
+        # a cue reader's metadata without its model file
+        "half": ('{"reader": "cues"}', ": not a saved cue reader"),
+    }.items():
+        folder = tmp_path / name
+        folder.mkdir()
+        if written is not None:
+            (folder / "reader.json").write_text(written)
+        with pytest.raises(ValueError, match=f"^{folder}{error}"):
+            load_reader(folder)
     # an encoder without a head is not a reader
     with pytest.raises(
         ValueError, match=rf"^{tiny_bert}/config.json: architectures \['BertModel'\]"
