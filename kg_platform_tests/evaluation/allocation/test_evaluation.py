@@ -24,7 +24,7 @@ from kg_platform.evaluation.allocation.hotpotqa import (
 )
 from kg_platform.evaluation.common.stats import outcomes_sha256
 from kg_platform.retrieval.allocation import ARMS
-from kg_platform_tests.conftest import require_reference, use_kg_home
+from kg_platform_tests.conftest import require_reference
 
 QUESTIONS_SHA256 = "258b930b1ea56569a877134598cb13da9c79e6110c4ed3e8d39027c49b61d76b"
 GRAPH_SHA256 = "30c5ce252af6f8604889e9e948eaed665676fa8021e3095257df9de40a2a03f5"
@@ -197,11 +197,8 @@ def test_loader_reads_python_literal_fields_and_names_bad_input(hotpotqa_path, t
 
 
 def test_kg_eval_allocation_materialises_the_report_on_the_instance(
-    hotpotqa_path, tmp_path, capsys, monkeypatch
+    hotpotqa_path, eval_home, tmp_path, capsys
 ):
-    use_kg_home(monkeypatch, tmp_path / "kg")
-    # prepare_instance sets DAGSTER_HOME for the process: restored after the test
-    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "kg" / "dagster"))
     out = tmp_path / "report"
     assert main(["eval", "allocation", "--hotpotqa", str(hotpotqa_path), "--json",
                  "--out", str(out)]) == 0  # fmt: skip
@@ -216,7 +213,7 @@ def test_kg_eval_allocation_materialises_the_report_on_the_instance(
     partition = {"question_set": question_set, "configuration": "matched_ceilings"}
     assert printed["partition"] == partition
 
-    instance = dg.DagsterInstance.from_config(str(tmp_path / "kg" / "dagster"))
+    instance = dg.DagsterInstance.from_config(str(eval_home / "dagster"))
     event = instance.get_latest_materialization_event(dg.AssetKey("allocation_report"))
     assert event.dagster_event.partition == f"matched_ceilings|{question_set}"
     checks = instance.get_records_for_run(
