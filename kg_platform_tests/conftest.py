@@ -74,11 +74,6 @@ def eval_home(tmp_path, monkeypatch) -> Path:
 
 
 @pytest.fixture(scope="session")
-def reference_data() -> Path:
-    return require_reference()
-
-
-@pytest.fixture(scope="session")
 def s3_endpoint():
     """A real S3 server (moto) on 127.0.0.1 for the whole session."""
     from moto.server import ThreadedMotoServer

@@ -58,7 +58,7 @@ def test_status_leaves_the_instance_configuration_as_it_is(
     what they were, even where an operator changed them since (the gpu pool set to 2)."""
     import dagster as dg
 
-    from kg_platform.orchestration.instance import GPU_POOL, prepare_instance
+    from kg_platform.orchestration.instance import GPU_POOL, NCBI_POOL, prepare_instance
     from kg_platform.settings import Settings
 
     settings = Settings.load()
@@ -66,7 +66,7 @@ def test_status_leaves_the_instance_configuration_as_it_is(
     monkeypatch.setenv("DAGSTER_HOME", str(settings.dagster_home))
     with prepare_instance(settings, max_concurrent_runs=3) as instance:
         instance.event_log_storage.set_concurrency_slots(GPU_POOL, 2)
-        instance.event_log_storage.set_concurrency_slots("ncbi", 5)
+        instance.event_log_storage.set_concurrency_slots(NCBI_POOL, 5)
     yaml_path = settings.dagster_home / "dagster.yaml"
     written = yaml_path.read_bytes()
     assert b"max_concurrent_runs: 3" in written
@@ -75,5 +75,7 @@ def test_status_leaves_the_instance_configuration_as_it_is(
     assert yaml_path.read_bytes() == written
     with dg.DagsterInstance.from_config(str(settings.dagster_home)) as instance:
         storage = instance.event_log_storage
-        slots = {pool: storage.get_concurrency_info(pool).slot_count for pool in (GPU_POOL, "ncbi")}
-    assert slots == {GPU_POOL: 2, "ncbi": 5}
+        slots = {
+            pool: storage.get_concurrency_info(pool).slot_count for pool in (GPU_POOL, NCBI_POOL)
+        }
+    assert slots == {GPU_POOL: 2, NCBI_POOL: 5}
