@@ -306,11 +306,14 @@ def test_scifact_report_against_an_independent_recount(pipeline) -> None:
         np.add.at(confusion, (labels, scores.argmax(1)), 1)
         assert entry["confusion"] == confusion.tolist()
         assert sum(map(sum, entry["baseline"]["confusion"])) == 40
+        control = entry["controls"]["baseline_shuffled_labels"]
+        assert sum(map(sum, control["confusion"])) == 40
     summary = metadata_of(pipeline.scifact_run, "scifact_report")["summary"].value
     assert set(summary["verifiers"]) == {pipeline.trained.key, pipeline.saved.key}
     markdown = metadata_of(pipeline.scifact_run, "scifact_report")["report"].value
     assert markdown.startswith(f"# SciFact verifier: {pipeline.claims}")
     assert "data:image/png;base64," in markdown
+    assert markdown.count("the control, the baseline fitted on shuffled labels") == 2
 
 
 def test_recount_of_the_full_training_csv() -> None:

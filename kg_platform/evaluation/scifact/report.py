@@ -263,8 +263,11 @@ def render_markdown(report: dict, plots: dict[str, bytes]) -> str:
         "",
     ]
     for v in report["verifiers"]:
+        c = v["controls"]["baseline_shuffled_labels"]
         lines.append(
-            f"- {v['config']}: verifier {v['confusion']}, baseline {v['baseline']['confusion']}"
+            f"- {v['config']}: verifier {v['confusion']}, baseline {v['baseline']['confusion']}; "
+            f"the control, the baseline fitted on shuffled labels: NOINFO AUROC "
+            f"{_fmt(c['noinfo_auroc'])}, macro-F1 {_fmt(c['macro_f1'])}"
         )
     lines.append("")
     lines += plot_lines(plots)
