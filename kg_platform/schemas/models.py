@@ -22,11 +22,23 @@ _PMID = "PubMed identifier of the record"
 _VERSION = "PMID Version attribute of the record (1 when absent)"
 
 
-class Articles(pa.DataFrameModel):
-    """One row per PubMed record (``PubmedArticle`` or legacy ``MedlineCitation``)."""
+class _Table(pa.DataFrameModel):
+    """Every table: strict, no column beyond those its model declares."""
+
+    class Config:
+        strict = True
+
+
+class _PerRecord(_Table):
+    """A table of PubMed records, keyed by the record's PMID and version (first columns)."""
 
     pmid: pl.Int64 = pa.Field(gt=0, description=_PMID)
     version: pl.Int32 = pa.Field(ge=1, description=_VERSION)
+
+
+class Articles(_PerRecord):
+    """One row per PubMed record (``PubmedArticle`` or legacy ``MedlineCitation``)."""
+
     file: pl.Utf8 = pa.Field(
         description="Key of the NLM file the record was read from, e.g. pubmed26n1334; "
         "in the corpus, the file whose record won the fold"
@@ -51,15 +63,12 @@ class Articles(pa.DataFrameModel):
     n_pubtypes: pl.Int32 = pa.Field(ge=0, description="Number of PublicationType elements")
 
     class Config:
-        strict = True
         unique = ["pmid", "version"]
 
 
-class MeshEdges(pa.DataFrameModel):
+class MeshEdges(_PerRecord):
     """One row per MeshHeading without qualifiers, else one per heading/qualifier pair."""
 
-    pmid: pl.Int64 = pa.Field(gt=0, description=_PMID)
-    version: pl.Int32 = pa.Field(ge=1, description=_VERSION)
     descriptor_ui: pl.Utf8 = pa.Field(
         str_matches=UI_DESCRIPTOR, description="MeSH descriptor UI (DescriptorName UI)"
     )
@@ -76,11 +85,8 @@ class MeshEdges(pa.DataFrameModel):
         description="Qualifier is a major topic (MajorTopicYN='Y'); null without qualifier",
     )
 
-    class Config:
-        strict = True
 
-
-class Citations(pa.DataFrameModel):
+class Citations(_Table):
     """One row per distinct PMID cited in the record's ReferenceList elements."""
 
     citing_pmid: pl.Int64 = pa.Field(gt=0, description="PMID of the citing record")
@@ -89,15 +95,10 @@ class Citations(pa.DataFrameModel):
         gt=0, description="Cited PMID (a reference's ArticleId IdType='pubmed')"
     )
 
-    class Config:
-        strict = True
 
-
-class Corrections(pa.DataFrameModel):
+class Corrections(_PerRecord):
     """One row per CommentsCorrections element (errata, comments, retractions, ...)."""
 
-    pmid: pl.Int64 = pa.Field(gt=0, description=_PMID)
-    version: pl.Int32 = pa.Field(ge=1, description=_VERSION)
     ref_type: pl.Utf8 = pa.Field(
         description="RefType attribute, e.g. ErratumIn, CommentOn ('' when absent)"
     )
@@ -105,15 +106,10 @@ class Corrections(pa.DataFrameModel):
         nullable=True, gt=0, description="PMID of the referenced record; null when not given"
     )
 
-    class Config:
-        strict = True
 
-
-class Chemicals(pa.DataFrameModel):
+class Chemicals(_PerRecord):
     """One row per Chemical in the record's ChemicalList."""
 
-    pmid: pl.Int64 = pa.Field(gt=0, description=_PMID)
-    version: pl.Int32 = pa.Field(ge=1, description=_VERSION)
     registry_number: pl.Utf8 = pa.Field(
         nullable=True, description="RegistryNumber (CAS, EC or '0' when NLM has none)"
     )
@@ -122,29 +118,20 @@ class Chemicals(pa.DataFrameModel):
     )
     substance_name: pl.Utf8 = pa.Field(description="NameOfSubstance text ('' when absent)")
 
-    class Config:
-        strict = True
 
-
-class Pubtypes(pa.DataFrameModel):
+class Pubtypes(_PerRecord):
     """One row per PublicationType of the record, in NLM's order."""
 
-    pmid: pl.Int64 = pa.Field(gt=0, description=_PMID)
-    version: pl.Int32 = pa.Field(ge=1, description=_VERSION)
     pubtype_ui: pl.Utf8 = pa.Field(nullable=True, description="PublicationType UI, e.g. D016428")
     name: pl.Utf8 = pa.Field(description="PublicationType text, e.g. Journal Article")
 
-    class Config:
-        strict = True
 
-
-class Deletions(pa.DataFrameModel):
+class Deletions(_Table):
     """The distinct PMIDs a file's DeleteCitation lists (per-file tables only)."""
 
     pmid: pl.Int64 = pa.Field(gt=0, description="PMID deleted by this file")
 
     class Config:
-        strict = True
         unique = ["pmid"]
 
 
@@ -171,7 +158,7 @@ MESH_TERM_KINDS = ["name", "entry", "deinverted", "scr_alias"]
 MESH_LEXICAL_TAGS = ["NON", "ABB", "ABX", "ACR", "ACX", "EPO", "LAB", "NAM", "TRD", "HIST"]
 
 
-class MeshDescriptors(pa.DataFrameModel):
+class MeshDescriptors(_Table):
     """One row per MeSH descriptor record."""
 
     ui: pl.Utf8 = pa.Field(
@@ -191,11 +178,8 @@ class MeshDescriptors(pa.DataFrameModel):
     )
     n_trees: pl.Int32 = pa.Field(ge=0, description="Number of tree numbers")
 
-    class Config:
-        strict = True
 
-
-class MeshTree(pa.DataFrameModel):
+class MeshTree(_Table):
     """One row per tree number (a descriptor's place in the MeSH hierarchy)."""
 
     ui: pl.Utf8 = pa.Field(str_matches=UI_DESCRIPTOR, description="Descriptor UI")
@@ -203,11 +187,8 @@ class MeshTree(pa.DataFrameModel):
         str_matches=MESH_TREE_NUMBER, unique=True, description="Tree number, e.g. C14.280.647"
     )
 
-    class Config:
-        strict = True
 
-
-class MeshBroader(pa.DataFrameModel):
+class MeshBroader(_Table):
     """Distinct descriptor pairs where a parent tree number is one step above a child's."""
 
     child_ui: pl.Utf8 = pa.Field(str_matches=UI_DESCRIPTOR, description="Narrower descriptor UI")
@@ -217,22 +198,20 @@ class MeshBroader(pa.DataFrameModel):
     )
 
     class Config:
-        strict = True
         unique = ["child_ui", "parent_ui"]
 
 
-class MeshAllowable(pa.DataFrameModel):
+class MeshAllowable(_Table):
     """Qualifiers allowed with each descriptor (AllowableQualifier)."""
 
     descriptor_ui: pl.Utf8 = pa.Field(str_matches=UI_DESCRIPTOR, description="Descriptor UI")
     qualifier_ui: pl.Utf8 = pa.Field(str_matches=UI_QUALIFIER, description="Allowable qualifier UI")
 
     class Config:
-        strict = True
         unique = ["descriptor_ui", "qualifier_ui"]
 
 
-class MeshTerms(pa.DataFrameModel):
+class MeshTerms(_Table):
     """Surface forms the grounder matches, each naming one descriptor."""
 
     ui: pl.Utf8 = pa.Field(str_matches=UI_DESCRIPTOR, description="Descriptor UI the term names")
@@ -275,11 +254,8 @@ class MeshTerms(pa.DataFrameModel):
         "as concept_ui",
     )
 
-    class Config:
-        strict = True
 
-
-class MeshQualifiers(pa.DataFrameModel):
+class MeshQualifiers(_Table):
     """One row per MeSH qualifier (subheading) record."""
 
     ui: pl.Utf8 = pa.Field(
@@ -292,11 +268,8 @@ class MeshQualifiers(pa.DataFrameModel):
         description="Two-letter abbreviation, e.g. BL; null where the source gives none",
     )
 
-    class Config:
-        strict = True
 
-
-class MeshScrAliases(pa.DataFrameModel):
+class MeshScrAliases(_Table):
     """Supplementary-record names kept as aliases of the descriptors they map to."""
 
     scr_ui: pl.Utf8 = pa.Field(
@@ -311,7 +284,6 @@ class MeshScrAliases(pa.DataFrameModel):
     )
 
     class Config:
-        strict = True
         unique = ["scr_ui", "surface", "heading_ui"]
 
 
