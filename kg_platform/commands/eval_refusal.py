@@ -63,7 +63,7 @@ def ladder_config(args: argparse.Namespace):
     """The ladder configuration of the options; a ValueError (or OSError) names a bad one
     before anything is registered."""
     from kg_platform.answer.ladder import LadderConfig
-    from kg_platform.answer.readers.base import load_pubmedqa
+    from kg_platform.answer.readers.base import content_hash, load_pubmedqa
     from kg_platform.commands.ask import gate_tau, open_verifier
     from kg_platform.commands.partition_args import scoped_lake
     from kg_platform.evaluation.refusal.report import LadderEvalConfig
@@ -76,13 +76,15 @@ def ladder_config(args: argparse.Namespace):
         raise ValueError(f"--verifier-tau {args.verifier_tau}: needs --verifier")
     LadderConfig(verifier_tau=gate_tau(args.verifier_tau, open_verifier(args.verifier)))
     scoped_lake(args, quiet=args.json)  # says which graph build is read; none is an error
+    folder = str(Path(args.verifier).resolve()) if args.verifier else ""
     return LadderEvalConfig(
         min_paths=args.min_paths,
         seed=args.seed,
         per_class=args.per_class,
         release=args.release,
         mesh_year=args.mesh_year,
-        verifier_folder=str(Path(args.verifier).resolve()) if args.verifier else "",
+        verifier_folder=folder,
+        verifier_model=content_hash(folder) if folder else "",
         verifier_tau=args.verifier_tau,
         agent=args.agent,
         hops=args.hops,

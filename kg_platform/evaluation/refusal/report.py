@@ -30,7 +30,7 @@ import pyarrow
 from kg_platform.answer.agent import DEFAULT_HOPS
 from kg_platform.answer.api import AskConfig, KnowledgeGraph
 from kg_platform.answer.ladder import DEFAULT_VERIFIER_TAU, LadderConfig
-from kg_platform.answer.readers.base import LABEL_INDEX, LabelledQuestion
+from kg_platform.answer.readers.base import LABEL_INDEX, LabelledQuestion, content_hash
 from kg_platform.answer.verifier import load_verifier
 from kg_platform.checks import CheckOutcome
 from kg_platform.evaluation.common.configs import load_config, register_config
@@ -77,6 +77,7 @@ class LadderEvalConfig:
     mesh_year: str | None = None
     verifier_config: str = ""  # gate 7 with this configuration's verifier and tau
     verifier_folder: str = ""  # or with a local verifier folder (as kg ask --verifier)
+    verifier_model: str = ""  # that folder's content hash when registered (readers.base)
     verifier_tau: float | None = None  # gate 7's tau; None: the one saved with the verifier
     reader_config: str = ""  # the posterior cache read for certification vs confidence
     reader_setting: str = "retrieved"
@@ -136,8 +137,15 @@ def open_graph(
         verifier = load_trained_verifier(root, record)
         described = {"config": config.verifier_config, "model": record["model"]}
     elif config.verifier_folder:
+        model = content_hash(config.verifier_folder)
+        if config.verifier_model and model != config.verifier_model:
+            raise ValueError(
+                f"{config.verifier_folder}: changed since ladder configuration {config.key} was "
+                f"registered (content hash {config.verifier_model[:16]}, now {model[:16]}); "
+                "register it again"
+            )
         verifier = load_verifier(config.verifier_folder)
-        described = {"folder": config.verifier_folder, "verifier": verifier.name}
+        described = {"folder": config.verifier_folder, "verifier": verifier.name, "model": model}
     saved = getattr(verifier, "tau", None)
     tau = config.verifier_tau if config.verifier_tau is not None else saved
     tau = DEFAULT_VERIFIER_TAU if tau is None else float(tau)

@@ -10,6 +10,7 @@ import json
 
 import pytest
 
+from kg_platform.answer.readers.base import content_hash
 from kg_platform.answer.verifier import (
     VerifierProbeRecipe,
     read_claims,
@@ -20,6 +21,7 @@ from kg_platform.answer.verifier import (
     write_tau,
 )
 from kg_platform.commands.eval_refusal import add_eval_parser
+from kg_platform.evaluation.refusal.report import LadderEvalConfig, open_graph
 from kg_platform_tests.answer.readers import conftest as reader_fixtures
 from kg_platform_tests.assets.test_verification import write_scifact_slice
 from kg_platform_tests.evaluation.refusal.test_evaluation import QUESTIONS
@@ -66,6 +68,7 @@ def test_gate_seven_fills_the_verifier_class(question_lake, probe_folder, tmp_pa
     assert code == 0
     doc = json.loads(out.strip().splitlines()[-1])
     assert doc["verifier"]["tau"] == 0.0 and doc["verifier"]["folder"] == str(probe_folder)
+    assert doc["verifier"]["model"] == content_hash(probe_folder)
     assert doc["verifier"]["verifier"].startswith("verifier:probe:")
     # without the verifier (test_refusal_eval.test_cli_json_last_line): q1 answered, 5 built
     # questions refused [1, 3, 4, 5] at the four gate sets; the one graph-made question that passes gates
@@ -118,6 +121,12 @@ def test_bad_verifier_options_are_named(
     code, out, err = run(question_lake, tmp_path, capsys, *extra)
     assert (code, out) == (2, "")
     assert err.startswith(f"kg eval refusal: {message}")
+
+
+def test_a_verifier_folder_changed_since_registration_is_named(question_lake, probe_folder):
+    config = LadderEvalConfig(verifier_folder=str(probe_folder), verifier_model="0" * 64)
+    with pytest.raises(ValueError, match=f"^{probe_folder}: changed since ladder configuration"):
+        open_graph(question_lake, config)
 
 
 def test_kg_ask_reads_the_saved_probe_and_its_tau(question_lake, probe_folder, capsys) -> None:
