@@ -231,10 +231,13 @@ def phase_fold_checks(root: str, _args: argparse.Namespace) -> dict:
 
 
 def phase_read_corpus(root: str, _args: argparse.Namespace) -> dict:
+    from kg_platform.storage.corpus import read_corpus
+    from kg_platform.storage.lake import Lake
+
     rows = decoded = 0
     t = time.perf_counter()
     for table, columns in GRAPH_COLUMNS.items():
-        frame = pq.read_table(os.path.join(root, "corpus", f"{table}.parquet"), columns=columns)
+        frame = read_corpus(Lake(root), table, columns=columns)
         rows += frame.num_rows
         decoded += frame.nbytes
         del frame
@@ -269,6 +272,7 @@ def phase_fold_update(root: str, _args: argparse.Namespace) -> dict:
     import filecmp
 
     from kg_platform.pubmed import fold
+    from kg_platform.storage.corpus import corpus_parts
     from kg_platform.storage.lake import Lake
 
     update = os.path.join(root, "update")
@@ -285,11 +289,12 @@ def phase_fold_update(root: str, _args: argparse.Namespace) -> dict:
     t = time.perf_counter()
     passed, details = fold.check_incremental_sample(lake, files, result)
     check_s = time.perf_counter() - t
+    full = Lake(root)
     identical = {
-        table: filecmp.cmp(
-            lake.path(fold.corpus_key(table)),
-            os.path.join(root, "corpus", f"{table}.parquet"),
-            shallow=False,
+        table: corpus_parts(lake, table) == corpus_parts(full, table)
+        and all(
+            filecmp.cmp(lake.path(key), full.path(key), shallow=False)
+            for key in corpus_parts(lake, table)
         )
         for table in fold.CORPUS_TABLES
     }

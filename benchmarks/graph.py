@@ -47,6 +47,34 @@ def _write_chunks(path: str, schema: pa.Schema, total: int, make) -> None:
             writer.write_table(make(start, min(CHUNK, total - start)), row_group_size=CHUNK)
 
 
+def _single(root: str, table: str) -> str:
+    """Where a table is generated whole before it is cut into the corpus's parts."""
+    return os.path.join(root, "corpus", f"{table}.whole.parquet")
+
+
+def _into_parts(root: str, table: str) -> None:
+    """The generated table cut into the corpus's parts (kg_platform.storage.corpus), one
+    row group at a time, each bucket's rows in their order in the table."""
+    from kg_platform.storage.corpus import CORPUS_TABLES, PMID_BUCKET, part_key
+
+    whole = _single(root, table)
+    source = pq.ParquetFile(whole)
+    writers: dict[int, pq.ParquetWriter] = {}
+    try:
+        for batch in source.iter_batches(batch_size=CHUNK):
+            buckets = batch.column(CORPUS_TABLES[table]).to_numpy() // PMID_BUCKET
+            for bucket in np.unique(buckets).tolist():
+                if bucket not in writers:
+                    path = os.path.join(root, *part_key(table, bucket).split("/"))
+                    os.makedirs(os.path.dirname(path), exist_ok=True)
+                    writers[bucket] = pq.ParquetWriter(path, batch.schema, compression="zstd")
+                writers[bucket].write_batch(batch.filter(pa.array(buckets == bucket)))
+    finally:
+        for writer in writers.values():
+            writer.close()
+    os.remove(whole)
+
+
 def _rows_of(
     start: int, n: int, total: int, n_articles: int, rng: np.random.Generator, low: int = 0
 ):
@@ -81,7 +109,7 @@ def generate(
                 "has_abstract": rng.random(n_articles) < 0.7,
             }
         ),
-        os.path.join(root, "corpus", "articles.parquet"),
+        _single(root, "articles"),
         compression="zstd",
     )
 
@@ -98,9 +126,7 @@ def generate(
         return pa.table({"citing_pmid": pmids[citing], "cited_pmid": cited_pmid})
 
     cit_schema = pa.schema([("citing_pmid", pa.int64()), ("cited_pmid", pa.int64())])
-    _write_chunks(
-        os.path.join(root, "corpus", "citations.parquet"), cit_schema, n_citations, citations
-    )
+    _write_chunks(_single(root, "citations"), cit_schema, n_citations, citations)
 
     uis = pa.array([f"D{k:06d}" for k in range(1, N_DESCRIPTORS + 1)])
 
@@ -128,9 +154,7 @@ def generate(
             ("qualifier_major", pa.bool_()),
         ]
     )
-    _write_chunks(
-        os.path.join(root, "corpus", "mesh_edges.parquet"), mesh_schema, n_mesh, mesh_edges
-    )
+    _write_chunks(_single(root, "mesh_edges"), mesh_schema, n_mesh, mesh_edges)
 
     n_corr = max(1, n_articles // 1000)
     ref_types = np.array(["RetractionIn", "ExpressionOfConcernIn", "ErratumIn"])
@@ -141,7 +165,7 @@ def generate(
                 "ref_type": ref_types[rng.integers(0, 3, n_corr)],
             }
         ),
-        os.path.join(root, "corpus", "corrections.parquet"),
+        _single(root, "corrections"),
     )
     n_pt = max(1, n_articles // 100)
     names = np.array(["Journal Article", "Review", "Retracted Publication"])
@@ -152,8 +176,10 @@ def generate(
                 "name": names[rng.choice(3, n_pt, p=[0.8, 0.19, 0.01])],
             }
         ),
-        os.path.join(root, "corpus", "pubtypes.parquet"),
+        _single(root, "pubtypes"),
     )
+    for table in ("articles", "citations", "mesh_edges", "corrections", "pubtypes"):
+        _into_parts(root, table)
     pq.write_table(pa.table({"ui": uis}), os.path.join(root, "mesh", "descriptors.parquet"))
     letters = np.array(list("ABCDEFGHIJKLMNVZ"))
     trees = pa.array(
@@ -328,12 +354,13 @@ def measure_reference(root: str) -> dict:
     """The citation CSR (both directions) the conventional way: scipy coo -> csr."""
     import scipy.sparse as sp
 
+    from kg_platform.storage.corpus import read_corpus
     from kg_platform.storage.lake import Lake
 
     lake = Lake(root)
     t = time.perf_counter()
-    pmids = lake.read_parquet("corpus/articles.parquet", ["pmid"]).column("pmid").to_numpy()
-    cit = lake.read_parquet("corpus/citations.parquet")
+    pmids = read_corpus(lake, "articles", ["pmid"]).column("pmid").to_numpy()
+    cit = read_corpus(lake, "citations")
     src = np.searchsorted(pmids, cit.column("citing_pmid").to_numpy())
     cited = cit.column("cited_pmid").to_numpy()
     dst = np.searchsorted(pmids, cited)

@@ -34,7 +34,8 @@ Each build also reports its ``timeline`` from the instance (backfill submitted; 
 created, started, ended, each step's seconds, the corpus checks' own seconds) and
 ``output_at_s`` (when each line of its output came). With ``--update`` the built home and
 lake are kept (``built-<files>x<records>`` under ``--work``); ``--reuse-build`` starts from
-that copy and measures the update and the refold again.
+that copy and measures the update and the refold again; ``--refold-kept`` first refolds the
+kept state with this code and keeps that (a state of an earlier corpus layout is migrated).
 
 The machine's load is printed with each phase: wall time on a shared machine is inflated
 by the load, CPU seconds much less.
@@ -564,6 +565,13 @@ def main() -> int:
         "phase is not measured again; status and the UI are skipped): for measuring the "
         "update again",
     )
+    parser.add_argument(
+        "--refold-kept",
+        action="store_true",
+        help="with --reuse-build: first refold the kept state's release with this code (kg "
+        "build --select of the full phase, --force, on the baseline) and keep that as the "
+        "built state: a state built by code of an earlier corpus layout becomes one of this",
+    )
     args = parser.parse_args()
 
     work = Path(args.work).resolve()
@@ -608,6 +616,10 @@ def main() -> int:
     env.pop("KG_EXECUTOR", None)
     env.pop(FULL_FOLD_ENV, None)
     log = run / "commands.log"
+    if args.reuse_build and args.refold_kept:
+        phase("refold_kept", build(env, log, source, lake, REFOLD, args.jobs, "--force"))
+        shutil.rmtree(kept)
+        shutil.copytree(run, kept, symlinks=True)
     if args.reuse_build:
         phase("build", {"reused": str(kept)})
     else:

@@ -2,11 +2,12 @@
 
 Writes an articles table of ``--rows`` rows sorted by PMID (titles and abstracts of about
 the real sizes) twice with DuckDB, once in DuckDB's default row groups and once in the
-fold's ``ARTICLE_ROW_GROUP_ROWS``, then times ``--lookups`` lookups of ``--per-answer``
+fold's ``ARTICLE_ROW_GROUP_ROWS``, each cut into the corpus's parts per PMID bucket
+(kg_platform.storage.corpus) as the fold lays it out, then times ``--lookups`` lookups of ``--per-answer``
 random PMIDs each, one core:
 
 - ``filtered_default``: the reference, as ``ask`` read titles before: the schema, then a
-  read with a PMID filter, on every question, over default row groups;
+  read with a PMID filter, on every question, over default row groups (every part);
 - ``lookup_default``: ``TitleLookup`` (footer parsed once, only the PMIDs' row groups read)
   over default row groups;
 - ``lookup_fold``: ``TitleLookup`` over the fold's row groups (what ``ask`` does now).
@@ -29,6 +30,7 @@ import time
 
 import duckdb
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -36,13 +38,14 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from benchmarks.ask import positive_int  # noqa: E402
 from kg_platform.answer.titles import TitleLookup  # noqa: E402
 from kg_platform.pubmed.fold import ARTICLE_ROW_GROUP_ROWS  # noqa: E402
+from kg_platform.storage.corpus import PMID_BUCKET, corpus_parts, part_key  # noqa: E402
 from kg_platform.storage.lake import Lake  # noqa: E402
 
-KEY = "corpus/articles.parquet"
+WHOLE = "articles.whole.parquet"
 
 
 def write_articles(root: str, rows: int, row_group_rows: int | None) -> None:
-    os.makedirs(os.path.join(root, "corpus"))
+    os.makedirs(root)
     groups = f", ROW_GROUP_SIZE {row_group_rows}" if row_group_rows else ""
     # PMIDs 1, 4, 7, ...; a ~100-character title and a ~1,000-character abstract
     duckdb.sql(
@@ -52,15 +55,27 @@ def write_articles(root: str, rows: int, row_group_rows: int | None) -> None:
               repeat(md5((i + 1)::VARCHAR) || ' ', 30) AS abstract,
               2000 + i % 25 AS year
             FROM range({rows}) r(i) ORDER BY pmid)
-          TO '{os.path.join(root, KEY)}' (FORMAT parquet, COMPRESSION zstd{groups})"""
+          TO '{os.path.join(root, WHOLE)}' (FORMAT parquet, COMPRESSION zstd{groups})"""
     )
+    whole = pq.read_table(os.path.join(root, WHOLE))
+    buckets = whole.column("pmid").to_numpy() // PMID_BUCKET
+    for bucket in np.unique(buckets).tolist():
+        path = os.path.join(root, *part_key("articles", bucket).split("/"))
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        part = whole.filter(pa.array(buckets == bucket))
+        pq.write_table(part, path, compression="zstd", row_group_size=row_group_rows)
+    os.remove(os.path.join(root, WHOLE))
+
+
+def _parts(root: str) -> list[str]:
+    return [os.path.join(root, *k.split("/")) for k in corpus_parts(Lake(root), "articles")]
 
 
 def filtered_read(root: str, pmids: list[int]) -> dict[int, str | None]:
-    path = os.path.join(root, KEY)
-    if "title" not in pq.read_schema(path).names:
+    paths = _parts(root)
+    if "title" not in pq.read_schema(paths[0]).names:
         return {}
-    table = pq.read_table(path, columns=["pmid", "title"], filters=[("pmid", "in", pmids)])
+    table = pq.read_table(paths, columns=["pmid", "title"], filters=[("pmid", "in", pmids)])
     return dict(zip(table["pmid"].to_pylist(), table["title"].to_pylist(), strict=True))
 
 
@@ -95,8 +110,8 @@ def main() -> int:
         ]
         arms = {
             "filtered_default": lambda p: filtered_read(default_root, p),
-            "lookup_default": TitleLookup(Lake(default_root), KEY).titles,
-            "lookup_fold": TitleLookup(Lake(fold_root), KEY).titles,
+            "lookup_default": TitleLookup(Lake(default_root)).titles,
+            "lookup_fold": TitleLookup(Lake(fold_root)).titles,
         }
         result: dict = {"rows": args.rows, "lookups": args.lookups, "per_answer": args.per_answer}
         answers = {}
@@ -109,9 +124,12 @@ def main() -> int:
         if not answers["filtered_default"] == answers["lookup_default"] == answers["lookup_fold"]:
             raise SystemExit("titles differ between the arms")
         for root, name in ((default_root, "default"), (fold_root, "fold")):
-            metadata = pq.ParquetFile(os.path.join(root, KEY)).metadata
-            result[f"row_groups_{name}"] = metadata.num_row_groups
-            result[f"bytes_{name}"] = os.path.getsize(os.path.join(root, KEY))
+            paths = _parts(root)
+            result[f"parts_{name}"] = len(paths)
+            result[f"row_groups_{name}"] = sum(
+                pq.ParquetFile(p).metadata.num_row_groups for p in paths
+            )
+            result[f"bytes_{name}"] = sum(os.path.getsize(p) for p in paths)
         result["speedup"] = round(
             result["filtered_default"]["p50_ms"] / result["lookup_fold"]["p50_ms"], 2
         )

@@ -43,7 +43,6 @@ from kg_platform.answer.ladder import (
 from kg_platform.answer.readers.base import Reader, truncate
 from kg_platform.answer.reading import Reading, read_evidence, refused
 from kg_platform.answer.titles import TitleLookup
-from kg_platform.graph import layout
 from kg_platform.graph.store import KGStore
 from kg_platform.grounding.grounder import Grounder, Grounding
 from kg_platform.grounding.roles import Role, RoleConfig
@@ -325,7 +324,7 @@ class KnowledgeGraph:
         self.semantic = semantic
         self.reader = reader
         self.verifier = verifier
-        self.title_lookup = TitleLookup(lake, layout.CORPUS_INPUTS["articles"])
+        self.title_lookup = TitleLookup(lake)
         # descriptor UI -> (role, reason): a dict, or read per descriptor from the index
         self.roles = roles
 

@@ -1,11 +1,12 @@
-"""Titles (and texts) of evidence articles, read from corpus/articles.parquet by row group.
+"""Titles (and texts) of evidence articles, read from the corpus articles by row group.
 
 An answer shows the title of each of its top paths' terminal articles: a handful of PMIDs
-out of the whole corpus. The fold writes the articles table sorted by PMID in row groups of
-``kg_platform.pubmed.fold.ARTICLE_ROW_GROUP_ROWS`` rows, so the PMID range of each row group is known from the
-footer's statistics. The lookup parses the footer once, finds the row group of each PMID
-by binary search over the groups' smallest PMIDs, and reads only the ``pmid`` and
-``title`` columns of those groups. Reading with a PMID filter instead costs a footer parse
+out of the whole corpus. The fold writes the articles table as one part per PMID bucket
+(kg_platform.storage.corpus), each sorted by PMID in row groups of
+``kg_platform.pubmed.fold.ARTICLE_ROW_GROUP_ROWS`` rows, so a PMID's part is known from the
+PMID and the PMID range of each row group from the part's footer. The lookup parses a part's
+footer once, finds the row group of each PMID by binary search over the groups' smallest
+PMIDs, and reads only the ``pmid`` and ``title`` columns of those groups. Reading with a PMID filter instead costs a footer parse
 and a dataset scan plan on every question (``benchmarks/titles.py`` compares the two).
 A file written otherwise (unsorted, or without statistics) is read with a filter, as before.
 
@@ -20,11 +21,47 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from kg_platform.storage.corpus import corpus_part_of
 from kg_platform.storage.lake import Lake
 
 
 class TitleLookup:
-    """PMID -> title (or text) over one articles file; opened on first use, then kept."""
+    """PMID -> title (or text) over the corpus articles: each PMID's part (corpus_part_of),
+    opened on first use, then kept."""
+
+    def __init__(self, lake: Lake) -> None:
+        self.lake = lake
+        self._lock = threading.Lock()
+        self._parts: dict[str, _PartLookup] = {}
+
+    def titles(self, pmids: list[int]) -> dict[int, str | None]:
+        """Title of each PMID found (a corpus without titles gives none)."""
+        found: dict[int, str | None] = {}
+        for part, mine in self._by_part(pmids).items():
+            found.update(part.titles(mine))
+        return found
+
+    def texts(self, pmids: list[int]) -> dict[int, str]:
+        """Title and abstract of each PMID found, joined by a newline and stripped: "" for an
+        article with neither (or a corpus with neither column); absent PMIDs are not keys."""
+        found: dict[int, str] = {}
+        for part, mine in self._by_part(pmids).items():
+            found.update(part.texts(mine))
+        return found
+
+    def _by_part(self, pmids: list[int]) -> dict[_PartLookup, list[int]]:
+        grouped: dict[_PartLookup, list[int]] = {}
+        with self._lock:
+            for pmid in pmids:
+                key = corpus_part_of("articles", pmid)
+                if key not in self._parts:
+                    self._parts[key] = _PartLookup(self.lake, key)
+                grouped.setdefault(self._parts[key], []).append(pmid)
+        return grouped
+
+
+class _PartLookup:
+    """PMID -> title (or text) over one articles part; opened on first use, then kept."""
 
     def __init__(self, lake: Lake, key: str) -> None:
         self.lake, self.key = lake, key

@@ -307,10 +307,11 @@ def corpus(
     context: dg.AssetExecutionContext, lake: LakeResource, catalog: CatalogResource
 ) -> dg.MaterializeResult:
     """The current state of one release: its files folded in order (latest record per PMID
-    wins, a later DeleteCitation removes), as corpus/<release>/<table>.parquet. Partitioned
+    wins, a later DeleteCitation removes), as corpus/<release>/<table>/, one Parquet part per
+    PMID bucket (kg_platform.storage.corpus); an update rewrites only its buckets' parts. Partitioned
     by **release** (pubmed26): a new annual baseline starts a new corpus beside the old one;
     it reads exactly the files named pubmed26n*, and is published only when its checks pass."""
-    from kg_platform.pubmed.fold import CORPUS_TABLES, corpus_key, fold_checks, fold_release
+    from kg_platform.pubmed.fold import corpus_version, fold_checks, fold_release
 
     release = context.partition_key
     root = lake.get()
@@ -322,7 +323,7 @@ def corpus(
         result = fold_release(staged, files)
         checks = fold_checks(staged, files, result)
         results = check_results(context, checks, f"corpus[{release}] of {len(files)} files")
-        digest = staged.digest([corpus_key(t) for t in CORPUS_TABLES])
+        digest = corpus_version(staged)
     views = catalog.get(the_lake).refresh_views()
     return dg.MaterializeResult(
         metadata={

@@ -392,6 +392,7 @@ def print_summary(settings, keys, result, todo: set, log_path: Path, started: fl
     that never ran because something upstream failed."""
     import pyarrow.parquet as pq
 
+    from kg_platform.storage.corpus import CORPUS_TABLES, corpus_folder, corpus_parts, corpus_rows
     from kg_platform.storage.lake import Lake
 
     lake = Lake(settings.lake).scoped(release=keys.release, mesh_year=keys.mesh_year)
@@ -401,11 +402,13 @@ def print_summary(settings, keys, result, todo: set, log_path: Path, started: fl
     failed_checks = sum(r.checks_failed for r in runs)
     print(f"\nbuilt in {time.perf_counter() - started:.1f}s into {settings.lake}")
     print(f"files: {len(keys.files)}; release {keys.release}, MeSH {keys.mesh_year}")
-    for folder in ("corpus", "mesh"):
-        for key in lake.list(folder, ".parquet"):
-            with lake.open(key) as f:
-                rows = pq.ParquetFile(f).metadata.num_rows
-            print(f"  {lake.path(key)}: {rows:,} rows")
+    for table in sorted(CORPUS_TABLES):  # each a folder of parts
+        if corpus_parts(lake, table):
+            print(f"  {lake.path(corpus_folder(table))}: {corpus_rows(lake, table):,} rows")
+    for key in lake.list("mesh", ".parquet"):
+        with lake.open(key) as f:
+            rows = pq.ParquetFile(f).metadata.num_rows
+        print(f"  {lake.path(key)}: {rows:,} rows")
     print(
         f"runs: {len(runs) - len(failed)} succeeded, {len(failed)} failed; "
         f"checks: {passed} passed, {failed_checks} failed"

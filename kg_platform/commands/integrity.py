@@ -116,44 +116,32 @@ def _graph_files(lake: Lake) -> list[str]:
 
 
 # -- the corpus tables ---------------------------------------------------------------------
-def _corpus_keys() -> list[str]:
-    from kg_platform.pubmed.fold import CORPUS_TABLES
-
-    return [f"corpus/{table}.parquet" for table in CORPUS_TABLES]
-
-
 def _corpus_cheap(lake: Lake) -> str | None:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+    """Every part the fold's manifest records is there at its size, and no other."""
+    from kg_platform.pubmed.fold import parts_problem
 
-    for key in _corpus_keys():
-        if not lake.exists(key):
-            return f"{lake.path(key)}: missing"
-        try:
-            with lake.open(key) as f:
-                pq.ParquetFile(f).metadata  # noqa: B018 (reads and checks the footer)
-        except (pa.ArrowInvalid, OSError) as exc:
-            return f"{lake.path(key)}: not a readable Parquet file ({exc})"
-    return None
+    return parts_problem(lake)
 
 
 def _corpus_files(lake: Lake) -> list[str]:
-    return [key for key in _corpus_keys() if lake.exists(key)]
+    from kg_platform.storage.corpus import CORPUS_TABLES, corpus_parts
+
+    return [key for table in CORPUS_TABLES for key in corpus_parts(lake, table)]
 
 
 def _corpus_hashed(lake: Lake, materialised: Materialised | None) -> str | None:
-    """The tables against their materialisation's data version: the first 16 hex digits of
-    Lake.digest over the tables in CORPUS_TABLES order (assets/pubmed.py's corpus)."""
+    """The parts against their materialisation's data version: the first 16 hex digits of
+    fold.corpus_version over every part's bytes (assets/pubmed.py's corpus)."""
+    from kg_platform.pubmed.fold import corpus_version
+
     problem = _corpus_cheap(lake)
     if problem is not None or materialised is None or not materialised.data_version:
         return problem
-    keys = _corpus_keys()
-    digest = lake.digest(keys)[: len(materialised.data_version)]
+    digest = corpus_version(lake, verify=True)[: len(materialised.data_version)]
     if digest == materialised.data_version:
         return None
-    tables = ", ".join(k.rsplit("/", 1)[1] for k in keys)
     return (
-        f"{lake.path('corpus')}: the tables ({tables}) no longer hash to the data version "
+        f"{lake.path('corpus')}: the parts no longer hash to the data version "
         f"of corpus[{materialised.partition}] ({digest} != {materialised.data_version})"
     )
 

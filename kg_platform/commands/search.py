@@ -92,16 +92,6 @@ def run_search(args: argparse.Namespace) -> int:
 
 def _titles(lake, pmids: list[int]) -> dict[int, str]:
     """Titles of the hits from the corpus, when it is there (search works without it)."""
-    import pyarrow.parquet as pq
+    from kg_platform.answer.titles import TitleLookup
 
-    from kg_platform.embeddings.shards import CORPUS_ARTICLES
-
-    if not pmids or not lake.exists(CORPUS_ARTICLES):
-        return {}
-    table = pq.read_table(
-        lake.path(CORPUS_ARTICLES),
-        columns=["pmid", "title"],
-        filters=[("pmid", "in", pmids)],
-        filesystem=None if lake.is_local else lake.fs,
-    )
-    return dict(zip(table["pmid"].to_pylist(), table["title"].to_pylist(), strict=True))
+    return {p: t for p, t in TitleLookup(lake).titles(pmids).items() if t is not None}

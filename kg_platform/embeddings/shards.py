@@ -22,10 +22,11 @@ import pyarrow.parquet as pq
 from kg_platform.checks import CheckOutcome
 from kg_platform.embeddings.encoder import Encoder
 from kg_platform.embeddings.feeder import FeederSettings, FeederStats, embed_stream
+from kg_platform.storage.corpus import corpus_folder, corpus_parts
 from kg_platform.storage.digest import array_sha256
 from kg_platform.storage.lake import Lake
 
-CORPUS_ARTICLES = "corpus/articles.parquet"
+CORPUS_ARTICLES = corpus_folder("articles")
 SHARDS = "embeddings/shards"
 
 
@@ -81,13 +82,14 @@ def quotable_pmids_by_file(lake: Lake) -> dict[str, np.ndarray]:
 
 
 def _read_corpus(lake: Lake, columns: list[str], filters: list[tuple]) -> pl.DataFrame:
-    if not lake.exists(CORPUS_ARTICLES):
+    parts = corpus_parts(lake, "articles")
+    if not parts:
         raise ShardError(
             f"{CORPUS_ARTICLES}: not in the lake at {lake.root}; materialise `corpus` first"
         )
     try:
         table = pq.read_table(
-            lake.path(CORPUS_ARTICLES),
+            [lake.path(key) for key in parts],
             columns=columns,
             filters=[*filters, ("has_abstract", "==", True)],
             filesystem=None if lake.is_local else lake.fs,

@@ -44,6 +44,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from kg_platform.graph import layout
+from kg_platform.storage.corpus import corpus_fingerprint, corpus_parts
 from kg_platform.storage.digest import array_sha256  # noqa: F401 (the graph checks use it)
 from kg_platform.storage.lake import Lake
 
@@ -136,10 +137,12 @@ def _rounded(seconds: dict[str, float]) -> dict[str, float]:
 def input_fingerprints(lake: Lake) -> dict[str, dict[str, str | int]]:
     """Size and modification stamp of every input, keyed by table name."""
     prints: dict[str, dict[str, str | int]] = {}
-    for name, key in {**layout.CORPUS_INPUTS, **layout.MESH_INPUTS}.items():
+    for name, key in layout.CORPUS_INPUTS.items():
+        _keys(lake, key)  # a table without parts is missing
+        prints[name] = corpus_fingerprint(lake, name)
+    for name, key in layout.MESH_INPUTS.items():
         if not lake.exists(key):
-            producer = "corpus" if key.startswith("corpus/") else "mesh_tables"
-            raise GraphInputError(f"{lake.path(key)}: missing; materialise `{producer}` first")
+            raise GraphInputError(f"{lake.path(key)}: missing; materialise `mesh_tables` first")
         prints[name] = lake.fingerprint(key)
     return prints
 
@@ -171,13 +174,50 @@ def _parquet(
         yield pf
 
 
+def _keys(lake: Lake, key: str) -> list[str]:
+    """The files of an input: a corpus table's parts in PMID order, else the key itself."""
+    if key not in _CORPUS_TABLE_OF:
+        return [key]
+    parts = corpus_parts(lake, _CORPUS_TABLE_OF[key])
+    if not parts:
+        raise GraphInputError(f"{lake.path(key)}: no corpus parts; materialise `corpus` first")
+    return parts
+
+
+_CORPUS_TABLE_OF = {key: name for name, key in layout.CORPUS_INPUTS.items()}
+
+
+def _read(lake: Lake, key: str, columns: list[str]) -> pa.Table:
+    """``columns`` of an input whole (a corpus table's parts one after another)."""
+    tables = []
+    for part in _keys(lake, key):
+        with _parquet(lake, part, columns) as pf:
+            tables.append(pf.read(columns=columns))
+    return pa.concat_tables(tables, promote_options="permissive")
+
+
+def _num_rows(lake: Lake, key: str, columns: list[str]) -> int:
+    total = 0
+    for part in _keys(lake, key):
+        with _parquet(lake, part, columns) as pf:
+            total += pf.metadata.num_rows
+    return total
+
+
 def _batches(
     lake: Lake, key: str, columns: list[str], batch_rows: int, dictionary: tuple[str, ...] = ()
 ) -> Iterator[pa.RecordBatch]:
-    """Record batches of ``columns``. The next batch is decoded on a worker thread while the
-    caller maps this one: Arrow's decompression releases the GIL, so the two overlap."""
-    with _parquet(lake, key, columns, dictionary) as pf, ThreadPoolExecutor(1) as reader:
-        batches = pf.iter_batches(batch_size=batch_rows, columns=columns)
+    """Record batches of ``columns`` (a corpus table's parts one after another). The next
+    batch is decoded on a worker thread while the caller maps this one: Arrow's
+    decompression releases the GIL, so the two overlap."""
+
+    def every() -> Iterator[pa.RecordBatch]:
+        for part in _keys(lake, key):
+            with _parquet(lake, part, columns, dictionary) as pf:
+                yield from pf.iter_batches(batch_size=batch_rows, columns=columns)
+
+    with ThreadPoolExecutor(1) as reader:
+        batches = every()
         pending = reader.submit(next, batches, None)
         while (batch := pending.result()) is not None:
             pending = reader.submit(next, batches, None)
@@ -254,8 +294,7 @@ class _Articles:
 def _read_articles(lake: Lake) -> _Articles:
     key = layout.CORPUS_INPUTS["articles"]
     where = lake.path(key)
-    with _parquet(lake, key, ["pmid", "year", "has_abstract"]) as pf:
-        table = pf.read(columns=["pmid", "year", "has_abstract"])
+    table = _read(lake, key, ["pmid", "year", "has_abstract"])
     if table.num_rows == 0:
         raise GraphInputError(f"{where}: no articles")
     pmids = _ints(table, "pmid", where)
@@ -317,7 +356,7 @@ def _put_titles(lake: Lake, articles: _Articles, out: _ArrayWriter, batch_rows: 
     key = layout.CORPUS_INPUTS["articles"]
     where = lake.path(key)
     n = articles.pmids.size
-    with _parquet(lake, key, []) as pf:
+    with _parquet(lake, _keys(lake, key)[0], []) as pf:
         has_title = "title" in pf.schema_arrow.names
     if not has_title:
         out.put("title_offsets", np.zeros(n + 1, dtype=np.int64))
@@ -326,8 +365,7 @@ def _put_titles(lake: Lake, articles: _Articles, out: _ArrayWriter, batch_rows: 
         return
     try:
         if articles.order is not None:
-            with _parquet(lake, key, ["title"]) as pf:
-                lengths, null, data = _title_pieces(pf.read(columns=["title"]).column("title"))
+            lengths, null, data = _title_pieces(_read(lake, key, ["title"]).column("title"))
             starts = (np.cumsum(lengths) - lengths)[articles.order]
             lengths, null = lengths[articles.order], null[articles.order]
             begin = np.cumsum(lengths) - lengths
@@ -545,8 +583,7 @@ def _build_citations(
     key = layout.CORPUS_INPUTS["citations"]
     where = lake.path(key)
     n = articles.pmids.size
-    with _parquet(lake, key, ["citing_pmid", "cited_pmid"]) as pf:
-        rows = pf.metadata.num_rows
+    rows = _num_rows(lake, key, ["citing_pmid", "cited_pmid"])
     keys = np.empty(rows, dtype=np.int64)  # pages past the kept rows are never touched
     filled = dangling = 0
     for batch in _batches(lake, key, ["citing_pmid", "cited_pmid"], batch_rows):
@@ -624,8 +661,7 @@ def _build_mesh(
     # provisional descriptor ids: known UIs (sorted) first, unknown ones appended as seen
     lookup_uis: list[str] = known.tolist()
     columns = ["pmid", "descriptor_ui", "descriptor_major", "qualifier_major"]
-    with _parquet(lake, key, columns) as pf:
-        rows = pf.metadata.num_rows
+    rows = _num_rows(lake, key, columns)
     # article << 32 | descriptor << 1 | major (the fold orders the rows by PMID)
     keys = np.empty(rows, dtype=np.int64)
     filled = 0

@@ -9,14 +9,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from kg_platform.graph.version import GRAPH_FORMAT  # noqa: F401 (the build id reads it here)
+from kg_platform.storage.corpus import corpus_folder
 from kg_platform.storage.lake import Lake
 
 GRAPH_PREFIX = "graph"
 CURRENT_POINTER = "graph/current.json"
 
+# the corpus tables a build reads, each a folder of parts (kg_platform.storage.corpus)
 CORPUS_INPUTS: dict[str, str] = {
-    t: f"corpus/{t}.parquet"
-    for t in ("articles", "mesh_edges", "citations", "corrections", "pubtypes")
+    t: corpus_folder(t) for t in ("articles", "mesh_edges", "citations", "corrections", "pubtypes")
 }
 MESH_INPUTS: dict[str, str] = {
     "descriptors": "mesh/descriptors.parquet",

@@ -35,23 +35,28 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from kg_platform.checks import CheckOutcome
+from kg_platform.storage.corpus import (
+    CORPUS_TABLES,
+    PMID_BUCKET,
+    bucket_bounds,
+    corpus_batches,
+    corpus_fingerprint,
+    corpus_folder,
+    corpus_parts,
+    legacy_key,
+    part_bucket,
+    part_key,
+    part_name,
+    read_corpus,
+)
 from kg_platform.storage.digest import file_sha256
 from kg_platform.storage.lake import Lake
 
-# rows per row group of corpus/articles.parquet: small enough that an answer's title lookup
-# reads little (8 PMIDs touch at most 8 groups of titles), large enough that a 40M-row table
-# keeps a footer of ~2,400 groups (kg_platform.answer.titles)
+# rows per row group of a corpus/articles part: small enough that an answer's title lookup
+# reads little (8 PMIDs touch at most 8 groups of titles), large enough that a part keeps a
+# small footer (~15 groups; kg_platform.answer.titles)
 ARTICLE_ROW_GROUP_ROWS = 16_384
 
-# table -> the column holding the PMID of the record a row belongs to
-CORPUS_TABLES: dict[str, str] = {
-    "articles": "pmid",
-    "mesh_edges": "pmid",
-    "citations": "citing_pmid",
-    "corrections": "pmid",
-    "chemicals": "pmid",
-    "pubtypes": "pmid",
-}
 CHILD_TABLES = [t for t in CORPUS_TABLES if t != "articles"]
 
 # DuckDB's memory for the fold; past it the sorts and joins spill to the fold's staging folder.
@@ -62,8 +67,8 @@ FOLD_MEMORY_LIMIT_ENV = "KG_FOLD_MEMORY_LIMIT"
 DEFAULT_FOLD_MEMORY_LIMIT = "4GB"
 # The corpus tables are written sorted by PMID one PMID range at a time, each range holding
 # at most this many surviving records: one range's articles (~1.5 KB of abstract each, ~1.5
-# GB) sort within the memory limit, so no sort spills; the ranges are written in order into
-# one Parquet file. Sorting all 40M at once spilled ~60 GB of abstracts: at 5M records this
+# GB) sort within the memory limit, so no sort spills; the ranges are written in order, cut
+# into one Parquet part per PMID bucket (kg_platform.storage.corpus). Sorting all 40M at once spilled ~60 GB of abstracts: at 5M records this
 # halved the fold's CPU seconds (benchmarks/build.py --fold-records). Each range re-reads the
 # files whose PMIDs overlap it (with the footers cached), so fewer, larger ranges read less.
 FOLD_RANGE_RECORDS = 1_000_000
@@ -73,10 +78,6 @@ CHILD_ROW_GROUP_ROWS = 122_880
 
 def table_key(table: str, file: str) -> str:
     return f"tables/{table}/{file}.parquet"
-
-
-def corpus_key(table: str) -> str:
-    return f"corpus/{table}.parquet"
 
 
 @dataclass(frozen=True)
@@ -90,7 +91,7 @@ class FoldResult:
     reason: str = ""  # why this mode: what the previous fold was, or why it could not be used
     new_files: int = 0  # files read beyond the previous fold (all of them in a full fold)
     touched_pmids: int = 0  # PMIDs with a record or a DeleteCitation in the new files
-    sample_pmids: list[int] = field(default_factory=list)  # touched PMIDs the check looks at
+    touched_parts: list[int] = field(default_factory=list)  # buckets holding a touched PMID
 
 
 def _check_files(lake: Lake, files: list[str]) -> None:
@@ -200,28 +201,76 @@ class _GroupWriter:
         return self.rows
 
 
-def _write_in_pmid_order(
+class _PartWriter:
+    """Batches of one corpus table in PMID order into one part per PMID bucket under the
+    local folder ``folder`` (part_name), each a _GroupWriter; ``written`` holds the rows
+    of each part written, by bucket."""
+
+    def __init__(self, folder: str, table: str, schema: pa.Schema | None = None) -> None:
+        os.makedirs(folder, exist_ok=True)
+        self.folder, self.table, self.schema = folder, table, schema
+        self.written: dict[int, int] = {}
+        self._bucket: int | None = None
+        self._writer: _GroupWriter | None = None
+
+    def _close_part(self) -> None:
+        if self._writer is not None and self._bucket is not None:
+            self.written[self._bucket] = self._writer.close()
+        self._writer = None
+
+    def _open(self, bucket: int) -> None:
+        self._close_part()
+        if bucket in self.written:
+            raise ValueError(f"{self.table}: rows of bucket {bucket} came after later ones")
+        local = os.path.join(self.folder, part_name(bucket))
+        self._writer = _GroupWriter(local, _group_rows(self.table), self.schema)
+        self._bucket = bucket
+
+    def add(self, batch: pa.RecordBatch | pa.Table) -> None:
+        if self.schema is None:
+            self.schema = batch.schema
+        pmids = batch.column(CORPUS_TABLES[self.table]).to_numpy()
+        if not len(pmids):
+            return
+        buckets = pmids // PMID_BUCKET
+        cuts = [0, *(np.flatnonzero(np.diff(buckets)) + 1).tolist(), len(pmids)]
+        for start, stop in zip(cuts, cuts[1:], strict=False):
+            if int(buckets[start]) != self._bucket:
+                self._open(int(buckets[start]))
+            self._writer.add(batch.slice(start, stop - start))  # type: ignore[union-attr]
+
+    def close(self, buckets: list[int] | None = None) -> dict[int, int]:
+        """Close the last part, then write an empty part (the schema, no rows) for each of
+        ``buckets`` that has none: every bucket holding an article has a part in every
+        table. The rows of each part, by bucket."""
+        self._close_part()
+        for bucket in buckets or []:
+            if bucket not in self.written:
+                local = os.path.join(self.folder, part_name(bucket))
+                self.written[bucket] = _GroupWriter(local, 1, self.schema).close()
+        return self.written
+
+
+def _write_parts(
     con: duckdb.DuckDBPyConnection,
     query: str,
     ranges: list[tuple[int, int]],
-    local: str,
-    group_rows: int,
-) -> int:
+    writer: _PartWriter,
+    buckets: list[int],
+) -> dict[int, int]:
     """``query`` (ordered, with ``{lo}`` and ``{hi}`` for a range's PMID bounds) run range by
-    range and written to ``local`` (zstd) in row groups of exactly ``group_rows`` rows but the
-    last; returns the rows. Each range is sorted on its own, in memory, and streamed to one
-    Parquet writer."""
-    writer = _GroupWriter(local, group_rows)
+    range into ``writer``'s parts (a part for each of ``buckets``); the rows of each part.
+    Each range is sorted on its own, in memory, and streamed to the part writers."""
     try:
         for lo, hi in ranges:
-            reader = con.sql(query.format(lo=lo, hi=hi)).to_arrow_reader(group_rows)
+            reader = con.sql(query.format(lo=lo, hi=hi)).to_arrow_reader(CHILD_ROW_GROUP_ROWS)
             if writer.schema is None:
                 writer.schema = reader.schema
             for batch in reader:
                 writer.add(batch)
     finally:
-        rows = writer.close()
-    return rows
+        written = writer.close(buckets)
+    return written
 
 
 def _fold_tables(
@@ -287,13 +336,14 @@ def _group_rows(table: str) -> int:
 def fold_release(
     lake: Lake, files: list[str], con: duckdb.DuckDBPyConnection | None = None
 ) -> FoldResult:
-    """Fold the per-file tables of ``files`` (in processing order) into corpus/<table>.parquet.
+    """Fold the per-file tables of ``files`` (in processing order) into the corpus tables,
+    one Parquet part per PMID bucket (kg_platform.storage.corpus).
 
     When the lake holds the fold of a prefix of ``files`` whose per-file tables are unchanged
     (corpus/fold/manifest.json), only the new files are folded into it
-    (:func:`fold_new_files`): the same tables, byte for byte, as a full fold. All six tables
-    are written to local staging first and only then copied into the lake (each copy
-    atomic), so a failing fold leaves the previous corpus untouched.
+    (:func:`fold_new_files`): the same parts, byte for byte, as a full fold. Every part is
+    written to local staging first and only then moved into the lake (each move atomic), so
+    a failing fold leaves the previous corpus untouched.
     """
     _check_files(lake, files)
     stamps = file_stamps(lake, files)
@@ -308,21 +358,30 @@ def fold_release(
         _run(con, "SET parquet_metadata_cache = true")
         per_file = _fold_tables(con, lake, files)
         ranges = _pmid_ranges(con, FOLD_RANGE_RECORDS)
+        buckets = [
+            int(b)
+            for (b,) in _run(
+                con, f"SELECT DISTINCT pmid // {PMID_BUCKET} FROM fold_survivors ORDER BY 1"
+            )
+        ]
         rows: dict[str, int] = {}
         for table in CORPUS_TABLES:
-            local = os.path.join(staging, f"{table}.parquet")
-            rows[table] = _write_in_pmid_order(
-                con, _rows_query(per_file, table), ranges, local, _group_rows(table)
-            )
+            writer = _PartWriter(os.path.join(staging, table), table)
+            written = _write_parts(con, _rows_query(per_file, table), ranges, writer, buckets)
+            rows[table] = sum(written.values())
         state = con.sql(
             "SELECT d.pmid, d.deleted_ord, coalesce(d.deleted_ord > w.file_ord, false) AS removed "
             "FROM fold_deletions d LEFT JOIN fold_winners w USING (pmid) ORDER BY d.pmid"
         ).pl()
-        dangling = _scalar(
-            con,
-            f"SELECT count(*) FROM read_parquet('{os.path.join(staging, 'citations.parquet')}') c "
-            f"ANTI JOIN read_parquet('{os.path.join(staging, 'articles.parquet')}') a "
-            "ON c.cited_pmid = a.pmid",
+        dangling = (
+            _scalar(
+                con,
+                f"SELECT count(*) FROM read_parquet('{os.path.join(staging, 'citations', '*')}') c "
+                f"ANTI JOIN read_parquet('{os.path.join(staging, 'articles', '*')}') a "
+                "ON c.cited_pmid = a.pmid",
+            )
+            if buckets
+            else 0
         )
         result = FoldResult(
             rows=rows,
@@ -334,7 +393,7 @@ def fold_release(
             reason=reason,
             new_files=len(files),
         )
-        _publish(lake, staging, result, stamps, state)
+        _publish(lake, staging, result, stamps, state, _staged_parts(staging, {}))
     finally:
         shutil.rmtree(staging, ignore_errors=True)
         if own_connection and con is not None:
@@ -362,7 +421,9 @@ def replaced_key(table: str) -> str:
 
 
 # bump when the fold's rules or its state change: the next fold is then a full one
-FOLD_FORMAT = 1
+# (format 2: the corpus as parts per PMID bucket; format 1 kept each table in one file)
+FOLD_FORMAT = 2
+LAYOUT_CHANGE = "corpus layout: single files -> parts"
 # KG_FOLD_FULL=1: every fold reads every file (the reference the incremental fold equals)
 FULL_FOLD_ENV = "KG_FOLD_FULL"
 STATE_SCHEMA = {"pmid": pl.Int64, "deleted_ord": pl.Int32, "removed": pl.Boolean}
@@ -393,13 +454,19 @@ def previous_fold(lake: Lake, files: list[str], stamps: dict[str, str]) -> tuple
     of ``files``, unchanged since, the corpus as that fold wrote it), else None; and why."""
     if os.environ.get(FULL_FOLD_ENV) == "1":
         return None, f"{FULL_FOLD_ENV}=1"
+    if any(lake.exists(legacy_key(t)) for t in CORPUS_TABLES):
+        return None, LAYOUT_CHANGE
     if not lake.exists(FOLD_MANIFEST):
         return None, "no previous fold in the lake"
     try:
         manifest = json.loads(lake.read_bytes(FOLD_MANIFEST))
         folded = list(manifest["files"])
+        if manifest.get("format") == 1:
+            return None, LAYOUT_CHANGE
         if manifest.get("format") != FOLD_FORMAT:
             return None, f"the previous fold has format {manifest.get('format')}"
+        if not isinstance(manifest.get("parts"), dict):
+            raise KeyError("parts")
     except (ValueError, KeyError, TypeError) as exc:
         return None, f"{lake.path(FOLD_MANIFEST)}: unreadable ({exc})"
     if files[: len(folded)] != folded:
@@ -407,37 +474,131 @@ def previous_fold(lake: Lake, files: list[str], stamps: dict[str, str]) -> tuple
     changed = [f for f in folded if manifest.get("stamps", {}).get(f) != stamps[f]]
     if changed:
         return None, f"{len(changed)} folded file(s) parsed again since (first: {changed[0]})"
+    parts = manifest.get("parts", {})
     for table in CORPUS_TABLES:
-        key = corpus_key(table)
-        expected = manifest.get("corpus_bytes", {}).get(table)
-        if not lake.exists(key) or lake.size(key) != expected:
-            return None, f"{lake.path(key)} is not the table the previous fold wrote"
-    changed_table = _table_changed_since(lake, manifest)
-    if changed_table is not None:
-        return None, f"{lake.path(changed_table)} is not the table the previous fold wrote"
+        published = lake.sizes(corpus_folder(table))
+        expected = {part_name(int(b)): e["bytes"] for b, e in parts.get(table, {}).items()}
+        if published != expected:
+            return (
+                None,
+                f"{lake.path(corpus_folder(table))} is not the table the previous fold wrote",
+            )
+    changed_part = _part_changed_since(lake, manifest)
+    if changed_part is not None:
+        return None, f"{lake.path(changed_part)} is not the part the previous fold wrote"
     if not lake.exists(FOLD_DELETIONS):
         return None, f"{lake.path(FOLD_DELETIONS)}: missing"
     return manifest, f"{len(folded)} files folded before"
 
 
-def _table_changed_since(lake: Lake, manifest: dict) -> str | None:
-    """The first corpus table overwritten since the fold at its size: written after the
+def _part_changed_since(lake: Lake, manifest: dict) -> str | None:
+    """The first corpus part overwritten since the fold at its size: written after the
     fold's manifest (which the fold writes last) and no longer of the sha256 the manifest
-    records. Only such a table is read, so an untouched corpus costs a stat per table."""
-    recorded = manifest.get("corpus_sha256", {})
+    records. Only such a part is read, so an untouched corpus costs a stat per part."""
     written = lake.modified(FOLD_MANIFEST)
-    for table in CORPUS_TABLES:
-        key = corpus_key(table)
-        if table not in recorded or lake.modified(key) <= written:
-            continue
-        with lake.open(key) as f:
-            if file_sha256(f) != recorded[table]:
-                return key
+    for table, entries in manifest["parts"].items():
+        for bucket, entry in entries.items():
+            key = part_key(table, int(bucket))
+            if lake.modified(key) <= written:
+                continue
+            with lake.open(key) as f:
+                if file_sha256(f) != entry["sha256"]:
+                    return key
     return None
 
 
 def _sha256(path: str) -> str:
     with open(path, "rb") as f:
+        return file_sha256(f)
+
+
+def _staged_parts(staging: str, carried: dict[str, dict[str, dict]]) -> dict[str, dict[str, dict]]:
+    """The parts of each table as they will be published: ``carried`` (bucket -> entry of
+    the previous manifest, for the parts kept as they are) and those written under
+    ``staging/<table>/``, each with its bytes, sha256 and rows, by bucket."""
+    parts: dict[str, dict[str, dict]] = {}
+    for table in CORPUS_TABLES:
+        entries = dict(carried.get(table, {}))
+        folder = os.path.join(staging, table)
+        for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
+            local = os.path.join(folder, name)
+            entries[str(part_bucket(name))] = {
+                "bytes": os.path.getsize(local),
+                "sha256": _sha256(local),
+                "rows": pq.ParquetFile(local).metadata.num_rows,
+            }
+        parts[table] = dict(sorted(entries.items(), key=lambda e: int(e[0])))
+    return parts
+
+
+def corpus_digest(parts: dict[str, dict[str, dict]]) -> str:
+    """The content identity of a corpus (the corpus asset's data version): sha256 over each
+    part's key and sha256, tables in CORPUS_TABLES order, parts in PMID order."""
+    digest = hashlib.sha256()
+    for table in CORPUS_TABLES:
+        for bucket, entry in sorted(parts.get(table, {}).items(), key=lambda e: int(e[0])):
+            digest.update(f"{part_key(table, int(bucket))}\0{entry['sha256']}\n".encode())
+    return digest.hexdigest()
+
+
+def corpus_version(lake: Lake, verify: bool = False) -> str:
+    """corpus_digest of the corpus in ``lake``: of the parts its fold's manifest records
+    (what the corpus asset's data version is made of), or with ``verify`` of every part's
+    bytes as they are now."""
+    parts = _manifest_parts(lake)
+    if verify:
+        parts = {
+            table: {
+                bucket: {"sha256": _lake_sha256(lake, part_key(table, int(bucket)))}
+                for bucket in entries
+            }
+            for table, entries in _listed_parts(lake).items()
+        }
+    return corpus_digest(parts)
+
+
+def parts_problem(lake: Lake) -> str | None:
+    """What of the corpus parts in ``lake`` is not as its fold's manifest records (a part
+    missing, added or of another size), in one line; None when every part is."""
+    expected = _manifest_parts(lake)
+    for table in CORPUS_TABLES:
+        folder = corpus_folder(table)
+        published = lake.sizes(folder)
+        if not published:
+            return f"{lake.path(folder)}: missing"
+        recorded = {part_name(int(b)): e["bytes"] for b, e in expected.get(table, {}).items()}
+        for name in sorted(set(published) | set(recorded)):
+            if name not in recorded:
+                return f"{lake.path(folder)}/{name}: a part the fold did not write"
+            if name not in published:
+                return f"{lake.path(folder)}/{name}: missing"
+            if published[name] != recorded[name]:
+                return (
+                    f"{lake.path(folder)}/{name}: {published[name]} bytes, the fold wrote "
+                    f"{recorded[name]}"
+                )
+    return None
+
+
+def _manifest_parts(lake: Lake) -> dict[str, dict[str, dict]]:
+    try:
+        return json.loads(lake.read_bytes(FOLD_MANIFEST))["parts"]
+    except FileNotFoundError:
+        raise FileNotFoundError(
+            f"{lake.path(FOLD_MANIFEST)}: missing; materialise `corpus`"
+        ) from None
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ValueError(
+            f"{lake.path(FOLD_MANIFEST)}: not a fold manifest with parts ({exc})"
+        ) from None
+
+
+def _listed_parts(lake: Lake) -> dict[str, list[str]]:
+    return {t: [str(part_bucket(k)) for k in corpus_parts(lake, t)] for t in CORPUS_TABLES}
+
+
+def _lake_sha256(lake: Lake, key: str) -> str:
+    with lake.open(key) as f:
         return file_sha256(f)
 
 
@@ -447,11 +608,13 @@ def _publish(
     result: FoldResult,
     stamps: dict[str, str],
     state: pl.DataFrame,
+    parts: dict[str, dict[str, dict]],
     change: dict[str, object] | None = None,
 ) -> None:
-    """The corpus tables and the fold's state, each copied into the lake atomically; after
-    an incremental fold, ``change`` (base_inputs and the local files of FOLD_TOUCHED and
-    each replaced_key) too."""
+    """The parts written under ``staging`` and the fold's state, each moved into the lake
+    atomically; the published parts that are not in ``parts`` (and the tables of the
+    single-file layout) removed; after an incremental fold, ``change`` (base_inputs and the
+    local files of FOLD_TOUCHED and each replaced_key) too. The manifest comes last."""
     change = change or {}
     state_local = os.path.join(staging, "deletions.parquet")
     state.select(pl.col(c).cast(t) for c, t in STATE_SCHEMA.items()).write_parquet(state_local)
@@ -459,10 +622,8 @@ def _publish(
         "format": FOLD_FORMAT,
         "files": result.files,
         "stamps": stamps,
-        "corpus_bytes": {
-            t: os.path.getsize(os.path.join(staging, f"{t}.parquet")) for t in CORPUS_TABLES
-        },
-        "corpus_sha256": {t: _sha256(os.path.join(staging, f"{t}.parquet")) for t in CORPUS_TABLES},
+        "bucket": PMID_BUCKET,
+        "parts": parts,
         "rows": result.rows,
         "deleted": result.deleted,
         "deletions_listed": result.deletions_listed,
@@ -472,11 +633,20 @@ def _publish(
         "reason": result.reason,
         "new_files": result.new_files,
         "touched_pmids": result.touched_pmids,
+        "touched_parts": len(result.touched_parts),
         # the corpus this fold started from (only after an incremental fold)
         **({"base_inputs": change["base_inputs"]} if "base_inputs" in change else {}),
     }
     for table in CORPUS_TABLES:
-        lake.copy_in(corpus_key(table), os.path.join(staging, f"{table}.parquet"))
+        published = corpus_parts(lake, table)
+        folder = os.path.join(staging, table)
+        for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
+            lake.move_in(part_key(table, part_bucket(name)), os.path.join(folder, name))
+        for key in published:
+            if str(part_bucket(key)) not in parts[table]:
+                lake.remove(key)
+        if lake.exists(legacy_key(table)):
+            lake.remove(legacy_key(table))
     lake.copy_in(FOLD_DELETIONS, state_local)
     for key, local in change.get("files", {}).items():  # type: ignore[union-attr]
         lake.copy_in(key, local)
@@ -568,43 +738,53 @@ def _new_rows(lake: Lake, files: list[str], first: int, table: str, update: _Upd
 
 def _merged(
     lake: Lake,
+    source_key: str | None,
     table: str,
     new: pa.Table,
     touched: np.ndarray,
     dropped: list[np.ndarray],
     replaced: list[pa.RecordBatch] | None = None,
 ) -> Iterator[pa.Table]:
-    """The previous corpus table, row group by row group, without the touched PMIDs' rows,
-    with the new rows merged in PMID order; the PMIDs dropped are appended to ``dropped``
-    (and, given ``replaced``, their rows to it)."""
+    """One previous part (``source_key``; None when the bucket had none), row group by row
+    group, without the touched PMIDs' rows, with the bucket's new rows (cast to the part's
+    schema) merged in PMID order; the PMIDs dropped are appended to ``dropped`` (and, given
+    ``replaced``, their rows to it)."""
     pmid_col = CORPUS_TABLES[table]
     new_pmids = new.column(pmid_col).to_numpy()
     taken = 0
-    with lake.open(corpus_key(table)) as f:
-        source = pq.ParquetFile(f)
-        new = new.cast(source.schema_arrow)
-        for batch in source.iter_batches(batch_size=_group_rows(table)):
-            pmids = batch.column(pmid_col).to_numpy()
-            drop = _in_sorted(pmids, touched)
-            if drop.any():
-                dropped.append(pmids[drop])
-                if replaced is not None:
-                    replaced.append(batch.filter(pa.array(drop)))
-                batch, pmids = batch.filter(pa.array(~drop)), pmids[~drop]
-            if not len(pmids):
-                continue
-            upto = int(np.searchsorted(new_pmids, pmids[-1], side="right"))
-            if upto == taken:
-                yield pa.Table.from_batches([batch])
-                continue
-            merged = pa.concat_tables(
-                [pa.Table.from_batches([batch]), new.slice(taken, upto - taken)]
-            )
-            taken = upto
-            # PMIDs of the two sides never meet, so a stable sort keeps each one's row order
-            yield merged.take(np.argsort(merged.column(pmid_col).to_numpy(), kind="stable"))
+    if source_key is not None:
+        with lake.open(source_key) as f:
+            for batch in pq.ParquetFile(f).iter_batches(batch_size=_group_rows(table)):
+                pmids = batch.column(pmid_col).to_numpy()
+                drop = _in_sorted(pmids, touched)
+                if drop.any():
+                    dropped.append(pmids[drop])
+                    if replaced is not None:
+                        replaced.append(batch.filter(pa.array(drop)))
+                    batch, pmids = batch.filter(pa.array(~drop)), pmids[~drop]
+                if not len(pmids):
+                    continue
+                upto = int(np.searchsorted(new_pmids, pmids[-1], side="right"))
+                if upto == taken:
+                    yield pa.Table.from_batches([batch])
+                    continue
+                merged = pa.concat_tables(
+                    [pa.Table.from_batches([batch]), new.slice(taken, upto - taken)]
+                )
+                taken = upto
+                # PMIDs of the two sides never meet, so a stable sort keeps each one's order
+                yield merged.take(np.argsort(merged.column(pmid_col).to_numpy(), kind="stable"))
     if taken < len(new_pmids):
         yield new.slice(taken)
+
+
+def _part_schema(lake: Lake, previous: dict, table: str, new: pa.Table) -> pa.Schema:
+    """The schema of a table's parts: that of a part the previous fold wrote (the full fold's
+    own), else the new rows'."""
+    for bucket in previous["parts"].get(table, {}):
+        with lake.open(part_key(table, int(bucket))) as f:
+            return pq.ParquetFile(f).schema_arrow
+    return new.schema
 
 
 def fold_new_files(
@@ -612,8 +792,9 @@ def fold_new_files(
 ) -> FoldResult:
     """The corpus of ``files`` from the corpus of the prefix ``previous`` folded and the files
     after it: the touched PMIDs (a record or a DeleteCitation in a new file) take the new
-    files' verdict, every other PMID keeps its rows. The previous tables are streamed one
-    row group at a time; the work beyond that copy grows with the new files, not the release."""
+    files' verdict, every other PMID keeps its rows. Only the parts of the buckets holding a
+    touched PMID are rewritten (each previous one streamed one row group at a time); every
+    other part stays the file it was, so the work grows with the new files, not the release."""
     first = len(previous["files"])
     if first == len(files):
         result = FoldResult(
@@ -628,67 +809,114 @@ def fold_new_files(
         return result
     update = _read_update(lake, files, first)
     # the corpus as it is before this fold: what the graph build of it recorded as inputs
-    base_inputs = {t: lake.fingerprint(corpus_key(t)) for t in CORPUS_TABLES}
+    base_inputs = {t: corpus_fingerprint(lake, t) for t in CORPUS_TABLES}
+    touched_buckets = [int(b) for b in np.unique(update.touched // PMID_BUCKET)]
     staging = lake.staging_dir()
     try:
 
-        def rewrite(table: str, survivors: PmidSet | None = None) -> _Rewritten:
+        def rewrite(table: str) -> _Rewritten:
             new = _new_rows(lake, files, first, table, update)
-            with lake.open(corpus_key(table)) as f:
-                schema = pq.ParquetFile(f).schema_arrow
-            local = os.path.join(staging, f"{table}.parquet")
-            writer = _GroupWriter(local, _group_rows(table), schema)
+            schema = _part_schema(lake, previous, table, new)
+            new = new.cast(schema)
+            new_pmids = new.column(CORPUS_TABLES[table]).to_numpy()
+            writer = _PartWriter(os.path.join(staging, table), table, schema)
             done = _Rewritten()
             keep = done.replaced if table in REPLACED_TABLES else None
             try:
-                for part in _merged(lake, table, new, update.touched, done.dropped, keep):
-                    writer.add(part)
-                    if table == "articles":
-                        done.pmids.append(part.column("pmid").to_numpy())
-                    elif survivors is not None:
-                        done.dangling += survivors.missing(part.column("cited_pmid").to_numpy())
+                for bucket in touched_buckets:
+                    lo, hi = bucket_bounds(bucket)
+                    start, stop = np.searchsorted(new_pmids, [lo, hi + 1])
+                    had = str(bucket) in previous["parts"].get(table, {})
+                    source = part_key(table, bucket) if had else None
+                    rows = new.slice(int(start), int(stop - start))
+                    for part in _merged(
+                        lake, source, table, rows, update.touched, done.dropped, keep
+                    ):
+                        writer.add(part)
             finally:
-                done.rows = writer.close()
+                done.written = writer.close()
+            done.writer = writer
             return done
 
-        def articles_then_citations() -> tuple[_Rewritten, _Rewritten]:
-            articles = rewrite("articles")
-            survivors = PmidSet(np.concatenate([np.zeros(0, "<i8"), *articles.pmids]))
-            return articles, rewrite("citations", survivors)
-
         # two threads (pyarrow decodes, encodes and compresses without the GIL): the articles
-        # and then the citations, which count dangling rows against the new articles, beside
-        # the four smaller tables
+        # and the citations beside the four smaller tables
         others = [t for t in CORPUS_TABLES if t not in ("articles", "citations")]
         with ThreadPoolExecutor(max_workers=2) as pool:
-            first_two = pool.submit(articles_then_citations)
+            first_two = pool.submit(lambda: [rewrite(t) for t in ("articles", "citations")])
             rest = pool.submit(lambda: [rewrite(t) for t in others])
-            articles, citations = first_two.result()
-            done = {
-                "articles": articles,
-                "citations": citations,
-                **dict(zip(others, rest.result(), strict=True)),
+            done = dict(
+                zip(
+                    ["articles", "citations", *others],
+                    first_two.result() + rest.result(),
+                    strict=True,
+                )
+            )
+        # a touched bucket keeps a part in every table while it holds an article
+        holding = sorted(b for b, n in done["articles"].written.items() if n)
+        for table in CORPUS_TABLES:
+            _settle_parts(staging, table, done[table], touched_buckets, holding)
+        carried = {
+            t: {
+                b: e
+                for b, e in previous["parts"].get(t, {}).items()
+                if int(b) not in touched_buckets
             }
-        rows = {t: done[t].rows for t in CORPUS_TABLES}
-        dangling = citations.dangling
-        present = articles.dropped  # previous corpus PMIDs the new files touch
+            for t in CORPUS_TABLES
+        }
+        parts = _staged_parts(staging, carried)
+        rows = {t: sum(e["rows"] for e in parts[t].values()) for t in CORPUS_TABLES}
+        present = done["articles"].dropped  # previous corpus PMIDs the new files touch
         state = _next_state(lake, update, np.concatenate([np.zeros(0, "<i8"), *present]))
         result = FoldResult(
             rows=rows,
             deleted=int(state["removed"].sum()),
             deletions_listed=state.height,
-            dangling_citations=dangling,
+            dangling_citations=_dangling(lake, staging, parts, set(touched_buckets)),
             files=list(files),
             mode="incremental",
             reason=reason,
             new_files=len(files) - first,
             touched_pmids=len(update.touched),
-            sample_pmids=[int(update.touched[i]) for i in _sample_at(len(update.touched))],
+            touched_parts=touched_buckets,
         )
-        _publish(lake, staging, result, stamps, state, _change(staging, update, done, base_inputs))
+        _publish(
+            lake, staging, result, stamps, state, parts, _change(staging, update, done, base_inputs)
+        )
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return result
+
+
+def _settle_parts(
+    staging: str, table: str, done: _Rewritten, touched: list[int], holding: list[int]
+) -> None:
+    """A touched bucket's parts as a full fold leaves them: an empty part where the bucket
+    holds articles but this table no rows, and no part where it holds no article."""
+    for bucket in touched:
+        local = os.path.join(staging, table, part_name(bucket))
+        if bucket not in holding and os.path.exists(local):
+            os.remove(local)
+    done.writer.close(holding)  # type: ignore[union-attr]
+
+
+def _dangling(
+    lake: Lake, staging: str, parts: dict[str, dict[str, dict]], touched: set[int]
+) -> int:
+    """Citation rows whose cited PMID is no corpus article, over every part as it will be
+    published (the touched buckets' from staging): two integer columns, never the rows."""
+
+    def column(table: str, column: str) -> Iterator[np.ndarray]:
+        for bucket in parts[table]:
+            if int(bucket) in touched:
+                rows = pq.read_table(
+                    os.path.join(staging, table, part_name(int(bucket))), columns=[column]
+                )
+            else:
+                rows = lake.read_parquet(part_key(table, int(bucket)), columns=[column])
+            yield rows.column(column).to_numpy()
+
+    articles = PmidSet(np.concatenate([np.zeros(0, "<i8"), *column("articles", "pmid")]))
+    return sum(articles.missing(cited) for cited in column("citations", "cited_pmid"))
 
 
 def _change(
@@ -704,9 +932,7 @@ def _change(
         local = os.path.join(staging, f"replaced_{table}.parquet")
         batches = done[table].replaced
         rows = (
-            pa.Table.from_batches(batches)
-            if batches
-            else pq.read_schema(os.path.join(staging, f"{table}.parquet")).empty_table()
+            pa.Table.from_batches(batches) if batches else done[table].writer.schema.empty_table()  # type: ignore[union-attr]
         )
         pq.write_table(rows, local, compression="zstd")
         files[replaced_key(table)] = local
@@ -717,16 +943,10 @@ def _change(
 class _Rewritten:
     """One corpus table rewritten by fold_new_files."""
 
-    rows: int = 0
+    written: dict[int, int] = field(default_factory=dict)  # rows of each part, by bucket
     dropped: list[np.ndarray] = field(default_factory=list)  # previous PMIDs replaced
-    pmids: list[np.ndarray] = field(default_factory=list)  # the articles written
     replaced: list[pa.RecordBatch] = field(default_factory=list)  # previous rows dropped
-    dangling: int = 0  # citation rows whose cited PMID is no corpus article
-
-
-def _sample_at(n: int) -> list[int]:
-    """Positions of the first, middle and last of ``n`` sorted values."""
-    return sorted({0, n // 2, n - 1}) if n else []
+    writer: _PartWriter | None = None
 
 
 def _next_state(lake: Lake, update: _Update, present: np.ndarray) -> pl.DataFrame:
@@ -905,14 +1125,14 @@ def recount_fold_polars(lake: Lake, files: list[str]) -> dict[str, object]:
 
 # -- checks on the written corpus ------------------------------------------------------------
 def _corpus(lake: Lake, table: str, columns: list[str]) -> pl.DataFrame:
-    return pl.from_arrow(lake.read_parquet(corpus_key(table), columns=columns))
+    return pl.from_arrow(read_corpus(lake, table, columns=columns))
 
 
-def _written_digest(lake: Lake) -> str:
-    """survivors_digest of corpus/articles.parquet as written, read one row group at a time."""
+def _digest_of(batches: Iterator[pa.RecordBatch]) -> str:
+    """survivors_digest of articles' (pmid, version, file) batches."""
     names: dict[str, int] = {}
     pmid, version, file_code = [], [], []
-    for batch in _batches(lake, corpus_key("articles"), ["pmid", "version", "file"]):
+    for batch in batches:
         frame = pl.from_arrow(batch)
         pmid.append(frame["pmid"].to_numpy())
         version.append(frame["version"].to_numpy())
@@ -922,6 +1142,11 @@ def _written_digest(lake: Lake) -> str:
     return survivors_digest(
         np.concatenate(pmid), np.concatenate(version), np.concatenate(file_code), names
     )
+
+
+def _written_digest(lake: Lake) -> str:
+    """survivors_digest of the corpus articles as written, read one row group at a time."""
+    return _digest_of(corpus_batches(lake, "articles", ["pmid", "version", "file"]))
 
 
 def check_one_row_per_pmid(lake: Lake) -> tuple[bool, str]:
@@ -952,7 +1177,7 @@ def check_no_deleted_pmid(lake: Lake, files: list[str]) -> tuple[bool, str]:
 
 
 def check_recount(lake: Lake, files: list[str], result: FoldResult) -> tuple[bool, str]:
-    """DuckDB's fold (as written) against the Polars recount."""
+    """DuckDB's fold (as written) against the Polars recount of every file."""
     recount = recount_fold_polars(lake, files)
     written = _written_digest(lake)
     ours = {
@@ -975,41 +1200,173 @@ def check_edge_sources_in_articles(lake: Lake) -> tuple[bool, str]:
         col = CORPUS_TABLES[table]
         orphans[table] = sum(
             pmids.missing(batch.column(0).to_numpy())
-            for batch in _batches(lake, corpus_key(table), [col])
+            for batch in corpus_batches(lake, table, [col])
         )
     bad = {t: n for t, n in orphans.items() if n}
     return not bad, (f"rows without a corpus article: {bad}" if bad else "all edge sources found")
 
 
-# PMID windows of the written corpus that an incremental fold's check refolds from every file
-SAMPLE_WINDOWS = 4
+# -- the checks of an incremental fold, on parts ---------------------------------------------
+# untouched parts an incremental fold's checks judge besides every touched one, drawn at random
+# (seeded by the file list)
+SAMPLE_UNTOUCHED_PARTS = 3
 
 
-def _windows(lake: Lake) -> list[tuple[int, int]]:
-    """The written articles' row groups as PMID windows covering every PMID: each from its
-    group's first PMID (the first from the lowest possible) to the next group's first less one."""
-    with lake.open(corpus_key("articles")) as f:
-        meta = pq.ParquetFile(f).metadata
-    column = meta.schema.to_arrow_schema().get_field_index("pmid")
-    starts = [meta.row_group(g).column(column).statistics.min for g in range(meta.num_row_groups)]
-    bounds = [-(2**62), *starts[1:], 2**62 + 1]
-    return [(int(lo), int(hi) - 1) for lo, hi in zip(bounds, bounds[1:], strict=False)]
+def checked_parts(lake: Lake, files: list[str], result: FoldResult) -> tuple[list[int], list[int]]:
+    """The buckets an incremental fold's checks judge: every touched one, and up to
+    SAMPLE_UNTOUCHED_PARTS of the corpus's other parts, drawn with a seed from the file list."""
+    touched = sorted(result.touched_parts)
+    held = set(touched)
+    others = [b for b in map(part_bucket, corpus_parts(lake, "articles")) if b not in held]
+    seed = int(hashlib.sha256("\n".join(files).encode()).hexdigest()[:8], 16)
+    drawn = np.random.default_rng(seed).permutation(len(others))[:SAMPLE_UNTOUCHED_PARTS]
+    return touched, sorted(others[int(i)] for i in drawn)
 
 
-def _written_rows(lake: Lake, table: str, lo: int, hi: int) -> pa.Table:
-    """The corpus rows of ``table`` with PMIDs in [lo, hi], in file order."""
-    col = CORPUS_TABLES[table]
-    with lake.open(corpus_key(table)) as f:
-        source = pq.ParquetFile(f)
-        index = source.schema_arrow.get_field_index(col)
-        groups = []
-        for g in range(source.metadata.num_row_groups):
-            stats = source.metadata.row_group(g).column(index).statistics
-            if stats is None or not stats.has_min_max or (stats.min <= hi and stats.max >= lo):
-                groups.append(g)
-        rows = source.read_row_groups(groups) if groups else source.schema_arrow.empty_table()
-    pmids = rows.column(col).to_numpy()
-    return rows.filter(pa.array((pmids >= lo) & (pmids <= hi)))
+def _named_parts(buckets: list[int], most: int = 12) -> str:
+    names = [part_name(b).removesuffix(".parquet") for b in buckets]
+    if not names:
+        return "none"
+    return ", ".join(names[:most]) + (f" and {len(names) - most} more" if len(names) > most else "")
+
+
+def _what_parts(
+    touched: list[int], sampled: list[int], holding: list[str], files: list[str]
+) -> str:
+    return (
+        f"{len(touched) + len(sampled)} parts ({len(touched)} touched: {_named_parts(touched)}; "
+        f"{len(sampled)} untouched, sampled: {_named_parts(sampled)}), from the "
+        f"{len(holding)} of {len(files)} files holding their PMIDs"
+    )
+
+
+def _in_buckets(column: str, buckets: list[int]) -> pl.Expr:
+    return (pl.col(column) // PMID_BUCKET).is_in(buckets)
+
+
+def recount_parts_polars(
+    lake: Lake, files: list[str], buckets: list[int]
+) -> tuple[dict[int, dict[str, object]], list[str]]:
+    """The fold again, in Polars, for the PMIDs of ``buckets`` only, from the per-file tables
+    of the files that may hold them (files_holding): per bucket, the rows of each table, the
+    PMIDs removed by a DeleteCitation and the digest of the surviving (pmid, version, file);
+    and the files read."""
+    _check_files(lake, files)
+    holding = files_holding(lake, files, [bucket_bounds(b) for b in buckets])
+    order = {f: n for n, f in enumerate(files)}
+    names: dict[str, int] = {}
+    frames = []
+    for file in holding:
+        frame = _read(lake, table_key("articles", file), ["pmid", "version", "file"])
+        frame = frame.filter(_in_buckets("pmid", buckets))
+        frames.append(
+            pl.DataFrame(
+                {
+                    "pmid": frame["pmid"],
+                    "version": frame["version"],
+                    "file_code": _file_codes(frame["file"], names),
+                    "file_ord": np.full(frame.height, order[file], dtype=np.int32),
+                }
+            )
+        )
+    records = (
+        pl.concat(frames, how="vertical")
+        .sort(["pmid", "file_ord", "version"], descending=[False, True, True])
+        .unique(subset="pmid", keep="first", maintain_order=True)
+    )
+    deletions = pl.concat(
+        [
+            _read(lake, table_key("deletions", f), ["pmid"])
+            .filter(_in_buckets("pmid", buckets))
+            .with_columns(pl.lit(order[f], pl.Int32).alias("file_ord"))
+            for f in holding
+        ]
+    )
+    last_deletion = deletions.group_by("pmid").agg(pl.col("file_ord").max().alias("deleted_ord"))
+    joined = records.join(last_deletion, on="pmid", how="left").with_columns(
+        (pl.col("pmid") // PMID_BUCKET).alias("bucket")
+    )
+    later = pl.col("deleted_ord") > pl.col("file_ord")
+    removed = joined.filter(later)
+    survivors = joined.filter(later.is_null() | ~later)
+    out: dict[int, dict[str, object]] = {}
+    for bucket in buckets:
+        mine = survivors.filter(pl.col("bucket") == bucket)
+        out[bucket] = {
+            "rows": {"articles": mine.height, **dict.fromkeys(CHILD_TABLES, 0)},
+            "removed": removed.filter(pl.col("bucket") == bucket).height,
+            "digest": survivors_digest(
+                mine["pmid"].to_numpy(),
+                mine["version"].to_numpy(),
+                mine["file_code"].to_numpy(),
+                names,
+            ),
+        }
+    for file in holding:
+        keys = survivors.filter(pl.col("file_ord") == order[file]).select("pmid", "version")
+        for table in CHILD_TABLES:
+            pmid_col = CORPUS_TABLES[table]
+            kept = (
+                _read(lake, table_key(table, file), [pmid_col, "version"])
+                .join(keys.rename({"pmid": pmid_col}), on=[pmid_col, "version"], how="inner")
+                .group_by(pl.col(pmid_col) // PMID_BUCKET)
+                .len()
+            )
+            for bucket, n in kept.iter_rows():
+                out[int(bucket)]["rows"][table] += n  # type: ignore[index]
+    return out, holding
+
+
+def _written_part(lake: Lake, bucket: int) -> dict[str, object]:
+    """One bucket's parts as written: the rows of each table (0 where there is no part) and
+    the digest of its articles' (pmid, version, file)."""
+    rows = {}
+    for table in CORPUS_TABLES:
+        key = part_key(table, bucket)
+        if not lake.exists(key):
+            rows[table] = 0
+            continue
+        with lake.open(key) as f:
+            rows[table] = pq.ParquetFile(f).metadata.num_rows
+    articles = part_key("articles", bucket)
+    batches = (
+        _batches(lake, articles, ["pmid", "version", "file"]) if rows["articles"] else iter([])
+    )
+    return {"rows": rows, "digest": _digest_of(batches)}
+
+
+def check_recount_parts(lake: Lake, files: list[str], result: FoldResult) -> tuple[bool, str]:
+    """An incremental fold's parts against the Polars recount, part by part, on every touched
+    part and a sample of untouched ones (checked_parts), each recounted from the per-file
+    tables that hold its PMIDs: the rows of every table, the surviving (pmid, version, file),
+    and the PMIDs the fold's state says were removed."""
+    touched, sampled = checked_parts(lake, files, result)
+    buckets = sorted(touched + sampled)
+    recount, holding = recount_parts_polars(lake, files, buckets)
+    state = pl.from_arrow(lake.read_parquet(FOLD_DELETIONS, columns=["pmid", "removed"]))
+    removed = state.filter(pl.col("removed") & _in_buckets("pmid", buckets))
+    diffs = []
+    for bucket in buckets:
+        written, expected = _written_part(lake, bucket), recount[bucket]
+        for table in CORPUS_TABLES:
+            ours, theirs = written["rows"][table], expected["rows"][table]  # type: ignore[index]
+            if ours != theirs:
+                diffs.append(f"{part_key(table, bucket)}: {ours} rows, the recount {theirs}")
+        if written["digest"] != expected["digest"]:
+            diffs.append(
+                f"{part_key('articles', bucket)}: other surviving (pmid, version, file) "
+                "than the recount"
+            )
+        state_removed = removed.filter(pl.col("pmid") // PMID_BUCKET == bucket).height
+        if state_removed != expected["removed"]:
+            diffs.append(
+                f"bucket {bucket}: {state_removed} PMIDs removed in {FOLD_DELETIONS}, "
+                f"the recount {expected['removed']}"
+            )
+    what = _what_parts(touched, sampled, holding, files)
+    if diffs:
+        return False, f"recount differs on {what}: " + "; ".join(diffs)
+    return True, f"recount equal on {what}"
 
 
 def _pmid_bounds(lake: Lake, table: str, file: str) -> tuple[int, int] | None:
@@ -1048,54 +1405,48 @@ def files_holding(lake: Lake, files: list[str], bounds: list[tuple[int, int]]) -
 def check_incremental_sample(
     lake: Lake, files: list[str], result: FoldResult, prune: bool = True
 ) -> tuple[bool, str]:
-    """An incremental fold's tables against a full fold of every file, row for row, on a few
-    PMID windows: those of the first, middle and last touched PMIDs and one chosen by the
-    file list. The windows are refolded in DuckDB from the per-file tables alone, with the
-    full fold's own SQL restricted to their PMIDs and to the files that hold any of them
-    (NLM's files hold consecutive PMID ranges, so a window reads about one baseline file
-    and the updates, not the release; ``prune=False`` reads every file, the reference
-    benchmarks/fold_sample_check.py times it against)."""
-    windows = _windows(lake)
-    starts = np.array([lo for lo, _ in windows])
-    picked = {int(np.searchsorted(starts, p, side="right")) - 1 for p in result.sample_pmids}
-    seed = int(hashlib.sha256("\n".join(files).encode()).hexdigest()[:8], 16)
-    picked.add(seed % len(windows))
-    picked = sorted(picked)[:SAMPLE_WINDOWS]
+    """An incremental fold's parts against a full fold, row for row, on every touched part
+    and a sample of untouched ones (checked_parts). Their PMIDs are refolded in DuckDB from
+    the per-file tables alone, with the full fold's own SQL restricted to them and to the
+    files that hold any of them (NLM's files hold consecutive PMID ranges, so a part reads a
+    few baseline files and the updates, not the release; ``prune=False`` reads every file,
+    the reference benchmarks/fold_sample_check.py times it against)."""
+    touched, sampled = checked_parts(lake, files, result)
+    buckets = sorted(touched + sampled)
+    bounds = [bucket_bounds(b) for b in buckets]
     staging = lake.staging_dir()
     con = None
     compared, diffs = 0, []
-    bounds = [windows[w] for w in picked]
     try:
         con = _connect(lake, None, spill_dir=os.path.join(staging, "spill"))
         _run(con, "SET parquet_metadata_cache = true")
-        # one refold for all the windows: their PMIDs only, from every file that holds any
-        window = " OR ".join(f"pmid BETWEEN {lo} AND {hi}" for lo, hi in bounds)
+        # one refold for all the parts: their PMIDs only, from every file that holds any
+        window = f"pmid // {PMID_BUCKET} IN ({', '.join(map(str, buckets))})"
         holding = files_holding(lake, files, bounds) if prune else list(files)
         per_file = _fold_tables(con, lake, files, window=f"({window})", only=set(holding))
         for table in CORPUS_TABLES:
             query = _rows_query(per_file, table).format(lo=bounds[0][0], hi=bounds[-1][1])
             refolded = con.sql(query).to_arrow_reader(1 << 16).read_all()
             pmids = refolded.column(CORPUS_TABLES[table]).to_numpy()
-            for lo, hi in bounds:
-                written = _written_rows(lake, table, lo, hi)
+            for bucket, (lo, hi) in zip(buckets, bounds, strict=True):
+                key = part_key(table, bucket)
                 expected = refolded.filter(pa.array((pmids >= lo) & (pmids <= hi)))
-                expected = expected.cast(written.schema)
-                compared += written.num_rows
-                if not written.equals(expected):
-                    same = written.num_rows == expected.num_rows
+                written = lake.read_parquet(key) if lake.exists(key) else None
+                compared += 0 if written is None else written.num_rows
+                if written is None and not expected.num_rows:
+                    continue
+                if written is None or not written.equals(expected.cast(written.schema)):
+                    n = 0 if written is None else written.num_rows
+                    same = n == expected.num_rows
                     diffs.append(
-                        f"{table} PMIDs {lo}..{hi}: {written.num_rows} rows written, "
-                        f"a full fold gives {expected.num_rows}"
+                        f"{key}: {n} rows written, a full fold gives {expected.num_rows}"
                         + (" (same count, other rows)" if same else "")
                     )
     finally:
         shutil.rmtree(staging, ignore_errors=True)
         if con is not None:
             con.close()
-    what = (
-        f"{len(picked)} of {len(windows)} PMID windows ({compared} rows, "
-        f"refolded from the {len(holding)} of {len(files)} files holding their PMIDs)"
-    )
+    what = f"{_what_parts(touched, sampled, holding, files)} ({compared} rows)"
     if diffs:
         return False, f"incremental fold differs from a full fold on {what}: " + "; ".join(diffs)
     return True, f"incremental fold equals a full fold on {what}"
@@ -1103,8 +1454,10 @@ def check_incremental_sample(
 
 def fold_checks(lake: Lake, files: list[str], result: FoldResult) -> list[CheckOutcome]:
     """The four blocking corpus checks (contracts.CORPUS_CHECKS), each with its wall seconds
-    (metadata ``seconds``). After an incremental fold, polars_recount also refolds a sample of PMID
-    windows from every file and requires the same rows (check_incremental_sample)."""
+    (metadata ``seconds``). After an incremental fold, polars_recount recounts the touched parts
+    and a sample of untouched ones from the files holding their PMIDs (check_recount_parts)
+    and refolds them in DuckDB, requiring the same rows (check_incremental_sample); after a
+    full fold it recounts every file (check_recount)."""
 
     def timed(name: str, check: Callable[[], tuple[bool, str]]) -> CheckOutcome:
         started = time.perf_counter()
@@ -1114,11 +1467,11 @@ def fold_checks(lake: Lake, files: list[str], result: FoldResult) -> list[CheckO
         )
 
     def recount() -> tuple[bool, str]:
-        passed, details = check_recount(lake, files, result)
-        if result.mode == "incremental":
-            sampled, sample_details = check_incremental_sample(lake, files, result)
-            return passed and sampled, f"{details}; {sample_details}"
-        return passed, details
+        if result.mode != "incremental":
+            return check_recount(lake, files, result)
+        passed, details = check_recount_parts(lake, files, result)
+        sampled, sample_details = check_incremental_sample(lake, files, result)
+        return passed and sampled, f"{details}; {sample_details}"
 
     return [
         timed("one_row_per_pmid", lambda: check_one_row_per_pmid(lake)),

@@ -189,11 +189,14 @@ def write_synthetic_release(
     n_update_files: int,
     mesh_vocabulary: list[tuple[str, str]] | None = None,
     seed: int = 0,
+    pmid_step: tuple[int, int] = (1, 3),
 ) -> list[Path]:
     """Write a synthetic release of ``n_records`` distinct articles (plus one retraction notice
     per retracted article) and return the ``.xml.gz`` paths in file order: baseline, then
     updates. About a tenth of the articles first appear in the update files when there are
-    any; the rest are spread evenly over the baseline files."""
+    any; the rest are spread evenly over the baseline files. Consecutive PMIDs are apart by
+    a number drawn from ``pmid_step`` (inclusive; wider steps spread a small release over
+    more PMID buckets of the corpus)."""
     if n_baseline_files < 1 or n_update_files < 0:
         raise ValueError("need at least one baseline file and a non-negative update file count")
     if n_records < n_baseline_files:
@@ -206,6 +209,7 @@ def write_synthetic_release(
         raise ValueError(f"mesh_vocabulary has UIs that are not descriptor UIs: {bad[:5]}")
 
     writer = _ReleaseWriter(Path(out_dir), release, vocabulary, seed, n_records)
+    writer.pmid_step = pmid_step
     n_update_new = min(n_records // 10, n_records - n_baseline_files) if n_update_files else 0
     n_baseline = n_records - n_update_new
     paths = []
@@ -286,13 +290,14 @@ class _ReleaseWriter:
         self.retracted: set[int] = set()
         self.update_candidates: list[int] | None = None
         self.next_pmid = FIRST_PMID
+        self.pmid_step = (1, 3)
 
     # --- records -------------------------------------------------------------------------
 
     def new_article(self, index: int) -> _Article:
         rng = self.rng
         pmid = self.next_pmid
-        self.next_pmid += rng.randint(1, 3)
+        self.next_pmid += rng.randint(*self.pmid_step)
         n_headings = min(rng.randint(3, 12), len(self.ui))
         picked: dict[int, None] = {}
         while len(picked) < n_headings:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from kg_platform.schemas import CORPUS_MODELS, MESH_TABLES, PUBMED_TABLES
+from kg_platform.storage.corpus import corpus_glob
 from kg_platform.storage.lake import Lake
 
 if TYPE_CHECKING:
@@ -19,7 +20,7 @@ if TYPE_CHECKING:
 # view name -> lake glob (relative key); a view is created only when files exist
 LAKE_VIEWS: dict[str, str] = {
     **{f"file_{t}": f"tables/{t}/*.parquet" for t in PUBMED_TABLES},
-    **{t: f"corpus/{t}.parquet" for t in CORPUS_MODELS},
+    **{t: corpus_glob(t) for t in CORPUS_MODELS},
     **{f"mesh_{t}": f"mesh/{t}.parquet" for t in MESH_TABLES},
 }
 

@@ -193,8 +193,14 @@ class Lake:
             raise FileNotFoundError(f"{self.root}: bucket {bucket!r} does not exist{at}")
         self._bucket_seen = True
 
+    def _removed(self, key: str) -> bool:
+        """Removed inside this view's transaction (and not written again)."""
+        return self.stage is not None and self.scope.route(_check_key(key)) in self.stage.removed
+
     # -- reads ---------------------------------------------------------------------------
     def exists(self, key: str) -> bool:
+        if self._removed(key):
+            return False
         path = self.path(key)
         if self.is_local:
             return os.path.exists(path)
@@ -240,6 +246,9 @@ class Lake:
         if self.stage is not None:  # a staged object stands for the published one
             staged = self._sizes(self.stage.path(self, routed))
             found.update({name: size for name, size in staged.items() if ".tmp-" not in name})
+            for name in list(found):
+                if f"{routed}/{name}" in self.stage.removed:
+                    del found[name]
         return found
 
     def _sizes(self, base: str) -> dict[str, int]:
@@ -279,6 +288,7 @@ class Lake:
             self._require_bucket()
         if self.stage is not None:
             names |= {k.rsplit("/", 1)[1] for k in self.stage.keys if k.rsplit("/", 1)[0] == routed}
+            names -= {k.rsplit("/", 1)[1] for k in self.stage.removed if k.startswith(routed + "/")}
         return [f"{prefix}/{n}" for n in sorted(names) if n.endswith(suffix) and ".tmp-" not in n]
 
     def open(self, key: str, mode: str = "rb"):
@@ -350,7 +360,7 @@ class Lake:
             with self._named(target):
                 self.fs.pipe_file(target, buf.getvalue())  # one PUT: whole or absent
         if routed is not None:
-            self.stage.keys.add(routed)
+            self.stage.add(routed)
 
     def write_bytes(self, key: str, data: bytes) -> int:
         with self.writer(key) as f:
@@ -389,12 +399,23 @@ class Lake:
         os.makedirs(os.path.dirname(target), exist_ok=True)
         os.replace(local_file, target)
         if staged:
-            self.stage.keys.add(routed)
+            self.stage.add(routed)
         return os.path.getsize(target)
 
     def remove(self, key: str) -> None:
+        """Remove an object (or a folder of them); inside a transaction, a single object is
+        removed at commit, after the staged objects are published, and is absent to this
+        view until then."""
         if self.stage is not None:
-            raise ValueError(f"{key}: nothing is removed inside a transaction")
+            routed = self.scope.route(_check_key(key))
+            if routed in self.stage.keys:
+                staged = self.stage.path(self, routed)
+                with self._named(staged):
+                    self.fs.rm(staged)
+                self.stage.keys.discard(routed)
+            if self.exists(key):
+                self.stage.removed.add(routed)
+            return
         if self.exists(key):
             with self._named(self.path(key)):
                 self.fs.rm(self.path(key), recursive=True)
@@ -438,6 +459,10 @@ class Lake:
                     # (cp_file, not copy: no listing, and a key is never taken for a folder)
                     with self._named(target):
                         self.fs.cp_file(source, target)
+            for routed in sorted(stage.removed):
+                target = self.physical(routed)
+                with self._named(target):
+                    self.fs.rm(target)
         finally:
             self._discard(stage)
 
@@ -457,6 +482,11 @@ class _Stage:
 
     prefix: str
     keys: set[str] = field(default_factory=set)
+    removed: set[str] = field(default_factory=set)  # published objects removed at commit
+
+    def add(self, routed: str) -> None:
+        self.keys.add(routed)
+        self.removed.discard(routed)
 
     def path(self, lake: Lake, routed: str) -> str:
         return lake.physical(f"{self.prefix}/{routed}")

@@ -18,7 +18,7 @@ from kg_platform.answer.readers.base import LABELS, LabelledQuestion, load_pubme
 from kg_platform.answer.readers.cues import CueReader, CueRecipe, train_cue_reader
 from kg_platform.answer.reading import READER_HINT
 from kg_platform.commands.ask import add_parser
-from kg_platform.graph import layout
+from kg_platform.storage.corpus import read_corpus, write_corpus_table
 from kg_platform.storage.lake import Lake
 from kg_platform_tests.answer.graph_fixture import build_question_graph
 from kg_platform_tests.conftest import require_reference
@@ -76,8 +76,7 @@ class CountingReader:
 
 
 def corpus_pmids(lake: Lake) -> set[int]:
-    key = layout.CORPUS_INPUTS["articles"]
-    return set(pl.from_arrow(lake.read_parquet(key))["pmid"].to_list())
+    return set(pl.from_arrow(read_corpus(lake, "articles"))["pmid"].to_list())
 
 
 def test_reader_answers_from_the_evidence(read_lake, cue_reader, dev) -> None:
@@ -208,9 +207,9 @@ def test_a_reader_cannot_inject_a_pmid(read_lake, cue_reader) -> None:
 
 
 def drop_from_corpus(lake: Lake, pmids: set[int]) -> None:
-    key = layout.CORPUS_INPUTS["articles"]
-    articles = pl.from_arrow(lake.read_parquet(key))
-    lake.write_parquet(key, articles.filter(~pl.col("pmid").is_in(list(pmids))).to_arrow())
+    articles = pl.from_arrow(read_corpus(lake, "articles"))
+    kept = articles.filter(~pl.col("pmid").is_in(list(pmids))).to_arrow()
+    write_corpus_table(lake, "articles", kept)
 
 
 def test_terminals_missing_from_the_corpus_or_without_text_are_dropped(

@@ -14,6 +14,7 @@ from kg_platform.graph import layout
 from kg_platform.graph.build import build_graph
 from kg_platform.grounding.roles import Role
 from kg_platform.mesh.tables import build_mesh_tables
+from kg_platform.storage.corpus import read_corpus
 from kg_platform.storage.lake import Lake
 from kg_platform_tests.conftest import require_reference
 
@@ -49,7 +50,7 @@ def test_counts_add_up_and_the_seed_repeats(synthetic, made):
 def test_each_question_names_two_major_topics_of_its_article(synthetic, made):
     root, kg = synthetic
     majors = (
-        pl.read_parquet(f"{root}/corpus/mesh_edges.parquet")
+        pl.from_arrow(read_corpus(Lake(root), "mesh_edges"))
         .with_columns(pl.col("descriptor_ui").cast(pl.Utf8))
         .filter(pl.col("descriptor_major") | pl.col("qualifier_major").fill_null(False))
         .select("pmid", "descriptor_ui")

@@ -10,10 +10,11 @@ import shutil
 from pathlib import Path
 
 import dagster as dg
-import pyarrow.parquet as pq
 import pytest
 
 from kg_platform.cli import main
+from kg_platform.storage.corpus import corpus_parts, corpus_rows
+from kg_platform.storage.lake import Lake
 from kg_platform_tests.conftest import require_reference, use_kg_home
 
 SELECT = "key:pubmed_xml or key:pubmed_tables or key:corpus or key:mesh_tables or key:graph"
@@ -195,8 +196,13 @@ def test_demo_source_then_the_mirror_each_mesh_year_beside_the_other(
     instance = dg.DagsterInstance.from_config(str(home / "dagster"))
     assert instance.get_dynamic_partitions("pubmed_files") == ["pubmed26n1334", "pubmed26n1335"]
     assert instance.get_dynamic_partitions("mesh_years") == ["2023", "2024"]
-    # the release's corpus is the mirror's now: its 60 articles, none of the synthetic ones
-    assert pq.read_metadata(lake / "corpus" / "pubmed26" / "articles.parquet").num_rows == 60
+    # the release's corpus is the mirror's now: its 60 articles in its five buckets' parts,
+    # none of the synthetic ones (their parts removed by the refold)
+    corpus = Lake(str(lake)).scoped(release="pubmed26")
+    assert corpus_rows(corpus, "articles") == 60
+    assert [k.rsplit("/", 1)[1] for k in corpus_parts(corpus, "articles")] == [
+        f"part-{b:05d}.parquet" for b in (104, 157, 164, 165, 166)
+    ]
 
 
 def test_build_from_another_folder_with_reference_data_set(synthetic_then_mirror) -> None:

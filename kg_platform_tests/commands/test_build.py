@@ -80,8 +80,8 @@ def test_build_pubmed_stage_into_persistent_instance(
         r"\[2\] corpus \[pubmed26\]: ok .* checks 4/4 passed  files \[#{20}\] 2/2", out
     )
     assert "files: 2; release pubmed26, MeSH 2024" in out
-    assert f"{lake}/corpus/pubmed26/articles.parquet: 60 rows" in out
-    assert f"{lake}/corpus/pubmed26/citations.parquet: 1,349 rows" in out
+    assert f"{lake}/corpus/pubmed26/articles: 60 rows" in out
+    assert f"{lake}/corpus/pubmed26/citations: 1,349 rows" in out
     assert "runs: 2 succeeded, 0 failed; checks: 12 passed, 0 failed" in out
     assert "file partitions: 2 recorded, 0 failed" in out
     assert not (lake / "corpus" / "articles.parquet").exists()
@@ -269,7 +269,7 @@ def test_bad_files_in_a_batch_fail_alone_and_only_they_are_redone(
     # the good files' tables were not rewritten
     assert stamps(lake, "pubmed26n133[45]") == kept
     # the restored files re-issue the records of the first two: the fold keeps one per PMID
-    assert f"{lake}/corpus/pubmed26/articles.parquet: 60 rows" in out
+    assert f"{lake}/corpus/pubmed26/articles: 60 rows" in out
 
 
 def test_build_rejects_bad_inputs_with_clear_errors(kg_home, tmp_path, capsys) -> None:
@@ -329,4 +329,4 @@ def test_a_release_never_waits_on_another_releases_failed_file(kg_home, tmp_path
         "pubmed26",
         "pubmed26n1334..pubmed26n1335",
     ]
-    assert f"{kg_home / 'lake'}/corpus/pubmed26/articles.parquet: 60 rows" in out
+    assert f"{kg_home / 'lake'}/corpus/pubmed26/articles: 60 rows" in out

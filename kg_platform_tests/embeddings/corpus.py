@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from kg_platform.embeddings.shards import CORPUS_ARTICLES
+from kg_platform.storage.corpus import write_corpus_table
 from kg_platform.storage.lake import Lake
 from kg_platform_tests.embeddings.models import scifact_abstracts
 
@@ -41,5 +41,5 @@ def write_corpus(lake: Lake, n: int = 18, files: tuple[str, ...] = FILES) -> pl.
         )
         .sort("pmid")
     )
-    lake.write_parquet(CORPUS_ARTICLES, frame.to_arrow())
+    write_corpus_table(lake, "articles", frame.to_arrow())
     return frame

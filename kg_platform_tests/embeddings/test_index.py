@@ -14,12 +14,12 @@ from kg_platform.embeddings.index import (
     index_hash_problems,
 )
 from kg_platform.embeddings.shards import (
-    CORPUS_ARTICLES,
     embed_shards,
     meta_key,
     pmids_key,
     vectors_key,
 )
+from kg_platform.storage.corpus import write_corpus_table
 from kg_platform.storage.lake import Lake
 from kg_platform_tests.embeddings.corpus import FILES, write_corpus
 from kg_platform_tests.embeddings.models import tiny_encoder
@@ -64,7 +64,7 @@ def test_duplicate_pmids_across_shards_stop_the_build(tmp_path):
     # a corpus that (wrongly) keeps one PMID current in two files
     twin = corpus.filter(pl.col("file") == FILES[0], pl.col("has_abstract")).head(1)
     broken = pl.concat([corpus, twin.with_columns(pl.lit(FILES[1]).alias("file"))]).sort("pmid")
-    lake.write_parquet(CORPUS_ARTICLES, broken.to_arrow())
+    write_corpus_table(lake, "articles", broken.to_arrow())
     embed_shards(lake, tiny_encoder(), list(FILES), SETTINGS)
     with pytest.raises(
         IndexBuildError, match=rf"PMIDs in more than one shard, e.g. \[{twin['pmid'][0]}\]"

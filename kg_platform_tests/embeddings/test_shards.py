@@ -6,7 +6,6 @@ import pytest
 
 from kg_platform.embeddings.feeder import FeederSettings
 from kg_platform.embeddings.shards import (
-    CORPUS_ARTICLES,
     ShardError,
     ShardStatus,
     article_text,
@@ -17,6 +16,7 @@ from kg_platform.embeddings.shards import (
     vectors_key,
     verify_shard,
 )
+from kg_platform.storage.corpus import write_corpus_table
 from kg_platform.storage.lake import Lake
 from kg_platform_tests.embeddings.corpus import FILES, write_corpus
 from kg_platform_tests.embeddings.models import packaged_encoder, tiny_encoder
@@ -76,8 +76,9 @@ def test_a_shard_is_redone_when_the_corpus_or_the_model_changes(tmp_path):
     embed_shards(lake, tiny, ["pubmed26n0001", "pubmed26n0002"], SETTINGS)
     # an update file now holds the current version of one record of pubmed26n0001
     moved = int(corpus.filter(pl.col("file") == "pubmed26n0001", pl.col("has_abstract"))["pmid"][0])
-    lake.write_parquet(
-        CORPUS_ARTICLES,
+    write_corpus_table(
+        lake,
+        "articles",
         corpus.with_columns(
             pl.when(pl.col("pmid") == moved)
             .then(pl.lit("pubmed26n0002"))
@@ -106,7 +107,7 @@ def test_a_file_without_quotable_records_gets_an_empty_verified_shard(tmp_path):
 
 
 def test_a_missing_corpus_is_named(tmp_path):
-    with pytest.raises(ShardError, match="corpus/articles.parquet: not in the lake"):
+    with pytest.raises(ShardError, match="corpus/articles: not in the lake"):
         embed_shards(Lake(str(tmp_path / "lake")), tiny_encoder(), ["pubmed26n0001"])
 
 

@@ -7,6 +7,7 @@ import polars as pl
 
 from kg_platform.mesh.tables import descriptor_table
 from kg_platform.schemas import CORPUS_MODELS, MeshDescriptors, MeshTree
+from kg_platform.storage.corpus import write_corpus_table
 from kg_platform.storage.lake import Lake
 from kg_platform_tests.conftest import require_reference
 
@@ -60,9 +61,15 @@ def corpus_frame(table: str, rows: list[tuple]) -> pl.DataFrame:
 
 
 def write_corpus(lake: Lake, tables: dict[str, list[tuple]]) -> None:
+    """The tables as the corpus's parts, every bucket holding an article with a part in
+    every table (kg_platform.storage.corpus)."""
+    buckets = write_corpus_table(
+        lake, "articles", corpus_frame("articles", tables["articles"]).to_arrow()
+    )
     for table in _SCHEMAS:
-        frame = corpus_frame(table, tables.get(table, []))
-        lake.write_parquet(f"corpus/{table}.parquet", frame.to_arrow())
+        if table != "articles":
+            frame = corpus_frame(table, tables.get(table, []))
+            write_corpus_table(lake, table, frame.to_arrow(), buckets)
 
 
 def write_mesh(lake: Lake, descriptors: list[str], tree: list[tuple[str, str]]) -> None:

@@ -8,6 +8,7 @@ import pytest
 
 from kg_platform.graph import layout
 from kg_platform.graph.build import GraphInputError, array_sha256, build_graph
+from kg_platform.storage.corpus import read_corpus, write_corpus_table
 from kg_platform.storage.lake import Lake
 from kg_platform_tests.graph.corpus import corpus_frame, tiny_corpus
 
@@ -80,7 +81,7 @@ def test_manifest_lists_every_array_with_dtype_length_sha256(lake: Lake, tiny) -
 def test_build_id_names_the_inputs(lake: Lake, tiny) -> None:
     assert build_graph(lake).build_id == tiny.build_id
     frame = corpus_frame("citations", [(20, 10)])
-    lake.write_parquet("corpus/citations.parquet", frame.to_arrow())
+    write_corpus_table(lake, "citations", frame.to_arrow())
     rebuilt = build_graph(lake)
     assert rebuilt.build_id != tiny.build_id
     assert rebuilt.stats.citation_edges == 1
@@ -106,34 +107,35 @@ def test_missing_input_is_named(lake: Lake) -> None:
 def test_child_row_outside_the_corpus_is_an_error(lake: Lake) -> None:
     tiny_corpus(lake)
     frame = corpus_frame("citations", [(20, 10), (77, 10)])
-    lake.write_parquet("corpus/citations.parquet", frame.to_arrow())
+    write_corpus_table(lake, "citations", frame.to_arrow())
     with pytest.raises(
-        GraphInputError, match=r"citations.parquet: 1 row\(s\) whose citing_pmid .*\[77\]"
+        GraphInputError, match=r"corpus/citations: 1 row\(s\) whose citing_pmid .*\[77\]"
     ):
         build_graph(lake)
 
 
 def test_repeated_pmid_is_an_error(lake: Lake) -> None:
     tiny_corpus(lake)
-    articles = pl.read_parquet(lake.path("corpus/articles.parquet"))
-    lake.write_parquet("corpus/articles.parquet", pl.concat([articles, articles[:1]]).to_arrow())
+    articles = pl.from_arrow(read_corpus(lake, "articles"))
+    write_corpus_table(lake, "articles", pl.concat([articles, articles[:1]]).to_arrow())
     with pytest.raises(GraphInputError, match=r"1 PMID\(s\) appear more than once \(e.g. \[30\]\)"):
         build_graph(lake)
 
 
 def test_missing_column_is_named(lake: Lake) -> None:
     tiny_corpus(lake)
-    edges = pl.read_parquet(lake.path("corpus/mesh_edges.parquet")).drop("qualifier_major")
-    lake.write_parquet("corpus/mesh_edges.parquet", edges.to_arrow())
+    edges = pl.from_arrow(read_corpus(lake, "mesh_edges")).drop("qualifier_major")
+    write_corpus_table(lake, "mesh_edges", edges.to_arrow())
     with pytest.raises(
-        GraphInputError, match=r"mesh_edges.parquet: missing column\(s\) \['qualifier_major'\]"
+        GraphInputError,
+        match=r"mesh_edges/part-00000.parquet: missing column\(s\) \['qualifier_major'\]",
     ):
         build_graph(lake)
 
 
 def test_empty_citations_give_empty_csr(lake: Lake) -> None:
     tiny_corpus(lake)
-    lake.write_parquet("corpus/citations.parquet", corpus_frame("citations", []).to_arrow())
+    write_corpus_table(lake, "citations", corpus_frame("citations", []).to_arrow(), [0])
     build = build_graph(lake)
     indptr = lake.read_npy(layout.array_key(build.build_id, "cited_by_indptr"))
     assert indptr.tolist() == [0] * 6

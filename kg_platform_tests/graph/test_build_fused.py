@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import numpy as np
 import polars as pl
-import pyarrow.parquet as pq
 import pytest
 
 from benchmarks.graph import generate
@@ -15,6 +14,7 @@ from kg_platform.graph import build as build_module
 from kg_platform.graph import layout
 from kg_platform.graph.build import GraphBuild, build_graph
 from kg_platform.mesh.tsv import read_descriptor_tsv
+from kg_platform.storage.corpus import read_corpus
 from kg_platform.storage.lake import Lake
 from kg_platform_tests.conftest import require_reference
 from kg_platform_tests.graph.sorting_csr import sorting_csr
@@ -75,14 +75,14 @@ def real_lake(tmp_path_factory) -> Lake:
 def test_real_graph_in_fold_order(real_lake: Lake, monkeypatch: pytest.MonkeyPatch) -> None:
     # the fold writes child tables ordered by PMID: the order the fused passes expect
     for table, column in (("citations", "citing_pmid"), ("mesh_edges", "pmid")):
-        pmids = pq.read_table(real_lake.path(f"corpus/{table}.parquet"))[column].to_numpy()
+        pmids = read_corpus(real_lake, table)[column].to_numpy()
         assert np.all(pmids[1:] >= pmids[:-1]), table
     fused, sorting = _both(real_lake, monkeypatch)
     _assert_same(real_lake, fused, sorting)
     # 400 PubMedQA articles + 60 mirror ones; their headings recounted from the folded table
     s = fused.stats
     pairs = (
-        pl.read_parquet(real_lake.path("corpus/mesh_edges.parquet"))
+        pl.from_arrow(read_corpus(real_lake, "mesh_edges"))
         .group_by("pmid", "descriptor_ui")
         .agg((pl.col("descriptor_major") | pl.col("qualifier_major").fill_null(False)).any())
     )

@@ -18,6 +18,7 @@ from kg_platform.graph.build import build_graph
 from kg_platform.graph.checks import check_invariants, recount
 from kg_platform.graph.store import KGStore
 from kg_platform.storage.catalog import Catalog
+from kg_platform.storage.corpus import write_corpus_table
 from kg_platform.storage.lake import Lake
 from kg_platform_tests.conftest import require_reference
 from kg_platform_tests.graph.corpus import write_mesh_2024
@@ -64,7 +65,7 @@ def test_graph_of_two_real_files(tmp_path) -> None:
     mirror = require_reference("pubmed", "mirror")
     lake = Lake(str(tmp_path / "lake"))
     for table, frame in _fold([parse.parse_file(mirror / f) for f in FILES]).items():
-        lake.write_parquet(f"corpus/{table}.parquet", frame.to_arrow())
+        write_corpus_table(lake, table, frame.to_arrow())
     write_mesh_2024(lake)
 
     build = build_graph(lake)

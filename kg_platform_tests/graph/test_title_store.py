@@ -15,11 +15,11 @@ from kg_platform.graph.build import build_graph
 from kg_platform.graph.checks import check_invariants, recount
 from kg_platform.graph.store import KGStore
 from kg_platform.storage.catalog import Catalog
+from kg_platform.storage.corpus import read_corpus, write_corpus_table
 from kg_platform.storage.lake import Lake
 from kg_platform_tests.graph.corpus import write_corpus, write_mesh
 from kg_platform_tests.graph.test_checks import _tamper
 
-ARTICLES = layout.CORPUS_INPUTS["articles"]
 # 40 articles with gapped PMIDs: null, empty, non-ASCII and long titles among plain ones
 TITLES: dict[int, str | None] = {
     100 + 7 * k: f"Title {k} of the corpus" for k in range(40)
@@ -56,7 +56,7 @@ def test_streamed_in_batches_the_titles_are_the_corpus(tmp_path) -> None:
     assert store.has_titles
     assert store.titles(pmids) == TITLES
     assert store.titles([*pmids, 99, 999]) == TITLES  # PMIDs not in the graph: not keys
-    assert TitleLookup(lake, ARTICLES).titles(pmids) == TITLES  # what ask read before
+    assert TitleLookup(lake).titles(pmids) == TITLES  # what ask read before
     whole = _store(lake, "whole")
     for name in layout.TITLE_ARRAYS:
         assert lake.read_bytes(layout.array_key("whole", name)) == lake.read_bytes(
@@ -81,11 +81,11 @@ def test_a_file_out_of_pmid_order_gives_the_same_store(tmp_path) -> None:
 def test_a_corpus_without_titles_gives_none(tmp_path) -> None:
     lake = Lake(str(tmp_path / "lake"))
     _write(lake, sorted(TITLES))
-    table = lake.read_parquet(ARTICLES)
-    lake.write_parquet(ARTICLES, table.drop(["title"]))
+    table = read_corpus(lake, "articles")
+    write_corpus_table(lake, "articles", table.drop(["title"]))
     store = _store(lake, "untitled")
     assert store.titles([100, 114]) == {100: None, 114: None}
-    assert TitleLookup(lake, ARTICLES).titles([100, 114]) == {}  # .get gives None: the same
+    assert TitleLookup(lake).titles([100, 114]) == {}  # .get gives None: the same
     assert check_invariants(store).passed
 
 

@@ -357,6 +357,7 @@ def test_reference_build_on_celery_into_s3_survives_a_killed_worker(
 
     from kg_platform.commands import build_run
     from kg_platform.orchestration.executor import PING_EVERY_S, PINGS_MISSED
+    from kg_platform.storage.corpus import corpus_rows
     from kg_platform.storage.lake import Lake
 
     home, env, recorded, lake_url = deployment
@@ -437,15 +438,16 @@ def test_reference_build_on_celery_into_s3_survives_a_killed_worker(
     reference = Lake(str(reference))
     on_s3 = content(lake)
     assert on_s3 == content(reference)
-    # seven tables per file, the corpus's six and the fold's deletions (corpus/<release>/fold/)
-    assert len(on_s3) == 7 * len(FILES) + 6 + 1
+    # seven tables per file, the corpus's six in five parts each (the pair's PMIDs fall in
+    # five buckets) and the fold's deletions (corpus/<release>/fold/)
+    assert len(on_s3) == 7 * len(FILES) + 6 * 5 + 1
     assert "corpus/pubmed26/fold/deletions.parquet" in on_s3
     assert not any(k.startswith(".staging") for k in lake_keys(lake))
     for raw in ("baseline/pubmed26n1334.xml.gz", "updatefiles/pubmed26n1335.xml.gz"):
         assert lake.exists(f"raw/pubmed/26/{raw}")
     corpus = lake.scoped(release=RELEASE)
-    assert pq.ParquetFile(corpus.open("corpus/articles.parquet")).metadata.num_rows == 60
-    assert pq.ParquetFile(corpus.open("corpus/citations.parquet")).metadata.num_rows == 1349
+    assert corpus_rows(corpus, "articles") == 60
+    assert corpus_rows(corpus, "citations") == 1349
     assert pq.read_table(lake.open("tables/deletions/pubmed26n1335.parquet")).num_rows == 6
 
 

@@ -13,7 +13,6 @@ import dataclasses
 import numpy as np
 import polars as pl
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
 from benchmarks.graph import generate
@@ -44,6 +43,7 @@ from kg_platform.retrieval.paths import (
     top_paths,
     top_rows,
 )
+from kg_platform.storage.corpus import read_corpus, write_corpus_table
 from kg_platform.storage.lake import Lake
 
 N_ARTICLES = 6_000
@@ -54,9 +54,9 @@ ROW = ["kind", "source", "terminal", "relation"]
 def corpus(tmp_path_factory) -> tuple[str, KGStore]:
     root = str(tmp_path_factory.mktemp("paths_large") / "lake")
     generate(root, N_ARTICLES, 60_000, 54_000, seed=5)
-    path = f"{root}/corpus/citations.parquet"
-    cites = pq.read_table(path)
-    pmids = pq.read_table(f"{root}/corpus/articles.parquet")["pmid"].to_numpy()
+    lake = Lake(root)
+    cites = read_corpus(lake, "citations")
+    pmids = read_corpus(lake, "articles")["pmid"].to_numpy()
     rng = np.random.default_rng(3)
     own = pmids[rng.choice(pmids.size, 1_500, replace=False)]
     # mutual citations: reverse rows whose cited article is in the corpus
@@ -73,8 +73,7 @@ def corpus(tmp_path_factory) -> tuple[str, KGStore]:
             ),
         }
     ).cast(cites.schema)
-    pq.write_table(pa.concat_tables([cites, extra]), path)
-    lake = Lake(root)
+    write_corpus_table(lake, "citations", pa.concat_tables([cites, extra]))
     build = build_graph(lake)
     layout.publish(lake, build.build_id)
     return root, KGStore.open(lake)
@@ -83,11 +82,11 @@ def corpus(tmp_path_factory) -> tuple[str, KGStore]:
 @pytest.fixture(scope="module")
 def raw(corpus) -> dict[str, pl.DataFrame]:
     """The corpus as plain frames keyed by PMID, straight from the Parquet inputs."""
-    root = corpus[0]
-    articles = pl.read_parquet(f"{root}/corpus/articles.parquet").select("pmid", "year")
+    lake = Lake(corpus[0])
+    articles = pl.from_arrow(read_corpus(lake, "articles")).select("pmid", "year")
     in_corpus = articles["pmid"].implode()
     mesh = (
-        pl.read_parquet(f"{root}/corpus/mesh_edges.parquet")
+        pl.from_arrow(read_corpus(lake, "mesh_edges"))
         .with_columns(
             pl.col("descriptor_ui").cast(pl.Utf8).alias("ui"),
             (pl.col("descriptor_major") | pl.col("qualifier_major").fill_null(False)).alias(
@@ -98,7 +97,7 @@ def raw(corpus) -> dict[str, pl.DataFrame]:
         .agg(pl.col("major").any())
     )
     citations = (
-        pl.read_parquet(f"{root}/corpus/citations.parquet")
+        pl.from_arrow(read_corpus(lake, "citations"))
         .filter(pl.col("citing_pmid").is_in(in_corpus) & pl.col("cited_pmid").is_in(in_corpus))
         .unique()
     )

@@ -18,7 +18,6 @@ from kg_platform.pubmed.fold import (
     check_no_deleted_pmid,
     check_one_row_per_pmid,
     check_recount,
-    corpus_key,
     fold_checks,
     fold_release,
     recount_fold_polars,
@@ -26,6 +25,7 @@ from kg_platform.pubmed.fold import (
 )
 from kg_platform.pubmed.parse import parse_file
 from kg_platform.schemas import CORPUS_MODELS
+from kg_platform.storage.corpus import corpus_parts, read_corpus, write_corpus_table
 from kg_platform.storage.lake import Lake
 from kg_platform_tests.conftest import require_reference
 
@@ -94,7 +94,7 @@ def load_tables(lake: Lake, paths: list[Path]) -> list[str]:
 
 
 def corpus_frame(lake: Lake, table: str) -> pl.DataFrame:
-    return pl.from_arrow(lake.read_parquet(corpus_key(table)))
+    return pl.from_arrow(read_corpus(lake, table))
 
 
 def assert_folded_as_expected(lake: Lake, paths: list[Path]) -> dict[int, tuple]:
@@ -184,16 +184,26 @@ def test_fold_written_range_by_range_is_the_fold_written_at_once(
     assert all(
         lo <= hi < next_lo for (lo, hi), (next_lo, _) in zip(ranges, ranges[1:], strict=False)
     )
+    # the 60 articles' PMIDs fall in five buckets of 250,000 (one article in 26228458..., two
+    # in 41026679 and 41056390, 8 from 41391582, 48 from 41568766): five parts per table
+    parts_of_pair = [f"part-{b:05d}.parquet" for b in (104, 157, 164, 165, 166)]
+    groups_per_part = {}
     for table in CORPUS_MODELS:
-        a = pq.read_table(whole.path(corpus_key(table)))
-        b = pq.read_table(ranged.path(corpus_key(table)))
-        assert a.schema.equals(b.schema) and a.equals(b), table
-        groups = pq.ParquetFile(ranged.path(corpus_key(table))).metadata
-        sizes = [groups.row_group(i).num_rows for i in range(groups.num_row_groups)]
-        size = 5 if table == "articles" else 50
-        assert sizes[:-1] == [size] * (len(sizes) - 1) and 0 < sizes[-1] <= size, table
-        assert sum(sizes) == b.num_rows
-    assert pq.ParquetFile(ranged.path(corpus_key("articles"))).metadata.num_row_groups == 12
+        parts = corpus_parts(ranged, table)
+        assert [k.rsplit("/", 1)[1] for k in parts] == parts_of_pair, (table, parts)
+        assert corpus_parts(whole, table) == parts
+        for key in parts:
+            a, b = pq.read_table(whole.path(key)), pq.read_table(ranged.path(key))
+            assert a.schema.equals(b.schema) and a.equals(b), key
+            groups = pq.ParquetFile(ranged.path(key)).metadata
+            sizes = [groups.row_group(i).num_rows for i in range(groups.num_row_groups)]
+            size = 5 if table == "articles" else 50
+            # a part of a bucket whose articles have no rows in this table has no group
+            assert not sizes or sizes[:-1] == [size] * (len(sizes) - 1), key
+            assert not sizes or 0 < sizes[-1] <= size, key
+            assert sum(sizes) == b.num_rows
+            groups_per_part[key] = groups.num_row_groups
+    assert [groups_per_part[k] for k in corpus_parts(ranged, "articles")] == [1, 1, 1, 2, 10]
 
 
 @pytest.mark.parametrize("release", ["23", "24", "25"])
@@ -280,15 +290,15 @@ def test_checks_fail_on_a_tampered_corpus(tmp_path: Path) -> None:
     intruder = articles.head(1).with_columns(
         pl.lit(41456105, pl.Int64).alias("pmid"), pl.lit("pubmed26n1334").alias("file")
     )
-    lake.write_parquet(
-        corpus_key("articles"), pl.concat([articles, articles.head(1), intruder]).to_arrow()
+    write_corpus_table(
+        lake, "articles", pl.concat([articles, articles.head(1), intruder]).to_arrow()
     )
     assert check_one_row_per_pmid(lake) == (False, "62 rows, 1 duplicated PMIDs")
     assert check_no_deleted_pmid(lake, names) == (False, "1 deleted PMIDs present: [41456105]")
     passed, details = check_recount(lake, names, result)
     assert not passed and details.startswith("survivors_digest: duckdb ")
     # drop the first article: its child rows now have no source
-    lake.write_parquet(corpus_key("articles"), articles.slice(1).to_arrow())
+    write_corpus_table(lake, "articles", articles.slice(1).to_arrow())
     passed, details = check_edge_sources_in_articles(lake)
     assert not passed and details.startswith("rows without a corpus article: {")
 
@@ -298,10 +308,10 @@ def test_missing_tables_fail_before_anything_is_written(tmp_path: Path) -> None:
     lake = Lake(str(tmp_path / "lake"))
     names = load_tables(lake, [mirror / "baseline" / "pubmed26n1334.xml.gz"])
     fold_release(lake, names)
-    before = lake.read_bytes(corpus_key("articles"))
+    before = {key: lake.read_bytes(key) for key in corpus_parts(lake, "articles")}
     with pytest.raises(FileNotFoundError, match=r"^pubmed26n1335: per-file table "):
         fold_release(lake, [*names, "pubmed26n1335"])
-    assert lake.read_bytes(corpus_key("articles")) == before
+    assert {key: lake.read_bytes(key) for key in corpus_parts(lake, "articles")} == before
     with pytest.raises(ValueError, match="files listed twice: pubmed26n1334"):
         fold_release(lake, names * 2)
 
@@ -343,13 +353,13 @@ def test_each_check_names_exactly_what_a_corrupted_corpus_gets_wrong(tmp_path: P
         .otherwise(pl.col("file"))
         .alias("file")
     )
-    lake.write_parquet(corpus_key("articles"), moved.to_arrow())
+    write_corpus_table(lake, "articles", moved.to_arrow())
     passed, details = check_recount(lake, names, result)
     assert not passed and details.startswith("survivors_digest: duckdb ")
     assert details.count("!=") == 1
     # the first article dropped: its child rows are counted per table
     dropped = articles["pmid"][0]
-    lake.write_parquet(corpus_key("articles"), articles.slice(1).to_arrow())
+    write_corpus_table(lake, "articles", articles.slice(1).to_arrow())
     orphans = {}
     for table in ["mesh_edges", "citations", "corrections", "chemicals", "pubtypes"]:
         col = "citing_pmid" if table == "citations" else "pmid"

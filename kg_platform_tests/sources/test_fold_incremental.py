@@ -4,6 +4,7 @@ versions, DeleteCitations, a deleted PMID re-issued) and on a synthetic release.
 
 from __future__ import annotations
 
+import json
 import os
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -18,7 +19,7 @@ from kg_platform.pubmed.fold import (
     FULL_FOLD_ENV,
     FoldResult,
     check_incremental_sample,
-    corpus_key,
+    checked_parts,
     files_holding,
     fold_checks,
     fold_release,
@@ -26,6 +27,14 @@ from kg_platform.pubmed.fold import (
 )
 from kg_platform.pubmed.parse import parse_file
 from kg_platform.pubmed.synthetic import write_synthetic_release
+from kg_platform.storage.corpus import (
+    corpus_folder,
+    corpus_parts,
+    legacy_key,
+    part_bucket,
+    part_key,
+    read_corpus,
+)
 from kg_platform.storage.lake import Lake
 from kg_platform_tests.conftest import require_reference
 from kg_platform_tests.sources.test_fold import (
@@ -47,22 +56,43 @@ def mirror_pair() -> list[Path]:
     ]
 
 
+def every_part(lake: Lake) -> dict[str, tuple[bytes, int]]:
+    """Each corpus part's bytes and modification time (ns), by key."""
+    return {
+        key: (lake.read_bytes(key), os.stat(lake.path(key)).st_mtime_ns)
+        for table in CORPUS_TABLES
+        for key in corpus_parts(lake, table)
+    }
+
+
 def fold_file_by_file(tmp_path: Path, paths: list[Path]) -> list[FoldResult]:
     """Fold ``paths`` one more file at a time into one lake (every fold after the first is
-    incremental) and each prefix in full into a fresh lake: the six corpus tables and the
-    fold's deletion state are the same bytes, the figures the same, and the checks pass."""
+    incremental) and each prefix in full into a fresh lake: every table has the same parts,
+    each the same bytes, as has the fold's deletion state; the figures are the same, the
+    checks pass, and every part of a bucket the new file did not touch is the file it was
+    (same bytes, same modification time)."""
     lake = Lake(str(tmp_path / "incremental"))
     names = load_tables(lake, paths)
     results = []
     for n in range(1, len(paths) + 1):
+        before = every_part(lake)
         result = fold_release(lake, names[:n])
         assert result.mode == ("full" if n == 1 else "incremental"), result.reason
         full_lake = Lake(str(tmp_path / f"full-{n}"))
         load_tables(full_lake, paths[:n])
         full = fold_release(full_lake, names[:n])
         assert full.mode == "full"
-        for key in [*(corpus_key(t) for t in CORPUS_TABLES), FOLD_DELETIONS]:
-            assert lake.read_bytes(key) == full_lake.read_bytes(key), (n, key)
+        for table in CORPUS_TABLES:
+            assert corpus_parts(lake, table) == corpus_parts(full_lake, table), (n, table)
+            for key in corpus_parts(lake, table):
+                assert lake.read_bytes(key) == full_lake.read_bytes(key), (n, key)
+        assert lake.read_bytes(FOLD_DELETIONS) == full_lake.read_bytes(FOLD_DELETIONS), n
+        if n > 1:
+            after = every_part(lake)
+            kept = {k for k in before if part_bucket(k) not in result.touched_parts}
+            assert all(after[k] == before[k] for k in kept), n
+            new_parts = {k for k in after if part_bucket(k) in result.touched_parts}
+            assert set(after) - set(before) <= new_parts, n
         assert [getattr(result, f) for f in FIGURES] == [getattr(full, f) for f in FIGURES]
         checks = fold_checks(lake, names[:n], result)
         assert all(c.passed for c in checks), checks
@@ -86,19 +116,23 @@ def test_the_mirror_update_folded_into_the_baseline_corpus_is_the_full_fold(
     assert second.dangling_citations == 1348
     lake = Lake(str(tmp_path / "incremental"))
     checks = fold_checks(lake, ["pubmed26n1334", "pubmed26n1335"], second)
-    assert checks[2].details.endswith(
-        "incremental fold equals a full fold on 1 of 1 PMID windows (1904 rows, "
-        "refolded from the 2 of 2 files holding their PMIDs)"
+    # n1335 touches every bucket of the pair: all five parts are recounted, none sampled
+    parts = (
+        "5 parts (5 touched: part-00104, part-00157, part-00164, part-00165, part-00166; "
+        "0 untouched, sampled: none), from the 2 of 2 files holding their PMIDs"
+    )
+    assert checks[2].details == (
+        f"recount equal on {parts}; incremental fold equals a full fold on {parts} (1904 rows)"
     )
     # each check records its own wall seconds (the corpus step's checks show in the UI)
     assert [list(c.metadata) for c in checks] == [["seconds"]] * 4
     assert all(isinstance(c.metadata["seconds"], float) for c in checks)
     # folding the same files again reads nothing and writes nothing
-    before = lake.read_bytes(corpus_key("articles"))
+    before = every_part(lake)
     again = fold_release(lake, ["pubmed26n1334", "pubmed26n1335"])
     assert (again.mode, again.reason) == ("unchanged", "2 files folded before")
     assert [getattr(again, f) for f in FIGURES] == [getattr(second, f) for f in FIGURES]
-    assert lake.read_bytes(corpus_key("articles")) == before
+    assert every_part(lake) == before
 
 
 def pmid_of(record: ET.Element) -> int:
@@ -168,9 +202,10 @@ def test_updates_that_revise_version_delete_and_restore_fold_as_a_full_fold(
 def test_a_synthetic_release_folded_file_by_file_is_the_full_fold(tmp_path: Path) -> None:
     """A synthetic release of 4 baseline and 3 update files (revisions, Version 2 records,
     retractions with their notices, DeleteCitations), each update folded into the corpus
-    of the files before it."""
+    of the files before it. Its PMIDs are 1,000-3,000 apart, so the corpus has parts in
+    many buckets and an update leaves some of them as they were."""
     paths = write_synthetic_release(
-        tmp_path / "release", 4000, n_baseline_files=4, n_update_files=3
+        tmp_path / "release", 4000, n_baseline_files=4, n_update_files=3, pmid_step=(1000, 3000)
     )
     assert [p.parent.name for p in paths] == ["baseline"] * 4 + ["updatefiles"] * 3
     tables = [parse_file(p) for p in paths[4:]]
@@ -179,6 +214,12 @@ def test_a_synthetic_release_folded_file_by_file_is_the_full_fold(tmp_path: Path
     results = fold_file_by_file(tmp_path, paths)
     assert [r.mode for r in results] == ["full"] + ["incremental"] * 6
     assert results[-1].deleted > 0 and results[-1].rows["articles"] > 3600
+    lake = Lake(str(tmp_path / "incremental"))
+    parts = [part_bucket(k) for k in corpus_parts(lake, "articles")]
+    # PMIDs from 30,000,001 ~2,000 apart: 33 buckets of 250,000 (part-00120..part-00152),
+    # of which each update file touches 22-24 (fold_file_by_file: the others stay as they were)
+    assert (len(parts), parts[0], parts[-1]) == (33, 120, 152)
+    assert [len(r.touched_parts) for r in results[4:]] == [24, 22, 23]
 
 
 def test_the_sampled_refold_reads_only_the_files_holding_its_windows(tmp_path: Path) -> None:
@@ -187,7 +228,7 @@ def test_the_sampled_refold_reads_only_the_files_holding_its_windows(tmp_path: P
     the updates touching it (worked out here from every table's PMIDs, not footers), and
     the check over the pruned files still passes after each incremental fold."""
     paths = write_synthetic_release(
-        tmp_path / "release", 4000, n_baseline_files=4, n_update_files=3
+        tmp_path / "release", 4000, n_baseline_files=4, n_update_files=3, pmid_step=(1000, 3000)
     )
     lake = Lake(str(tmp_path / "lake"))
     names = load_tables(lake, paths)
@@ -216,10 +257,11 @@ def test_the_sampled_refold_reads_only_the_files_holding_its_windows(tmp_path: P
         assert result.mode == "incremental"
         passed, details = check_incremental_sample(lake, names[:n], result)
         assert passed, details
-        # the same windows and rows as refolding them from every file
+        # the same parts and rows as refolding them from every file
         every, every_details = check_incremental_sample(lake, names[:n], result, prune=False)
-        assert every and every_details.endswith(f"the {n} of {n} files holding their PMIDs)")
-        assert details.split(", refolded")[0] == every_details.split(", refolded")[0]
+        assert every and f"from the {n} of {n} files holding their PMIDs (" in every_details
+        assert details.split(", from the")[0] == every_details.split(", from the")[0]
+        assert details.rsplit("(", 1)[1] == every_details.rsplit("(", 1)[1]
 
 
 def test_the_fold_is_full_when_the_previous_fold_cannot_be_used(
@@ -241,20 +283,26 @@ def test_the_fold_is_full_when_the_previous_fold_cannot_be_used(
     assert fold_release(lake, names).reason == (
         "1 folded file(s) parsed again since (first: pubmed26n1334)"
     )
-    # a corpus table that is not the one the fold wrote
-    lake.write_parquet(corpus_key("pubtypes"), corpus_frame(lake, "pubtypes").head(3).to_arrow())
+    # a corpus part that is not the one the fold wrote
+    last = corpus_parts(lake, "pubtypes")[-1]
+    lake.write_parquet(last, lake.read_parquet(last).slice(0, 3))
     assert fold_release(lake, names).reason == (
-        f"{lake.path(corpus_key('pubtypes'))} is not the table the previous fold wrote"
+        f"{lake.path(corpus_folder('pubtypes'))} is not the table the previous fold wrote"
     )
-    # a corpus table overwritten at its size after the fold (a second after its manifest):
+    # a part the fold did not write
+    lake.write_parquet(part_key("pubtypes", 7), lake.read_parquet(last).slice(0, 0))
+    assert fold_release(lake, names).reason == (
+        f"{lake.path(corpus_folder('pubtypes'))} is not the table the previous fold wrote"
+    )
+    # a corpus part overwritten at its size after the fold (a second after its manifest):
     # hashed against the manifest's sha256, so the next fold is a full one, not "unchanged"
-    table = lake.path(corpus_key("mesh_edges"))
+    table = lake.path(corpus_parts(lake, "mesh_edges")[-1])
     good = Path(table).read_bytes()
     middle = len(good) // 2
     Path(table).write_bytes(good[:middle] + bytes([good[middle] ^ 0xFF]) + good[middle + 1 :])
     later = os.stat(lake.path(FOLD_MANIFEST)).st_mtime_ns + 1_000_000_000
     os.utime(table, ns=(later, later))
-    assert fold_release(lake, names).reason == f"{table} is not the table the previous fold wrote"
+    assert fold_release(lake, names).reason == f"{table} is not the part the previous fold wrote"
     assert Path(table).read_bytes() == good
     # the same bytes written again: hashed, and folded into as before
     later = os.stat(lake.path(FOLD_MANIFEST)).st_mtime_ns + 1_000_000_000
@@ -271,28 +319,120 @@ def test_the_check_fails_when_the_incremental_corpus_differs_from_a_full_fold(
     tmp_path: Path,
 ) -> None:
     """One title changed in the incremental corpus: the keys and counts are those of the full
-    fold, so only the refold of the sampled windows sees it, and polars_recount fails."""
+    fold, so only the refold of the checked parts sees it, and polars_recount fails."""
     paths = mirror_pair()
     lake = Lake(str(tmp_path / "lake"))
     names = load_tables(lake, paths)
     fold_release(lake, names[:1])
     result = fold_release(lake, names)
     assert result.mode == "incremental"
-    articles = corpus_frame(lake, "articles")
+    key = part_key("articles", 165)
+    articles = pl.from_arrow(lake.read_parquet(key))
     changed = articles.with_columns(
-        pl.when(pl.col("pmid") == articles["pmid"][7])
+        pl.when(pl.col("pmid") == articles["pmid"][3])
         .then(pl.lit("A title the fold never wrote"))
         .otherwise(pl.col("title"))
         .alias("title")
     )
-    lake.write_parquet(corpus_key("articles"), changed.to_arrow())
+    lake.write_parquet(key, changed.to_arrow())
     passed, details = check_incremental_sample(lake, names, result)
     assert (passed, details) == (
         False,
-        "incremental fold differs from a full fold on 1 of 1 PMID windows (1904 rows, "
-        "refolded from the 2 of 2 files holding their PMIDs): "
-        f"articles PMIDs {-(2**62)}..{2**62}: 60 rows written, a full fold gives 60 "
-        "(same count, other rows)",
+        "incremental fold differs from a full fold on 5 parts (5 touched: part-00104, "
+        "part-00157, part-00164, part-00165, part-00166; 0 untouched, sampled: none), from the "
+        "2 of 2 files holding their PMIDs (1904 rows): corpus/articles/part-00165.parquet: "
+        "8 rows written, a full fold gives 8 (same count, other rows)",
     )
     recount = fold_checks(lake, names, result)[2]
     assert (recount.name, recount.passed) == ("polars_recount", False)
+
+
+def test_a_damaged_touched_or_sampled_part_fails_the_recount_naming_it(tmp_path: Path) -> None:
+    """After an incremental fold of a synthetic update, the checks judge every touched part
+    and three untouched ones drawn with the file list's seed, each recounted from the files
+    holding its PMIDs; a row dropped from a touched part, or from a sampled untouched one,
+    fails polars_recount with that part's key."""
+    paths = write_synthetic_release(
+        tmp_path / "release", 4000, n_baseline_files=4, n_update_files=3, pmid_step=(1000, 3000)
+    )
+    lake = Lake(str(tmp_path / "lake"))
+    names = load_tables(lake, paths)[:5]  # the baseline and the first update file
+    fold_release(lake, names[:4])
+    result = fold_release(lake, names)
+    assert result.mode == "incremental"
+    touched, sampled = checked_parts(lake, names, result)
+    # the first update file touches 24 of the 33 buckets; 3 of the other 9 are drawn
+    assert touched == result.touched_parts and len(touched) == 24
+    assert sampled == [132, 143, 145] and not set(sampled) & set(touched)
+    checks = fold_checks(lake, names, result)
+    assert checks[2].passed, checks[2].details
+    assert checks[2].details.startswith(
+        f"recount equal on {len(touched) + 3} parts ({len(touched)} touched: part-"
+    )
+    assert "; 3 untouched, sampled: " + ", ".join(f"part-{b:05d}" for b in sampled) in (
+        checks[2].details
+    )
+    for bucket in (touched[0], sampled[0]):
+        key = part_key("mesh_edges", bucket)
+        good = lake.read_bytes(key)
+        rows = lake.read_parquet(key)
+        lake.write_parquet(key, rows.slice(1))
+        recount = fold_checks(lake, names, result)[2]
+        assert not recount.passed
+        assert f"{key}: {rows.num_rows - 1} rows, the recount {rows.num_rows}" in recount.details
+        assert (
+            f"{key}: {rows.num_rows - 1} rows written, a full fold gives {rows.num_rows}"
+            in recount.details
+        )
+        lake.write_bytes(key, good)
+    # an untouched part that is not sampled is not read by the checks
+    other = next(
+        b
+        for b in map(part_bucket, corpus_parts(lake, "mesh_edges"))
+        if b not in {*touched, *sampled}
+    )
+    key = part_key("mesh_edges", other)
+    lake.write_parquet(key, lake.read_parquet(key).slice(1))
+    assert fold_checks(lake, names, result)[2].passed
+
+
+def test_a_corpus_in_the_single_file_layout_is_refolded_into_parts(tmp_path: Path) -> None:
+    """A lake whose corpus is one file per table with the fold manifest of that layout
+    (format 1), as the fold before the parts left it: the next fold is a full one that says
+    why, writes the parts a fresh full fold writes and removes the single files, so no
+    reader meets both layouts; the fold after it is incremental again."""
+    paths = mirror_pair()
+    lake = Lake(str(tmp_path / "lake"))
+    names = load_tables(lake, paths)
+    fold_release(lake, names[:1])
+    manifest = json.loads(lake.read_bytes(FOLD_MANIFEST))
+    for table in CORPUS_TABLES:
+        lake.write_parquet(legacy_key(table), read_corpus(lake, table))
+        for key in corpus_parts(lake, table):
+            lake.remove(key)
+    lake.write_bytes(
+        FOLD_MANIFEST,
+        json.dumps(
+            {
+                "format": 1,
+                "files": manifest["files"],
+                "stamps": manifest["stamps"],
+                "corpus_bytes": {t: lake.size(legacy_key(t)) for t in CORPUS_TABLES},
+            }
+        ).encode(),
+    )
+    result = fold_release(lake, names)
+    assert (result.mode, result.reason) == ("full", "corpus layout: single files -> parts")
+    assert [t for t in CORPUS_TABLES if lake.exists(legacy_key(t))] == []
+    fresh = Lake(str(tmp_path / "fresh"))
+    load_tables(fresh, paths)
+    fold_release(fresh, names)
+    for table in CORPUS_TABLES:
+        assert corpus_parts(lake, table) == corpus_parts(fresh, table)
+        assert all(lake.read_bytes(k) == fresh.read_bytes(k) for k in corpus_parts(lake, table))
+    # single files beside a corpus of parts (a copy put back by hand): refolded, said why
+    lake.write_parquet(legacy_key("pubtypes"), read_corpus(lake, "pubtypes"))
+    again = fold_release(lake, names)
+    assert (again.mode, again.reason) == ("full", "corpus layout: single files -> parts")
+    assert not lake.exists(legacy_key("pubtypes"))
+    assert fold_release(lake, names).mode == "unchanged"

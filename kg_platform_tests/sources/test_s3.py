@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from kg_platform.pubmed.fold import corpus_key, fold_checks, fold_release, table_key
+from kg_platform.pubmed.fold import fold_checks, fold_release, table_key
 from kg_platform.pubmed.parse import parse_file
 from kg_platform.pubmed.source import PubmedSource, raw_key
+from kg_platform.storage.corpus import corpus_parts
 from kg_platform.storage.lake import Lake
 from kg_platform_tests.conftest import require_reference
 from kg_platform_tests.sources.mirror_server import serve_mirror
@@ -44,4 +45,6 @@ def test_fetch_and_fold_on_s3(s3_lake: Lake, tmp_path: Path) -> None:
     assert on_s3.rows["articles"] == 60
     assert [c.passed for c in fold_checks(s3_lake, names, on_s3)] == [True] * 4
     for table in on_s3.rows:
-        assert s3_lake.read_parquet(corpus_key(table)).equals(local.read_parquet(corpus_key(table)))
+        assert corpus_parts(s3_lake, table) == corpus_parts(local, table)
+        for key in corpus_parts(s3_lake, table):
+            assert s3_lake.read_parquet(key).equals(local.read_parquet(key)), key

@@ -7,6 +7,7 @@ import pyarrow as pa
 import pytest
 
 from kg_platform.storage.catalog import Catalog
+from kg_platform.storage.corpus import write_corpus_table
 from kg_platform.storage.lake import Lake
 
 TABLE = pa.table({"pmid": pa.array([3, 1, 2], pa.int64()), "title": ["c", "a", "b"]})
@@ -57,11 +58,39 @@ def test_keys_cannot_leave_the_lake(tmp_path, key: str) -> None:
 
 
 def test_catalog_views_over_the_lake(lake: Lake, tmp_path) -> None:
-    lake.write_parquet("corpus/articles.parquet", TABLE)
+    # the corpus view reads every part of the table: PMIDs in three buckets of 250,000
+    spread = pa.table(
+        {"pmid": pa.array([3, 250_001, 500_002], pa.int64()), "title": ["c", "a", "b"]}
+    )
+    assert write_corpus_table(lake, "articles", spread) == [0, 1, 2]
     lake.write_parquet("tables/articles/pubmed26n0001.parquet", TABLE.slice(1, 2))
     catalog = Catalog(lake, str(tmp_path / "catalog.duckdb"))
     con = catalog.connect()
     assert catalog.refresh_views(con) == ["file_articles", "articles"]
-    assert con.execute("SELECT sum(pmid) FROM articles").fetchone() == (6,)
+    assert con.execute("SELECT sum(pmid) FROM articles").fetchone() == (750_006,)
     assert con.execute("SELECT list(pmid ORDER BY pmid) FROM file_articles").fetchone() == ([1, 2],)
     con.close()
+
+
+def test_a_removal_inside_a_transaction_happens_at_commit(lake: Lake) -> None:
+    """Inside a transaction a removed object is absent to the view and still published to
+    every other reader; the commit removes it after publishing the staged objects, and an
+    exception leaves it where it was."""
+    lake.write_bytes("corpus/articles/part-00001.parquet", b"old part")
+    lake.write_bytes("corpus/articles.parquet", b"old layout")
+    with pytest.raises(RuntimeError), lake.transaction() as staged:
+        staged.remove("corpus/articles.parquet")
+        assert not staged.exists("corpus/articles.parquet")
+        raise RuntimeError("the fold failed")
+    assert lake.read_bytes("corpus/articles.parquet") == b"old layout"
+    with lake.transaction() as staged:
+        staged.write_bytes("corpus/articles/part-00002.parquet", b"new part")
+        staged.remove("corpus/articles.parquet")
+        staged.remove("corpus/articles/part-00001.parquet")
+        assert staged.list("corpus/articles") == ["corpus/articles/part-00002.parquet"]
+        assert staged.sizes("corpus/articles") == {"part-00002.parquet": 8}
+        assert not staged.exists("corpus/articles.parquet")
+        assert lake.exists("corpus/articles.parquet")
+        assert lake.list("corpus/articles") == ["corpus/articles/part-00001.parquet"]
+    assert lake.list("corpus/articles") == ["corpus/articles/part-00002.parquet"]
+    assert not lake.exists("corpus/articles.parquet")

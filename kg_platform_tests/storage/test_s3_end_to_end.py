@@ -12,11 +12,11 @@ from pathlib import Path
 
 import numpy as np
 import polars as pl
-import pyarrow.parquet as pq
 import pytest
 
 from kg_platform.cli import main
 from kg_platform.storage.catalog import Catalog
+from kg_platform.storage.corpus import corpus_rows, read_corpus
 from kg_platform.storage.lake import Lake
 from kg_platform_tests.conftest import require_reference, use_kg_home
 from kg_platform_tests.storage.lake_content import content, lake_keys
@@ -51,7 +51,7 @@ def small_concept_index(lake: Lake, scratch: Path) -> str:
     from kg_platform.embeddings.concepts import CONCEPTS, MESH_TERMS, build_concept_index
     from kg_platform_tests.embeddings.models import tiny_encoder
 
-    edges = pl.from_arrow(lake.read_parquet(f"corpus/{RELEASE}/mesh_edges.parquet"))
+    edges = pl.from_arrow(read_corpus(lake.scoped(release=RELEASE), "mesh_edges"))
     uis = edges["descriptor_ui"].unique()
     terms = pl.from_arrow(lake.read_parquet(f"mesh/{YEAR}/terms.parquet"))
     built = Lake(str(scratch))
@@ -109,12 +109,13 @@ def test_the_s3_build_holds_what_the_local_build_holds(lakes) -> None:
     s3, local = lakes["s3"], lakes["local"]
     on_s3 = content(s3)
     assert on_s3 == content(local)
-    # 7 tables x 2 files, the corpus's 6, the fold's deletions (corpus/<release>/fold/), mesh 9
-    assert len([k for k in on_s3 if k.endswith(".parquet")]) == 30
+    # 7 tables x 2 files, the corpus's 6 in 5 parts each (the pair's PMIDs fall in 5 buckets),
+    # the fold's deletions (corpus/<release>/fold/), mesh 9
+    assert len([k for k in on_s3 if k.endswith(".parquet")]) == 14 + 30 + 1 + 9
     assert len([k for k in on_s3 if k.endswith(".npy")]) == 28  # 21 graph arrays (3 titles)
     corpus = s3.scoped(release=RELEASE)
-    assert pq.ParquetFile(corpus.open("corpus/articles.parquet")).metadata.num_rows == 60
-    assert pq.ParquetFile(corpus.open("corpus/citations.parquet")).metadata.num_rows == 1349
+    assert corpus_rows(corpus, "articles") == 60
+    assert corpus_rows(corpus, "citations") == 1349
     # every object published, nothing left staged, nothing written into the S3 home's lake
     assert not any(k.startswith(".staging") for k in lake_keys(s3))
     assert not (lakes["home"] / "lake").exists()
@@ -264,6 +265,12 @@ def test_transaction_on_s3_stages_then_copies_each_object_once(s3_lake: Lake) ->
     ]
     assert [op for op, _ in calls if op in ("CopyObject", "PutObject")] == ["CopyObject"] * 2
     assert not lake.fs.exists(lake.physical(".staging"))
+    # a removal inside a transaction: still published until the commit, then gone
+    with lake.transaction() as staged:
+        staged.remove("corpus/citations.parquet")
+        assert not staged.exists("corpus/citations.parquet")
+        assert published("citations.parquet") == b"new citations"
+    assert lake.list("corpus") == ["corpus/articles.parquet"]
 
 
 def test_memory_mapped_arrays_come_from_a_cache_keyed_by_etag(s3_lake: Lake, tmp_path) -> None:

@@ -56,6 +56,7 @@ from kg_platform.evaluation.pubmedqa.posterior_cache import (
 from kg_platform.evaluation.pubmedqa.reader_configs import ReaderConfig, recipe_of
 from kg_platform.evaluation.pubmedqa.report import build_pubmedqa_report
 from kg_platform.pubmed.tables import local_copy
+from kg_platform.storage.corpus import corpus_parts, read_corpus
 from kg_platform.storage.lake import Lake
 from kg_platform.storage.scope import Scope
 
@@ -100,17 +101,22 @@ def candidate_pool(lake: Lake) -> CandidatePool:
         with local_copy(lake, key) as path:
             sets.append(load_pubmedqa(path))
     pools = [pool_from_questions(*sets)]
-    articles = corpus_articles_key(lake)
-    if articles:
-        pools.append(pool_from_articles(lake.read_parquet(articles, ["pmid", "title", "abstract"])))
+    articles = corpus_articles(lake)
+    if articles is not None:
+        pools.append(
+            pool_from_articles(read_corpus(articles, "articles", ["pmid", "title", "abstract"]))
+        )
     return merge_pools(*pools)
 
 
-def corpus_articles_key(lake: Lake) -> str | None:
-    releases = [k for k in lake.list("corpus") if lake.exists(f"{k}/articles.parquet")]
-    if releases:
-        return f"{releases[-1]}/articles.parquet"
-    return "corpus/articles.parquet" if lake.exists("corpus/articles.parquet") else None
+def corpus_articles(lake: Lake) -> Lake | None:
+    """The view of ``lake`` (unscoped) holding the newest release's corpus articles, or the
+    lake itself when its corpus is unscoped; None without one."""
+    releases = [lake.scoped(release=k.rsplit("/", 1)[1]) for k in lake.list("corpus")]
+    found = [view for view in releases if corpus_parts(view, "articles")]
+    if found:
+        return found[-1]
+    return lake if corpus_parts(lake, "articles") else None
 
 
 # -- trained readers ------------------------------------------------------------------------
