@@ -1,6 +1,7 @@
 """The graph store (CSR arrays over corpus + MeSH) and the corpus profile report."""
 
 import hashlib
+import json
 import tempfile
 
 import dagster as dg
@@ -146,23 +147,36 @@ def graph(
 def corpus_profile(context: dg.AssetExecutionContext, lake: LakeResource) -> dg.MaterializeResult:
     """How much citation graph the corpus keeps (overall and for its most recent 1/8, 1/4,
     1/2 by year) and per decade: articles, share with MeSH and abstract, mean references.
-    Partitioned by **release**, like the corpus it profiles."""
-    from kg_platform.graph.profile import profile_corpus, render_json, render_markdown, render_png
+    Partitioned by **release**, like the corpus it profiles. After an incremental fold it is
+    made from the last profile's per-article rows and the PMIDs the fold touched (the same
+    figures as reading every row, graph/profile.article_rows_since); the metadata's
+    `profiled` says which."""
+    from kg_platform.graph import profile as p
 
     the_lake = lake.get().scoped(scope_for(context))
+    inputs = p.profile_inputs(the_lake)  # before reading: what these rows are made from
+    delta, how = p.profile_delta(the_lake)
     the_catalog = Catalog(the_lake)
     con = the_catalog.connect()
     try:
         the_catalog.refresh_views(con)
-        profile = profile_corpus(con)
+        if delta is None:
+            p.article_rows(con)
+            moved = {}
+        else:
+            moved = p.article_rows_since(con, delta.previous, delta.touched)
+        profile = p.summarise(con)
+        rows = con.execute(f"SELECT {p.ROW_COLUMNS} FROM {p.ROWS}").to_arrow_table()
     finally:
         con.close()
-    png = render_png(profile)
-    markdown = render_markdown(profile, png)
+    png = p.render_png(profile)
+    markdown = p.render_markdown(profile, png)
     with the_lake.transaction() as staged:
         staged.write_bytes(f"{PROFILE_PREFIX}/profile.png", png)
-        staged.write_bytes(f"{PROFILE_PREFIX}/profile.json", render_json(profile))
+        staged.write_bytes(f"{PROFILE_PREFIX}/profile.json", p.render_json(profile))
         staged.write_bytes(f"{PROFILE_PREFIX}/report.md", markdown.encode())
+        staged.write_parquet(p.PROFILE_ROWS, rows)
+        staged.write_bytes(p.PROFILE_INPUTS, json.dumps(inputs, sort_keys=True).encode())
         digest = staged.digest([f"{PROFILE_PREFIX}/profile.json"])
     return dg.MaterializeResult(
         metadata={
@@ -176,6 +190,9 @@ def corpus_profile(context: dg.AssetExecutionContext, lake: LakeResource) -> dg.
                 )
                 for s in profile.slices
             },
+            # what the rows were made from: every corpus row, or the last profile and the fold
+            "profiled": ("update: " if delta else "full: ") + how,
+            **{f"profiled_{k}": v for k, v in moved.items()},
         },
         data_version=data_version(digest),
     )

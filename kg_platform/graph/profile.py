@@ -12,8 +12,14 @@ import io
 import json
 import math
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 
 import duckdb
+
+if TYPE_CHECKING:  # the evaluation reports import this module for its figures only
+    import pyarrow as pa
+
+    from kg_platform.storage.lake import Lake
 
 SLICES = (("most recent 1/8", 0.125), ("most recent 1/4", 0.25), ("most recent 1/2", 0.5))
 
@@ -57,9 +63,23 @@ def profile_corpus(con: duckdb.DuckDBPyConnection) -> CorpusProfile:
     Retention counts reference rows (one per ReferenceList entry with a PMID) whose cited
     PMID is a corpus article; slices take the most recent records by year (PMID breaks ties,
     articles without a year count as oldest)."""
+    article_rows(con)
+    profile = summarise(con)
+    con.execute(f"DROP TABLE {ROWS}")
+    return profile
+
+
+# the profile's rows, one per corpus article: what every figure is summed from
+ROWS = "profile_articles"
+ROW_COLUMNS = "pmid, year, has_abstract, n_refs, n_in, has_mesh"
+
+
+def article_rows(con: duckdb.DuckDBPyConnection) -> None:
+    """The temporary table ROWS from every row of the corpus: per article its year, whether
+    it has an abstract and MeSH, its reference rows and those citing a corpus article."""
     con.execute(
-        """
-        CREATE OR REPLACE TEMP TABLE profile_articles AS
+        f"""
+        CREATE OR REPLACE TEMP TABLE {ROWS} AS
         WITH refs AS (
             SELECT citing_pmid AS pmid, count(*) AS n_refs,
                    count(*) FILTER (WHERE cited_pmid IN (SELECT pmid FROM articles)) AS n_in
@@ -67,20 +87,86 @@ def profile_corpus(con: duckdb.DuckDBPyConnection) -> CorpusProfile:
         ), mesh AS (SELECT DISTINCT pmid FROM mesh_edges)
         SELECT a.pmid, a.year, a.has_abstract,
                coalesce(r.n_refs, 0) AS n_refs, coalesce(r.n_in, 0) AS n_in,
-               m.pmid IS NOT NULL AS has_mesh,
-               row_number() OVER (ORDER BY a.year DESC NULLS LAST, a.pmid DESC) AS recency
+               m.pmid IS NOT NULL AS has_mesh
         FROM articles a LEFT JOIN refs r USING (pmid) LEFT JOIN mesh m USING (pmid)
         """
     )
-    total, refs, inside = con.execute(
-        "SELECT count(*), coalesce(sum(n_refs), 0), coalesce(sum(n_in), 0) FROM profile_articles"
+
+
+def article_rows_since(
+    con: duckdb.DuckDBPyConnection, previous: pa.Table, touched: pa.Table
+) -> dict[str, int]:
+    """The temporary table ROWS from the rows of the profile before (``previous``, of the
+    corpus the last fold started from) and what the fold changed (``touched``: every PMID
+    with a record or a DeleteCitation in the new files), equal to ``article_rows``: the
+    touched PMIDs' rows are made again from the corpus as it is; every other article's
+    record is the one it had, so its rows stand, but for the reference rows citing an
+    article that came (+1) or went (-1), found in one scan of the citations. Returns the
+    touched, came and went counts."""
+    con.register("profile_previous", previous)
+    con.register("profile_touched", touched.select(["pmid"]))
+    con.execute(
+        f"""
+        CREATE OR REPLACE TEMP TABLE profile_changed AS
+        WITH t AS (SELECT pmid FROM profile_touched),
+        refs AS (
+            SELECT citing_pmid AS pmid, count(*) AS n_refs,
+                   count(*) FILTER (WHERE cited_pmid IN (SELECT pmid FROM articles)) AS n_in
+            FROM citations WHERE citing_pmid IN (SELECT pmid FROM t) GROUP BY citing_pmid
+        ), mesh AS (SELECT DISTINCT pmid FROM mesh_edges WHERE pmid IN (SELECT pmid FROM t))
+        SELECT a.pmid, a.year, a.has_abstract,
+               coalesce(r.n_refs, 0) AS n_refs, coalesce(r.n_in, 0) AS n_in,
+               m.pmid IS NOT NULL AS has_mesh
+        FROM articles a LEFT JOIN refs r USING (pmid) LEFT JOIN mesh m USING (pmid)
+        WHERE a.pmid IN (SELECT pmid FROM t);
+        CREATE OR REPLACE TEMP TABLE profile_was AS
+        SELECT pmid FROM profile_previous WHERE pmid IN (SELECT pmid FROM profile_touched);
+        CREATE OR REPLACE TEMP TABLE profile_moved AS
+        SELECT pmid, 1::BIGINT AS d FROM profile_changed
+        WHERE pmid NOT IN (SELECT pmid FROM profile_was)
+        UNION ALL
+        SELECT pmid, -1::BIGINT AS d FROM profile_was
+        WHERE pmid NOT IN (SELECT pmid FROM profile_changed);
+        CREATE OR REPLACE TEMP TABLE profile_shift AS
+        SELECT c.citing_pmid AS pmid, sum(m.d) AS shift
+        FROM citations c JOIN profile_moved m ON c.cited_pmid = m.pmid
+        WHERE c.citing_pmid NOT IN (SELECT pmid FROM profile_touched)
+        GROUP BY c.citing_pmid;
+        CREATE OR REPLACE TEMP TABLE {ROWS} AS
+        SELECT p.pmid, p.year, p.has_abstract, p.n_refs,
+               CAST(p.n_in + coalesce(s.shift, 0) AS BIGINT) AS n_in, p.has_mesh
+        FROM profile_previous p LEFT JOIN profile_shift s USING (pmid)
+        WHERE p.pmid NOT IN (SELECT pmid FROM profile_touched)
+        UNION ALL SELECT {ROW_COLUMNS} FROM profile_changed;
+        """
+    )
+    came, went = con.execute(
+        "SELECT count(*) FILTER (WHERE d = 1), count(*) FILTER (WHERE d = -1) FROM profile_moved"
     ).fetchone()
+    for table in ("profile_changed", "profile_was", "profile_moved", "profile_shift"):
+        con.execute(f"DROP TABLE {table}")
+    con.unregister("profile_previous")
+    con.unregister("profile_touched")
+    return {"touched": touched.num_rows, "came": int(came), "went": int(went)}
+
+
+def summarise(con: duckdb.DuckDBPyConnection) -> CorpusProfile:
+    """The profile's figures from the temporary table ROWS."""
+    total, refs, inside = con.execute(
+        f"SELECT count(*), coalesce(sum(n_refs), 0), coalesce(sum(n_in), 0) FROM {ROWS}"
+    ).fetchone()
+    con.execute(
+        f"""CREATE OR REPLACE TEMP TABLE profile_recency AS
+            SELECT year, n_refs, n_in,
+                   row_number() OVER (ORDER BY year DESC NULLS LAST, pmid DESC) AS recency
+            FROM {ROWS}"""
+    )
     slices = []
     for label, fraction in SLICES:
         limit = math.ceil(total * fraction)
         n, earliest, s_refs, s_in = con.execute(
             """SELECT count(*), min(year), coalesce(sum(n_refs), 0), coalesce(sum(n_in), 0)
-               FROM profile_articles WHERE recency <= ?""",
+               FROM profile_recency WHERE recency <= ?""",
             [limit],
         ).fetchone()
         slices.append(
@@ -88,6 +174,7 @@ def profile_corpus(con: duckdb.DuckDBPyConnection) -> CorpusProfile:
                 label, fraction, int(n), earliest, int(s_refs), int(s_in), _ratio(s_in, s_refs)
             )
         )
+    con.execute("DROP TABLE profile_recency")
     decades = [
         DecadeRow(
             f"{int(decade)}s" if decade is not None else "unknown",
@@ -97,14 +184,76 @@ def profile_corpus(con: duckdb.DuckDBPyConnection) -> CorpusProfile:
             float(mean_refs),
         )
         for decade, n, mesh, abstract, mean_refs in con.execute(
-            """SELECT (year // 10) * 10 AS decade, count(*),
+            f"""SELECT (year // 10) * 10 AS decade, count(*),
                       avg(has_mesh::INT), avg(coalesce(has_abstract, false)::INT), avg(n_refs)
-               FROM profile_articles GROUP BY decade ORDER BY decade NULLS LAST"""
+               FROM {ROWS} GROUP BY decade ORDER BY decade NULLS LAST"""
         ).fetchall()
     ]
-    con.execute("DROP TABLE profile_articles")
     return CorpusProfile(
         int(total), int(refs), int(inside), _ratio(inside, refs), tuple(slices), tuple(decades)
+    )
+
+
+# -- an update's profile: the rows before and the fold's change ---------------------------
+# beside the report: the profile's rows and the corpus tables they were made from (their
+# Lake.fingerprint, what an incremental fold records of the corpus it replaced as base_inputs)
+PROFILE_ROWS = "reports/corpus_profile/state/rows.parquet"
+PROFILE_INPUTS = "reports/corpus_profile/state/inputs.json"
+PROFILED_TABLES = ("articles", "citations", "mesh_edges")
+
+
+def profile_inputs(lake: Lake) -> dict[str, dict]:
+    """The fingerprints of the corpus tables a profile reads (taken before reading them)."""
+    from kg_platform.graph.layout import CORPUS_INPUTS
+
+    return {t: lake.fingerprint(CORPUS_INPUTS[t]) for t in PROFILED_TABLES}
+
+
+@dataclass(frozen=True)
+class ProfileDelta:
+    previous: pa.Table  # the last profile's rows
+    touched: pa.Table  # the PMIDs the last fold touched
+
+
+def profile_delta(lake: Lake) -> tuple[ProfileDelta | None, str]:
+    """What lets the profile be made from the last one and the last fold's change, or None;
+    and why. Only when the fold was incremental from exactly the corpus tables the last
+    profile read: otherwise the profile reads every row."""
+    import pyarrow as pa
+
+    from kg_platform.pubmed.fold import FOLD_MANIFEST, FOLD_TOUCHED
+
+    for key in (PROFILE_ROWS, PROFILE_INPUTS):
+        if not lake.exists(key):
+            return None, f"{lake.path(key)}: missing (no profile kept its rows before)"
+    if not lake.exists(FOLD_MANIFEST):
+        return None, f"{lake.path(FOLD_MANIFEST)}: missing"
+    try:
+        fold = json.loads(lake.read_bytes(FOLD_MANIFEST))
+        profiled = json.loads(lake.read_bytes(PROFILE_INPUTS))
+    except ValueError as exc:
+        raise ValueError(f"{lake.path('corpus')}: fold or profile state not JSON ({exc})") from exc
+    base = fold.get("base_inputs")
+    if fold.get("mode") != "incremental" or not isinstance(base, dict):
+        return None, f"the corpus was not folded incrementally (mode {fold.get('mode')!r})"
+    for table in PROFILED_TABLES:
+        if profiled.get(table) != base.get(table):
+            return (
+                None,
+                f"the last profile read another corpus {table} table than the fold replaced",
+            )
+    if not lake.exists(FOLD_TOUCHED):
+        return None, f"{lake.path(FOLD_TOUCHED)}: missing"
+    try:
+        previous = lake.read_parquet(PROFILE_ROWS)
+        touched = lake.read_parquet(FOLD_TOUCHED, columns=["pmid"])
+    except (pa.ArrowException, OSError) as exc:
+        raise ValueError(f"{lake.path(PROFILE_ROWS)} or the fold's touched PMIDs: {exc}") from exc
+    if previous.column_names != ROW_COLUMNS.split(", "):
+        return None, f"{lake.path(PROFILE_ROWS)}: columns {previous.column_names}"
+    return ProfileDelta(previous, touched), (
+        f"the last profile's {previous.num_rows} rows and the {touched.num_rows} PMIDs the "
+        "fold touched"
     )
 
 
