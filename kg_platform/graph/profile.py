@@ -196,17 +196,18 @@ def summarise(con: duckdb.DuckDBPyConnection) -> CorpusProfile:
 
 # -- an update's profile: the rows before and the fold's change ---------------------------
 # beside the report: the profile's rows and the corpus tables they were made from (their
-# Lake.fingerprint, what an incremental fold records of the corpus it replaced as base_inputs)
+# corpus_fingerprint, what an incremental fold records of the corpus it replaced as base_inputs)
 PROFILE_ROWS = "reports/corpus_profile/state/rows.parquet"
 PROFILE_INPUTS = "reports/corpus_profile/state/inputs.json"
 PROFILED_TABLES = ("articles", "citations", "mesh_edges")
 
 
 def profile_inputs(lake: Lake) -> dict[str, dict]:
-    """The fingerprints of the corpus tables a profile reads (taken before reading them)."""
-    from kg_platform.graph.layout import CORPUS_INPUTS
+    """The fingerprints of the corpus tables a profile reads (taken before reading them):
+    storage/corpus.corpus_fingerprint, what the fold records of the tables it replaced."""
+    from kg_platform.storage.corpus import corpus_fingerprint
 
-    return {t: lake.fingerprint(CORPUS_INPUTS[t]) for t in PROFILED_TABLES}
+    return {t: corpus_fingerprint(lake, t) for t in PROFILED_TABLES}
 
 
 @dataclass(frozen=True)
