@@ -76,8 +76,8 @@ def graph(
     be annotated against a newer thesaurus without rebuilding either."""
     # the step's own libraries (polars, duckdb): loaded here, not with the definitions
     from kg_platform.graph import layout
-    from kg_platform.graph.build import build_graph
     from kg_platform.graph.checks import update_delta
+    from kg_platform.graph.patch import build_update
     from kg_platform.graph.store import KGStore
 
     scope = scope_for(context)
@@ -92,12 +92,14 @@ def graph(
             "data_version": latest_data_version(context, "mesh_tables", scope.mesh_year),
         },
     }
-    # the build readers open now: an update's build is recounted from it and the fold's change
+    # the build readers open now: an update's build is patched and recounted from it and the
+    # fold's change
     try:
         published: str | None = layout.current_build_id(the_lake)
     except (FileNotFoundError, ValueError):  # none yet, or a pointer this build replaces
         published = None
-    build = build_graph(the_lake, provenance=provenance)
+    # patched from the published build when the last fold's change applies to it
+    build, made = build_update(the_lake, published, provenance)
     store = KGStore.open(the_lake, build.build_id)
     delta, recounted_from = update_delta(the_lake, published, store)
     outcomes = _judged(the_lake, store, delta)
@@ -129,6 +131,8 @@ def graph(
             "edges": s.edges,
             "array_bytes": s.array_bytes,
             "build_seconds": s.seconds,
+            # how the arrays were made: patched from the published build, or in full and why
+            "build": made,
             # what graph_recount counted: every row, or the previous build and the update
             "recount": ("update: " if delta else "full: ") + recounted_from,
         },

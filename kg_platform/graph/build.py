@@ -815,14 +815,20 @@ def build_graph(
         phase_seconds=_rounded({**clock.seconds, **mesh_clock.seconds}),
         phase_cpu_seconds=_rounded({**clock.cpu_seconds, **mesh_clock.cpu_seconds}),
     )
+    write_manifest(lake, build, provenance)
+    return build
+
+
+def write_manifest(lake: Lake, build: GraphBuild, provenance: dict[str, object] | None) -> None:
+    """The build's manifest.json, written last: a build without one is not complete."""
     manifest = {
-        "build_id": build_id,
+        "build_id": build.build_id,
         "format": layout.GRAPH_FORMAT,
-        "inputs": inputs,
-        "stats": asdict(stats),
+        "inputs": build.inputs,
+        "stats": asdict(build.stats),
         "arrays": {name: asdict(info) for name, info in build.arrays.items()},
         # which corpus and MeSH partitions (and data versions) the build read
         **({"provenance": provenance} if provenance else {}),
     }
-    lake.write_bytes(layout.manifest_key(build_id), json.dumps(manifest, indent=1).encode())
-    return build
+    key = layout.manifest_key(build.build_id)
+    lake.write_bytes(key, json.dumps(manifest, indent=1).encode())

@@ -9,7 +9,6 @@ from __future__ import annotations
 import codecs
 import contextlib
 import hashlib
-import json
 from dataclasses import dataclass
 
 import duckdb
@@ -19,8 +18,9 @@ import pyarrow as pa
 from kg_platform.checks import CheckOutcome
 from kg_platform.graph import layout
 from kg_platform.graph.build import GraphInputError, array_sha256
+from kg_platform.graph.patch import fold_base
 from kg_platform.graph.store import KGStore, in_sorted
-from kg_platform.pubmed.fold import FOLD_MANIFEST, FOLD_TOUCHED, REPLACED_TABLES, replaced_key
+from kg_platform.pubmed.fold import FOLD_TOUCHED, REPLACED_TABLES, replaced_key
 from kg_platform.storage.lake import Lake
 
 _KNOWN_FLAGS = layout.QUOTABLE | layout.RETRACTED | layout.CONCERN
@@ -262,38 +262,12 @@ def update_delta(
     published before it) and the last fold's change, or None; and why. Only when the fold
     was incremental from exactly the corpus tables that build read (their fingerprints) and
     the MeSH tables are the ones it read: otherwise the recount counts everything."""
-    if previous_build_id is None:
-        return None, "no graph build was published before"
-    if previous_build_id == store.build_id:
-        return None, f"graph build {store.build_id} is the published one"
-    if not lake.exists(FOLD_MANIFEST):
-        return None, f"{lake.path(FOLD_MANIFEST)}: missing"
-    try:
-        fold = json.loads(lake.read_bytes(FOLD_MANIFEST))
-    except ValueError as exc:
-        raise GraphInputError(f"{lake.path(FOLD_MANIFEST)}: not JSON ({exc})") from exc
-    base = fold.get("base_inputs")
-    if fold.get("mode") != "incremental" or not isinstance(base, dict):
-        return None, f"the corpus was not folded incrementally (mode {fold.get('mode')!r})"
-    try:
-        previous = KGStore.open(lake, previous_build_id)
-    except (ValueError, FileNotFoundError) as exc:
-        return None, f"graph build {previous_build_id} cannot be opened ({exc})"
-    inputs = previous.manifest.get("inputs", {})
-    for name in layout.CORPUS_INPUTS:
-        if inputs.get(name) != base.get(name):
-            return None, (
-                f"graph build {previous_build_id} read another corpus {name} table than the "
-                "one the last fold replaced"
-            )
-    for name in layout.MESH_INPUTS:
-        if inputs.get(name) != store.manifest["inputs"].get(name):
-            return None, f"graph build {previous_build_id} read another MeSH {name} table"
-    if previous.manifest.get("format") != store.manifest.get("format"):
-        return None, f"graph build {previous_build_id} has format {previous.manifest.get('format')}"
-    for key in (FOLD_TOUCHED, *(replaced_key(t) for t in REPLACED_TABLES)):
-        if not lake.exists(key):
-            return None, f"{lake.path(key)}: missing"
+    needed = (FOLD_TOUCHED, *(replaced_key(t) for t in REPLACED_TABLES))
+    previous, why = fold_base(
+        lake, previous_build_id, store.build_id, store.manifest["inputs"], needed
+    )
+    if previous is None:
+        return None, why
     # the arrays the delta starts from must be the ones the previous recount passed
     arrays = previous.manifest["arrays"]
     for name in _DELTA_ARRAYS:
@@ -328,12 +302,13 @@ def _citation_delta(
     old_pmids: np.ndarray,
     corpus_pmids: np.ndarray,
     added: np.ndarray,
-) -> dict[str, int]:
+) -> tuple[dict[str, int], np.ndarray]:
     """citation_edges and dangling_citations of the new corpus: the previous build's, less
     the replaced rows' (against the previous articles), plus the touched PMIDs' rows now,
     plus the rows of untouched PMIDs citing an article that came (no longer dangling) or
     went (now dangling). The corpus rows are found through SQL, in one scan that keeps only
-    the rows of a touched PMID or citing a changed one; the counting is on those rows."""
+    the rows of a touched PMID or citing a changed one; the counting is on those rows. And
+    the untouched articles with such a row (the graph's patch rewires their lists)."""
     prev = delta.previous
     citing = delta.citations.column("citing_pmid").to_numpy()
     cited = delta.citations.column("cited_pmid").to_numpy()
@@ -353,7 +328,7 @@ def _citation_delta(
     came = ~touched & in_sorted(cited, added)
     went = ~touched & ~came  # the other rows citing a changed article cite one that went
     now = touched & citing_inside & inside
-    return {
+    totals = {
         "citation_edges": int(prev.array("cite_indices").size)
         - old_pairs
         + _packed_pairs(citing[now], cited[now])
@@ -365,6 +340,7 @@ def _citation_delta(
         - int(np.count_nonzero(came))
         + int(np.count_nonzero(went)),
     }
+    return totals, np.unique(citing[came | went])
 
 
 _PER_DESCRIPTOR = f"""
@@ -412,11 +388,11 @@ def _mesh_delta(
 
 def _delta_totals(
     store: KGStore, con: duckdb.DuckDBPyConnection, delta: UpdateDelta
-) -> tuple[dict[str, int], list[str], int, np.ndarray]:
+) -> tuple[dict[str, int], list[str], int, np.ndarray, np.ndarray]:
     """The totals of an update's build: the per-article ones counted in full (cheap), the
     node list compared with the corpus's PMIDs, the edge ones from the delta; the
-    problems found on the way, the descriptors compared, and the touched PMIDs in the
-    corpus now."""
+    problems found on the way, the descriptors compared, the touched PMIDs in the corpus
+    now, and the untouched ones citing a PMID that came or went."""
     problems: list[str] = []
     totals = _article_totals(con)
     corpus_pmids = np.sort(con.execute("SELECT pmid FROM articles").fetchnumpy()["pmid"])
@@ -446,13 +422,14 @@ def _delta_totals(
     for name, table in registered.items():
         con.register(name, table)
     try:
-        totals.update(_citation_delta(con, delta, old_pmids, corpus_pmids, added))
+        citation_totals, rewired = _citation_delta(con, delta, old_pmids, corpus_pmids, added)
+        totals.update(citation_totals)
         mesh_totals, mesh_problems, compared = _mesh_delta(store, con, delta)
     finally:
         for name in registered:
             con.unregister(name)
     totals.update(mesh_totals)
-    return totals, problems + mesh_problems, compared, present
+    return totals, problems + mesh_problems, compared, present, rewired
 
 
 def _chosen_descriptors(
@@ -571,9 +548,10 @@ def recount(
     mismatches: list[str] = []
     arr_totals = _store_totals(store)
     if delta is None:
-        sql_totals, source, present = _totals(con), "DuckDB", np.zeros(0, dtype=np.int64)
+        sql_totals, source = _totals(con), "DuckDB"
+        present = rewired = np.zeros(0, dtype=np.int64)
     else:
-        sql_totals, problems, delta_compared, present = _delta_totals(store, con, delta)
+        sql_totals, problems, delta_compared, present, rewired = _delta_totals(store, con, delta)
         mismatches += problems
         source = "previous build + update"
     for name, expected in sql_totals.items():
@@ -592,8 +570,10 @@ def recount(
         picked.add(int(np.argmax(np.diff(store.array("cite_indptr")))))
         picked.add(int(np.argmax(np.diff(store.array("cited_by_indptr")))))
     picked |= {store.idx(p) for p in named_pmids}
-    if present.size:  # an update's touched articles
-        chosen_pmids = rng.choice(present, min(sample, present.size), replace=False)
+    # an update's touched articles, and its untouched ones citing an article that came or went
+    for changed in (present, rewired):
+        changed = changed[in_sorted(changed, np.asarray(store.array("pmids"), dtype=np.int64))]
+        chosen_pmids = rng.choice(changed, min(sample, changed.size), replace=False)
         picked |= {store.idx(int(p)) for p in chosen_pmids}
     idxs = sorted(picked)
     mismatches += _article_mismatches(store, con, idxs)

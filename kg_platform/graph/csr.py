@@ -170,3 +170,130 @@ def cut(
             flag_counts[row] += f
     for r in range(indptr.size - 1):
         indptr[r + 1] += indptr[r]
+
+
+# -- patching the previous build's arrays (kg_platform.graph.patch) -----------------------
+
+
+# a run of a column map whose columns are dropped (``segments``)
+DROPPED = -(1 << 62)
+# columns per block of the runs' lookup table (``segments``)
+BLOCK_BITS = 6
+
+
+def segments(col_map: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``col_map`` (new column of each old one, -1 to drop it) as runs of old columns that
+    move by the same amount: the first column of each run (ascending), its move
+    (``DROPPED`` for a run of dropped columns), and the run holding the first column of
+    each block of ``1 << BLOCK_BITS`` columns. An update moves runs of millions of columns
+    by one amount: the block table (one int32 per 64 columns) stays in cache where the map
+    (one int64 per column) would miss on every random column."""
+    delta = np.where(col_map >= 0, col_map - np.arange(col_map.size), DROPPED)
+    starts = np.flatnonzero(delta[1:] != delta[:-1]) + 1
+    starts = np.concatenate([np.zeros(1, dtype=np.int64), starts]).astype(np.int64)
+    firsts = np.arange(0, max(col_map.size, 1), 1 << BLOCK_BITS)
+    block_run = (np.searchsorted(starts, firsts, side="right") - 1).astype(np.int32)
+    return starts, delta[starts].astype(np.int64), block_run
+
+
+@njit(nogil=True, cache=True)
+def patch_rows(
+    old_indptr: np.ndarray,
+    old_indices: np.ndarray,
+    old_flag: np.ndarray,
+    row_src: np.ndarray,
+    starts: np.ndarray,
+    moves: np.ndarray,
+    block_run: np.ndarray,
+    extra: np.ndarray,
+    flag_bits: int,
+    indptr: np.ndarray,
+    indices: np.ndarray,
+    flag: np.ndarray,
+    flag_counts: np.ndarray,
+) -> int:
+    """One direction of an edge kind from the previous build's: new row ``i`` holds the
+    entries of old row ``row_src[i]`` (none when -1), their columns moved by the runs
+    ``starts`` / ``moves`` / ``block_run`` (``segments``; dropped in a DROPPED run), merged
+    with the entries of row ``i`` in ``extra`` (ascending keys ``row << 32 | column <<
+    flag_bits | flag``). Writes ``indptr`` (its first entry zero), ``indices``, and when
+    ``flag_bits`` the flags and the flagged entries per row (``flag_counts``, zeros on
+    entry).
+
+    Returns the entries written; -(row + 1) when a row gets the same column from both sides
+    or out of order, -(rows + 1) when ``extra`` holds a row past the last."""
+    n_extra = extra.size
+    n_runs = starts.size
+    e = 0
+    kept = 0
+    for i in range(row_src.size):
+        j = row_src[i]
+        p = old_indptr[j] if j >= 0 else 0
+        stop = old_indptr[j + 1] if j >= 0 else 0
+        last = -1
+        while True:
+            a = -1
+            while p < stop:
+                c = old_indices[p]
+                run = block_run[c >> BLOCK_BITS]
+                while run + 1 < n_runs and starts[run + 1] <= c:
+                    run += 1
+                if moves[run] != DROPPED:
+                    a = c + moves[run]
+                    break
+                p += 1
+            b = -1
+            if e < n_extra and (extra[e] >> 32) == i:
+                b = (extra[e] & _LOW) >> flag_bits
+            if a < 0 and b < 0:
+                break
+            if b < 0 or (a >= 0 and a < b):
+                column = a
+                f = old_flag[p] if flag_bits else False
+                p += 1
+            elif a < 0 or b < a:
+                column = b
+                f = (extra[e] & 1) == 1 if flag_bits else False
+                e += 1
+            else:
+                return -(i + 1)
+            if column <= last:
+                return -(i + 1)
+            last = column
+            indices[kept] = column
+            if flag_bits:
+                flag[kept] = f
+                if f:
+                    flag_counts[i] += 1
+            kept += 1
+        indptr[i + 1] = kept
+    if e != n_extra:
+        return -(row_src.size + 1)
+    return kept
+
+
+@njit(nogil=True, cache=True)
+def changed_citations(
+    citing: np.ndarray,
+    cited: np.ndarray,
+    changed: np.ndarray,
+    touched: np.ndarray,
+    out_citing: np.ndarray,
+    out_cited: np.ndarray,
+    filled: int,
+) -> int:
+    """The rows whose cited PMID is marked in ``changed`` (a table by PMID: non-zero for a
+    PMID that came or went) and whose citing PMID is not marked in ``touched``, appended to
+    ``out_citing`` / ``out_cited`` from ``filled`` (each at least as long as the batch past
+    it). Returns the new fill."""
+    top_changed = changed.size - 1
+    top_touched = touched.size - 1
+    for i in range(cited.size):
+        if changed[min(max(cited[i], 0), top_changed)] == 0:
+            continue
+        if touched[min(max(citing[i], 0), top_touched)] != 0:
+            continue
+        out_citing[filled] = citing[i]
+        out_cited[filled] = cited[i]
+        filled += 1
+    return filled

@@ -414,10 +414,17 @@ FOLD_DELETIONS = "corpus/fold/deletions.parquet"
 # (Lake.fingerprint) of the corpus tables it replaced
 FOLD_TOUCHED = "corpus/fold/touched.parquet"
 REPLACED_TABLES = ("citations", "mesh_edges")
+# and the rows of the touched PMIDs the new corpus holds (the new files' winners), in corpus
+# order: a graph build patches the previous build's arrays with them (kg_platform.graph.patch)
+ADDED_TABLES = ("articles", "citations", "mesh_edges", "corrections", "pubtypes")
 
 
 def replaced_key(table: str) -> str:
     return f"corpus/fold/replaced_{table}.parquet"
+
+
+def added_key(table: str) -> str:
+    return f"corpus/fold/added_{table}.parquet"
 
 
 # bump when the fold's rules or its state change: the next fold is then a full one
@@ -820,7 +827,7 @@ def fold_new_files(
             new = new.cast(schema)
             new_pmids = new.column(CORPUS_TABLES[table]).to_numpy()
             writer = _PartWriter(os.path.join(staging, table), table, schema)
-            done = _Rewritten()
+            done = _Rewritten(added=new)  # as the corpus holds them
             keep = done.replaced if table in REPLACED_TABLES else None
             try:
                 for bucket in touched_buckets:
@@ -922,8 +929,9 @@ def _dangling(
 def _change(
     staging: str, update: _Update, done: dict[str, _Rewritten], base_inputs: dict
 ) -> dict[str, object]:
-    """What an incremental fold changed, staged as local files: the touched PMIDs and the
-    replaced rows of each of REPLACED_TABLES (in corpus order)."""
+    """What an incremental fold changed, staged as local files: the touched PMIDs, the
+    replaced rows of each of REPLACED_TABLES and the added rows of each of ADDED_TABLES
+    (in corpus order)."""
     files = {}
     touched = os.path.join(staging, "touched.parquet")
     pq.write_table(pa.table({"pmid": pa.array(update.touched, pa.int64())}), touched)
@@ -936,6 +944,10 @@ def _change(
         )
         pq.write_table(rows, local, compression="zstd")
         files[replaced_key(table)] = local
+    for table in ADDED_TABLES:
+        local = os.path.join(staging, f"added_{table}.parquet")
+        pq.write_table(done[table].added, local, compression="zstd")
+        files[added_key(table)] = local
     return {"base_inputs": base_inputs, "files": files}
 
 
@@ -947,6 +959,7 @@ class _Rewritten:
     dropped: list[np.ndarray] = field(default_factory=list)  # previous PMIDs replaced
     replaced: list[pa.RecordBatch] = field(default_factory=list)  # previous rows dropped
     writer: _PartWriter | None = None
+    added: pa.Table | None = None  # the touched PMIDs' rows written (the new winners')
 
 
 def _next_state(lake: Lake, update: _Update, present: np.ndarray) -> pl.DataFrame:

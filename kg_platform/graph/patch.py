@@ -1,0 +1,686 @@
+"""An update's graph build patched from the build published before it and the fold's change.
+
+A daily update touches ~30,000 PMIDs of millions; the full build (``build.build_graph``)
+reads, maps and sorts every corpus row again. When the last fold was incremental from
+exactly the corpus the published build read (``fold_base``: the rule the update's recount
+uses too), the new arrays are the previous ones with the change applied:
+
+- node order: the previous PMIDs less the touched ones, merged with the touched PMIDs the
+  new corpus holds (``corpus/fold/added_articles``); every other node keeps its year, flags
+  and title, at its new index (a removed PMID shifts the ones after it);
+- each edge direction: row by row, the previous row (none for a touched article) with its
+  columns re-numbered (dropped where the node went, or where a touched article's old edges
+  were), merged with the new entries of that row (one compiled pass, ``csr.patch_rows``).
+  The new entries are the touched articles' rows now (``added_citations``,
+  ``added_mesh_edges``) and the rows of untouched articles citing an article that came,
+  which were dangling before: the one O(rows) read left, of the two PMID columns of
+  ``citations`` (no sort, no key buffer);
+- the figures (edges, dangling and duplicate citations, pairs, majors) as the previous
+  build's plus the change, the row counts checked against the corpus files' metadata.
+
+The result is the full build's, array for array (kg_platform_tests/graph/test_patch.py); the
+graph's two checks judge it as they judge a full build (the recount from the corpus through
+DuckDB, a different road). Whatever the patch cannot do exactly (a previous array that no
+longer hashes as its manifest says, a descriptor new to the graph, row counts that do not
+add up) makes the full build run instead, and the asset's metadata says why.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from kg_platform.graph import layout
+from kg_platform.graph.build import (
+    BATCH_ROWS,
+    GraphBuild,
+    GraphInputError,
+    GraphStats,
+    _ArrayWriter,
+    _batches,
+    _Clock,
+    _ints,
+    _num_rows,
+    _read_descriptor_uis,
+    _rounded,
+    _title_pieces,
+    _true,
+    array_sha256,
+    build_graph,
+    compute_build_id,
+    input_fingerprints,
+    write_manifest,
+)
+from kg_platform.graph.store import KGStore, in_sorted
+from kg_platform.pubmed.fold import (
+    ADDED_TABLES,
+    FOLD_MANIFEST,
+    FOLD_TOUCHED,
+    REPLACED_TABLES,
+    added_key,
+    replaced_key,
+)
+from kg_platform.storage.lake import Lake
+
+_LOW = 0xFFFFFFFF
+
+
+class NotPatchable(Exception):
+    """The patch cannot give the full build's arrays exactly; the message says why."""
+
+
+def fold_base(
+    lake: Lake,
+    previous_build_id: str | None,
+    build_id: str,
+    inputs: dict[str, dict[str, str | int]],
+    needed: tuple[str, ...],
+) -> tuple[KGStore | None, str]:
+    """The published build ``previous_build_id`` when the last fold changed its corpus into
+    the one of ``inputs`` (the fingerprints of a build ``build_id`` of the same format) and
+    left the fold files ``needed``; else None. And why."""
+    if previous_build_id is None:
+        return None, "no graph build was published before"
+    if previous_build_id == build_id:
+        return None, f"graph build {build_id} is the published one"
+    if not lake.exists(FOLD_MANIFEST):
+        return None, f"{lake.path(FOLD_MANIFEST)}: missing"
+    try:
+        fold = json.loads(lake.read_bytes(FOLD_MANIFEST))
+    except ValueError as exc:
+        raise GraphInputError(f"{lake.path(FOLD_MANIFEST)}: not JSON ({exc})") from exc
+    base = fold.get("base_inputs")
+    if fold.get("mode") != "incremental" or not isinstance(base, dict):
+        return None, f"the corpus was not folded incrementally (mode {fold.get('mode')!r})"
+    try:
+        previous = KGStore.open(lake, previous_build_id)
+    except (ValueError, FileNotFoundError) as exc:
+        return None, f"graph build {previous_build_id} cannot be opened ({exc})"
+    read = previous.manifest.get("inputs", {})
+    for name in layout.CORPUS_INPUTS:
+        if read.get(name) != base.get(name):
+            return None, (
+                f"graph build {previous_build_id} read another corpus {name} table than the "
+                "one the last fold replaced"
+            )
+    for name in layout.MESH_INPUTS:
+        if read.get(name) != inputs.get(name):
+            return None, f"graph build {previous_build_id} read another MeSH {name} table"
+    if previous.manifest.get("format") != layout.GRAPH_FORMAT:
+        return None, f"graph build {previous_build_id} has format {previous.manifest.get('format')}"
+    for key in needed:
+        if not lake.exists(key):
+            return None, f"{lake.path(key)}: missing"
+    return previous, ""
+
+
+# the fold files a patch reads
+PATCH_FILES = (
+    FOLD_TOUCHED,
+    *(replaced_key(t) for t in REPLACED_TABLES),
+    *(added_key(t) for t in ADDED_TABLES),
+)
+
+
+def build_update(
+    lake: Lake, published: str | None, provenance: dict[str, object] | None = None
+) -> tuple[GraphBuild, str]:
+    """The graph build of the lake's corpus: patched from the published build ``published``
+    when the last fold's change applies to it, else built in full. And how it was made
+    ("patched from ..." or "full: <why the patch did not apply>")."""
+    inputs = input_fingerprints(lake)
+    build_id = compute_build_id(inputs)
+    previous, why = fold_base(lake, published, build_id, inputs, PATCH_FILES)
+    if previous is not None:
+        try:
+            build = patch_graph(lake, previous, inputs, build_id, provenance)
+        except NotPatchable as exc:
+            why = str(exc)
+        else:
+            return build, f"patched from graph build {previous.build_id}"
+    return build_graph(lake, build_id=build_id, provenance=provenance), f"full: {why}"
+
+
+# -- the nodes ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Nodes:
+    """Where each node of the new build comes from, and where each previous node goes."""
+
+    pmids: np.ndarray  # int64, ascending: the new node list
+    added: np.ndarray  # new index of each added article (the fold's added rows, in order)
+    kept: np.ndarray  # new index of each untouched previous node, ascending
+    kept_old: np.ndarray  # its previous index
+    came: np.ndarray  # PMIDs new to the node list, ascending
+    went: np.ndarray  # previous PMIDs no longer nodes, ascending
+    moved: np.ndarray  # previous index -> new index of every PMID still a node, else -1
+    untouched: np.ndarray  # previous index -> new index of untouched PMIDs, else -1
+    row_src: np.ndarray  # new index -> previous index of an untouched node, else -1
+    same_node: np.ndarray  # new index -> previous index of every PMID that was a node
+
+    @property
+    def n(self) -> int:
+        return int(self.pmids.size)
+
+    def index(self, pmids: np.ndarray, where: str, column: str) -> np.ndarray:
+        """New index of each PMID, which must be a node."""
+        at = np.searchsorted(self.pmids, pmids).clip(max=max(self.n - 1, 0))
+        if pmids.size and (self.n == 0 or np.any(self.pmids[at] != pmids)):
+            bad = pmids[self.pmids[at] != pmids][:5].tolist() if self.n else pmids[:5].tolist()
+            raise NotPatchable(f"{where}: {column} not a node of the new build (e.g. {bad})")
+        return at.astype(np.int64)
+
+
+def _nodes(old_pmids: np.ndarray, touched: np.ndarray, added: np.ndarray) -> _Nodes:
+    n_old = old_pmids.size
+    keep = ~in_sorted(old_pmids, touched)
+    kept_old = np.flatnonzero(keep)
+    kept_pmids = old_pmids[keep]
+    # each kept node moves up by the added PMIDs before it; each added one lands after the
+    # kept ones below it
+    kept = np.arange(kept_old.size) + np.searchsorted(added, kept_pmids)
+    added_at = np.searchsorted(kept_pmids, added) + np.arange(added.size)
+    pmids = np.empty(kept.size + added.size, dtype=np.int64)
+    pmids[kept] = kept_pmids
+    pmids[added_at] = added
+    untouched = np.full(n_old, -1, dtype=np.int64)
+    untouched[kept_old] = kept
+    revised = in_sorted(added, old_pmids)
+    revised_old = np.searchsorted(old_pmids, added[revised])
+    moved = untouched.copy()
+    moved[revised_old] = added_at[revised]
+    row_src = np.full(pmids.size, -1, dtype=np.int64)
+    row_src[kept] = kept_old
+    same_node = row_src.copy()
+    same_node[added_at[revised]] = revised_old
+    return _Nodes(
+        pmids=pmids,
+        added=added_at,
+        kept=kept,
+        kept_old=kept_old,
+        came=added[~revised],
+        went=old_pmids[~keep][~in_sorted(old_pmids[~keep], added)],
+        moved=moved,
+        untouched=untouched,
+        row_src=row_src,
+        same_node=same_node,
+    )
+
+
+# -- one edge direction -----------------------------------------------------------------------
+
+
+def _patched_direction(
+    prev: KGStore,
+    kind: layout.EdgeKind,
+    row_src: np.ndarray,
+    col_map: np.ndarray,
+    extra: np.ndarray,
+    n_cols: int,
+) -> tuple[layout.Csr, np.ndarray]:
+    """One direction of ``kind`` from the previous build's, its rows taken through
+    ``row_src``, its columns through ``col_map``, merged with ``extra`` (sorted keys); its
+    flagged entries per row (empty when the kind has no flag)."""
+    from kg_platform.graph import csr  # numba loads only when a graph is built
+
+    names = kind.arrays
+    old_indptr, old_indices = prev.array(names[0]), prev.array(names[1])
+    old_flag = prev.array(names[2]) if kind.flagged else np.zeros(0, dtype=bool)
+    n_rows = row_src.size
+    capacity = old_indices.size + extra.size
+    indptr = np.zeros(n_rows + 1, dtype=np.int64)
+    indices = np.empty(capacity, dtype=np.int32)
+    flag = np.empty(capacity if kind.flagged else 0, dtype=bool)
+    counts = np.zeros(n_rows if kind.flagged else 0, dtype=np.int64)
+    starts, moves, block_run = csr.segments(col_map)
+    kept = csr.patch_rows(
+        old_indptr, old_indices, old_flag, row_src, starts, moves, block_run, extra,
+        1 if kind.flagged else 0, indptr, indices, flag, counts,
+    )  # fmt: skip
+    if kept < 0:
+        row = -kept - 1
+        raise NotPatchable(
+            f"{kind.name}: the previous build's row and the update disagree at row {row} "
+            "(a column from both, or out of order)"
+        )
+    built = layout.Csr(
+        kind, indptr, indices[:kept], n_rows, n_cols, flag[:kept] if kind.flagged else None
+    )
+    return built.check(), counts
+
+
+def _reversed_keys(keys: np.ndarray, flag_bits: int) -> np.ndarray:
+    """``row << 32 | column << flag_bits | flag`` turned to ``column << 32 | row << ...``,
+    ascending."""
+    rows, low = keys >> 32, keys & _LOW
+    flag = low & 1 if flag_bits else 0
+    turned = ((low >> flag_bits) << 32) | (rows << flag_bits) | flag
+    turned.sort()
+    return turned
+
+
+def _distinct_last(keys: np.ndarray, flag_bits: int) -> np.ndarray:
+    """Sorted keys, one per (row, column): the last of each run (the flagged one)."""
+    keys = np.sort(keys)
+    if keys.size == 0:
+        return keys
+    last = np.ones(keys.size, dtype=bool)
+    last[:-1] = (keys[1:] >> flag_bits) != (keys[:-1] >> flag_bits)
+    return keys[last]
+
+
+# -- the patch --------------------------------------------------------------------------------
+
+
+def _fold_table(lake: Lake, key: str) -> pa.Table:
+    try:
+        return lake.read_parquet(key)
+    except (pa.ArrowException, OSError) as exc:
+        raise GraphInputError(
+            f"{lake.path(key)}: not readable as the fold's Parquet ({exc})"
+        ) from exc
+
+
+def _verify_previous(prev: KGStore) -> str | None:
+    """The first array of the previous build that no longer hashes as its manifest says."""
+    arrays = prev.manifest["arrays"]
+    for name in layout.ALL_ARRAYS:
+        if array_sha256(prev.array(name)) != arrays[name]["sha256"]:
+            return name
+    return None
+
+
+def _rows_of(lake: Lake, table: str) -> int:
+    """The rows of a corpus table, from its files' footers."""
+    return _num_rows(lake, layout.CORPUS_INPUTS[table], [])
+
+
+def patch_graph(
+    lake: Lake,
+    prev: KGStore,
+    inputs: dict[str, dict[str, str | int]],
+    build_id: str,
+    provenance: dict[str, object] | None = None,
+    batch_rows: int = BATCH_ROWS,
+) -> GraphBuild:
+    """The build ``build_id`` of the lake's corpus from the previous build ``prev`` and the
+    last fold's change (see the module's text); NotPatchable when it cannot be exact."""
+    started = time.perf_counter()
+    clock = _Clock()
+    mesh_clock = _Clock()
+    with (
+        ThreadPoolExecutor(1) as hasher,
+        ThreadPoolExecutor(1) as mesh_worker,
+        _ArrayWriter(lake, build_id) as out,
+    ):
+        # the previous arrays must be the ones its checks passed: hashed beside the patch
+        verified = hasher.submit(_verify_previous, prev)
+        touched = _fold_table(lake, FOLD_TOUCHED).column("pmid").to_numpy().astype(np.int64)
+        if touched.size and np.any(touched[1:] <= touched[:-1]):
+            raise GraphInputError(f"{lake.path(FOLD_TOUCHED)}: pmid is not strictly ascending")
+        added = {t: _fold_table(lake, added_key(t)) for t in ADDED_TABLES}
+        replaced = _fold_table(lake, replaced_key("citations"))
+        where = lake.path(added_key("articles"))
+        arts = added["articles"]
+        added_pmids = _ints(arts, "pmid", where) if arts.num_rows else np.zeros(0, np.int64)
+        if added_pmids.size and np.any(added_pmids[1:] <= added_pmids[:-1]):
+            raise NotPatchable(f"{where}: pmid is not strictly ascending")
+        if not in_sorted(added_pmids, touched).all():
+            raise NotPatchable(f"{where}: articles the fold did not touch")
+        old_pmids = np.asarray(prev.array("pmids"), dtype=np.int64)
+        nodes = _nodes(old_pmids, touched, added_pmids)
+        if nodes.n == 0:
+            raise NotPatchable("the update leaves no article")
+        clock.lap("patch: nodes")
+
+        flags = _put_articles(lake, prev, nodes, added, out)
+        clock.lap("patch: articles")
+        # the MeSH directions on a second thread, as the full build does (the passes release
+        # the GIL)
+        mesh_job = mesh_worker.submit(
+            _patch_mesh, lake, prev, nodes, added["mesh_edges"], out, mesh_clock
+        )
+        citation = _patch_citations(lake, prev, nodes, touched, added, replaced, out, batch_rows)
+        clock.lap("patch: citations")
+        mesh = mesh_job.result()
+        clock.lap("patch: waiting for mesh")
+        arrays = out.finish()
+        clock.lap("patch: waiting for the writer")
+        bad = verified.result()
+        if bad is not None:
+            raise NotPatchable(f"graph build {prev.build_id}: {bad} differs from its manifest")
+        clock.lap("patch: waiting for the previous build's hashes")
+
+    rows = citation["citation_rows"]
+    stats = GraphStats(
+        n_articles=nodes.n,
+        citation_retention=(rows - citation["dangling_citations"]) / rows if rows else 0.0,
+        quotable=int(np.count_nonzero(flags & layout.QUOTABLE)),
+        retracted=int(np.count_nonzero(flags & layout.RETRACTED)),
+        concern=int(np.count_nonzero(flags & layout.CONCERN)),
+        array_bytes=sum(a.nbytes for a in arrays.values()),
+        seconds=round(time.perf_counter() - started, 3),
+        **citation,
+        **mesh,
+    )
+    build = GraphBuild(
+        build_id,
+        inputs,
+        arrays,
+        stats,
+        phase_seconds=_rounded({**clock.seconds, **mesh_clock.seconds}),
+        phase_cpu_seconds=_rounded({**clock.cpu_seconds, **mesh_clock.cpu_seconds}),
+    )
+    write_manifest(lake, build, provenance)
+    return build
+
+
+# -- per article ------------------------------------------------------------------------------
+
+
+def _added_flags(lake: Lake, nodes: _Nodes, added: dict[str, pa.Table]) -> np.ndarray:
+    """The flags of the added articles (as ``build._article_flags`` makes them)."""
+    arts = added["articles"]
+    where = lake.path(added_key("articles"))
+    quotable = _true(arts, "has_abstract", where) if arts.num_rows else np.zeros(0, bool)
+    flags = np.where(quotable, layout.QUOTABLE, 0).astype(np.uint8)
+    marks = (
+        ("corrections", "ref_type", layout.RETRACTION_REF_TYPE, layout.RETRACTED),
+        ("corrections", "ref_type", layout.CONCERN_REF_TYPE, layout.CONCERN),
+        ("pubtypes", "name", layout.RETRACTED_PUBTYPE, layout.RETRACTED),
+    )
+    added_pmids = nodes.pmids[nodes.added]
+    for table, column, value, bit in marks:
+        rows = added[table]
+        if not rows.num_rows:
+            continue
+        marked = pl.from_arrow(rows.select(["pmid", column])).filter(pl.col(column) == value)
+        pmids = _ints(marked.to_arrow(), "pmid", lake.path(added_key(table)))
+        at = np.searchsorted(added_pmids, pmids).clip(max=max(added_pmids.size - 1, 0))
+        if pmids.size and np.any(added_pmids[at] != pmids):
+            raise NotPatchable(f"{lake.path(added_key(table))}: rows of no added article")
+        flags[at] |= bit
+    return flags
+
+
+def _added_year(arts: pa.Table, where: str) -> np.ndarray:
+    if not arts.num_rows:
+        return np.zeros(0, dtype=np.int16)
+    year = pl.from_arrow(arts.column("year").combine_chunks())
+    if not year.dtype.is_integer():
+        raise GraphInputError(f"{where}: column year is {year.dtype}, expected integers")
+    return np.clip(year.fill_null(0).to_numpy(), -1, 32767).astype(np.int16)
+
+
+def _put_articles(
+    lake: Lake, prev: KGStore, nodes: _Nodes, added: dict[str, pa.Table], out: _ArrayWriter
+) -> np.ndarray:
+    """pmids, year, flags and the title store: the untouched nodes' from the previous build,
+    the added articles' from the fold's rows. Returns the flags."""
+    arts = added["articles"]
+    where = lake.path(added_key("articles"))
+    n = nodes.n
+    out.put("pmids", nodes.pmids.astype(np.int32))
+    year = np.empty(n, dtype=np.int16)
+    year[nodes.kept] = prev.array("year")[nodes.kept_old]
+    year[nodes.added] = _added_year(arts, where)
+    out.put("year", year)
+    flags = np.empty(n, dtype=np.uint8)
+    flags[nodes.kept] = prev.array("flags")[nodes.kept_old]
+    flags[nodes.added] = _added_flags(lake, nodes, added)
+    out.put("flags", flags)
+
+    old_offsets = prev.array("title_offsets")
+    old_bytes = prev.array("title_bytes")
+    if "title" in arts.column_names and arts.num_rows:
+        try:
+            lengths, null, data = _title_pieces(arts.column("title"))
+        except ValueError as error:
+            raise GraphInputError(f"{where}: {error}") from None
+    elif arts.num_rows and not bool(np.all(prev.array("title_null"))):
+        raise NotPatchable(f"{where}: no title column, but the previous build has titles")
+    else:
+        lengths = np.zeros(arts.num_rows, dtype=np.int64)
+        null = np.ones(arts.num_rows, dtype=bool)
+        data = np.zeros(0, dtype=np.uint8)
+    new_lengths = np.empty(n, dtype=np.int64)
+    new_lengths[nodes.kept] = np.diff(old_offsets)[nodes.kept_old]
+    new_lengths[nodes.added] = lengths
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(new_lengths, out=offsets[1:])
+    title_null = np.empty(n, dtype=bool)
+    title_null[nodes.kept] = prev.array("title_null")[nodes.kept_old]
+    title_null[nodes.added] = null
+    out.put("title_offsets", offsets)
+    out.put("title_null", title_null)
+    added_starts = np.zeros(lengths.size + 1, dtype=np.int64)
+    np.cumsum(lengths, out=added_starts[1:])
+
+    # the bytes in new node order: runs of consecutive previous nodes, each added title
+    src = nodes.row_src
+    breaks = np.flatnonzero((src[1:] != src[:-1] + 1) | (src[1:] < 0) | (src[:-1] < 0)) + 1
+    starts = np.concatenate([[0], breaks]).astype(np.int64)
+    stops = np.concatenate([breaks, [n]]).astype(np.int64)
+
+    def pieces():
+        k = 0  # the next added article
+        for start, stop in zip(starts.tolist(), stops.tolist(), strict=True):
+            first = int(src[start])
+            if first >= 0:
+                last = int(src[stop - 1])
+                yield old_bytes[int(old_offsets[first]) : int(old_offsets[last + 1])]
+            else:
+                yield data[int(added_starts[k]) : int(added_starts[k + 1])]
+                k += 1
+
+    out.put_stream("title_bytes", np.dtype(np.uint8), int(offsets[-1]), pieces)
+    return flags
+
+
+# -- citations --------------------------------------------------------------------------------
+
+
+def _changed_rows(
+    lake: Lake, nodes: _Nodes, touched: np.ndarray, batch_rows: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """(citing, cited) of every corpus citation row of an untouched article citing a PMID
+    that came or went: one read of the two PMID columns, filtered in one compiled pass."""
+    from kg_platform.graph import csr  # numba loads only when a graph is built
+
+    key = layout.CORPUS_INPUTS["citations"]
+    changed_pmids = np.concatenate([nodes.came, nodes.went])
+    changed = np.zeros(int(changed_pmids.max(initial=0)) + 2, dtype=np.uint8)
+    changed[changed_pmids] = 1
+    marked = np.zeros(int(touched.max(initial=0)) + 2, dtype=np.uint8)
+    marked[touched] = 1
+    marked[0] = marked[-1] = 0  # clipped PMIDs land in the end slots: never touched
+    citing_out, cited_out = [], []
+    for batch in _batches(lake, key, ["citing_pmid", "cited_pmid"], batch_rows):
+        citing = _ints(batch, "citing_pmid", lake.path(key))
+        cited = _ints(batch, "cited_pmid", lake.path(key))
+        keep_citing = np.empty(citing.size, dtype=np.int64)
+        keep_cited = np.empty(citing.size, dtype=np.int64)
+        filled = csr.changed_citations(citing, cited, changed, marked, keep_citing, keep_cited, 0)
+        citing_out.append(keep_citing[:filled])
+        cited_out.append(keep_cited[:filled])
+    empty = [np.zeros(0, dtype=np.int64)]
+    return np.concatenate(empty + citing_out), np.concatenate(empty + cited_out)
+
+
+def _patch_citations(
+    lake: Lake,
+    prev: KGStore,
+    nodes: _Nodes,
+    touched: np.ndarray,
+    added: dict[str, pa.Table],
+    replaced: pa.Table,
+    out: _ArrayWriter,
+    batch_rows: int,
+) -> dict[str, int]:
+    where = lake.path(added_key("citations"))
+    rows_now = added["citations"]
+    citing = _ints(rows_now, "citing_pmid", where) if rows_now.num_rows else np.zeros(0, np.int64)
+    cited = _ints(rows_now, "cited_pmid", where) if rows_now.num_rows else np.zeros(0, np.int64)
+    if not in_sorted(citing, nodes.pmids[nodes.added]).all():
+        raise NotPatchable(f"{where}: rows of no added article")
+    inside = in_sorted(cited, nodes.pmids)
+    dangling_added = int(np.count_nonzero(~inside))
+    keys = (nodes.index(citing[inside], where, "citing_pmid") << 32) | nodes.index(
+        cited[inside], where, "cited_pmid"
+    )
+    # the untouched articles' rows citing a PMID that came (an edge now) or went (dangling now)
+    near_citing, near_cited = _changed_rows(lake, nodes, touched, batch_rows)
+    came = in_sorted(near_cited, nodes.came)
+    came_keys = (nodes.index(near_citing[came], "citations", "citing_pmid") << 32) | nodes.index(
+        near_cited[came], "citations", "cited_pmid"
+    )
+    extra = np.unique(np.concatenate([keys, came_keys]))
+
+    old_replaced = replaced.column("cited_pmid").to_numpy().astype(np.int64)
+    old_dangling = int(
+        np.count_nonzero(~in_sorted(old_replaced, np.asarray(prev.array("pmids"), dtype=np.int64)))
+    )
+    cite = layout.EDGE_KINDS["cite"]
+    forward, _ = _patched_direction(prev, cite, nodes.row_src, nodes.moved, extra, nodes.n)
+    backward, _ = _patched_direction(
+        prev,
+        layout.EDGE_KINDS["cited_by"],
+        nodes.same_node,
+        nodes.untouched,
+        _reversed_keys(extra, 0),
+        nodes.n,
+    )
+    if forward.indices.size != backward.indices.size:
+        raise NotPatchable(
+            f"cite holds {forward.indices.size} edges, cited_by {backward.indices.size}"
+        )
+    for built in (forward, backward):
+        for name, array in built.named().items():
+            out.put(name, array)
+
+    rows = _rows_of(lake, "citations")
+    previous = prev.stats
+    expected_rows = int(previous["citation_rows"]) - replaced.num_rows + rows_now.num_rows
+    if rows != expected_rows:
+        raise NotPatchable(
+            f"{lake.path(layout.CORPUS_INPUTS['citations'])} holds {rows} rows, the previous "
+            f"build's less the replaced plus the added {expected_rows}"
+        )
+    dangling = (
+        int(previous["dangling_citations"])
+        - old_dangling
+        + dangling_added
+        - int(np.count_nonzero(came))
+        + int(np.count_nonzero(~came))
+    )
+    edges = int(forward.indices.size)
+    return {
+        "citation_rows": rows,
+        "citation_edges": edges,
+        "dangling_citations": dangling,
+        "duplicate_citations": rows - dangling - edges,
+    }
+
+
+# -- MeSH -------------------------------------------------------------------------------------
+
+
+def _patch_mesh(
+    lake: Lake,
+    prev: KGStore,
+    nodes: _Nodes,
+    rows_now: pa.Table,
+    out: _ArrayWriter,
+    clock: _Clock,
+) -> dict[str, int]:
+    clock.restart()  # a worker thread: its own CPU clock
+    where = lake.path(added_key("mesh_edges"))
+    uis = prev.array("mesh_uis")
+    n_desc = int(uis.size)
+    if rows_now.num_rows:
+        pmids = _ints(rows_now, "pmid", where)
+        if not in_sorted(pmids, nodes.pmids[nodes.added]).all():
+            raise NotPatchable(f"{where}: rows of no added article")
+        column = rows_now.column("descriptor_ui").combine_chunks()
+        if column.null_count:
+            raise GraphInputError(f"{where}: column descriptor_ui has {column.null_count} null(s)")
+        strings = column.cast(pa.string()).to_pylist()
+        if max(map(len, strings)) > uis.dtype.itemsize:
+            raise NotPatchable(f"{where}: a descriptor_ui longer than every one of the graph")
+        wanted = np.array(strings, dtype=uis.dtype)
+        desc = np.searchsorted(uis, wanted).clip(max=max(n_desc - 1, 0))
+        unknown = uis[desc] != wanted if n_desc else np.ones(wanted.size, bool)
+        if unknown.any():
+            new = sorted({u.decode() for u in wanted[unknown].tolist()})
+            raise NotPatchable(f"descriptor(s) new to the graph: {new[:5]}")
+        major = (
+            _true(rows_now, "descriptor_major", where) | _true(rows_now, "qualifier_major", where)
+        ).astype(np.int64)
+        keys = (nodes.index(pmids, where, "pmid") << 32) | (desc.astype(np.int64) << 1) | major
+    else:
+        keys = np.zeros(0, dtype=np.int64)
+    extra = _distinct_last(keys, 1)
+    forward, _ = _patched_direction(
+        prev, layout.EDGE_KINDS["art2mesh"], nodes.row_src, np.arange(n_desc), extra, n_desc
+    )
+    backward, majors = _patched_direction(
+        prev,
+        layout.EDGE_KINDS["mesh2art"],
+        np.arange(n_desc),
+        nodes.untouched,
+        _reversed_keys(extra, 1),
+        nodes.n,
+    )
+    if forward.indices.size != backward.indices.size:
+        raise NotPatchable(
+            f"art2mesh holds {forward.indices.size} pairs, mesh2art {backward.indices.size}"
+        )
+    article_count = np.diff(backward.indptr).astype(np.int32)
+    if prev.stats.get("n_unknown_descriptors"):
+        known = _read_descriptor_uis(lake).astype(uis.dtype)
+        gone = (article_count == 0) & ~in_sorted(uis, known)
+        if gone.any():
+            raise NotPatchable(
+                f"descriptor(s) no article holds any more: {[u.decode() for u in uis[gone][:5]]}"
+            )
+    # the arrays in the order the full build puts them
+    for built in (backward, forward):
+        for name, array in built.named().items():
+            out.put(name, array)
+    out.put("mesh_uis", uis)
+    out.put("mesh_article_count", article_count)
+    out.put("mesh_major_count", majors.astype(np.int32))
+    out.put("mesh_categories", prev.array("mesh_categories"))
+    out.put("mesh_min_depth", prev.array("mesh_min_depth"))
+    rows = _rows_of(lake, "mesh_edges")
+    replaced_rows = _replaced_rows(lake, "mesh_edges")
+    expected_rows = int(prev.stats["mesh_rows"]) - replaced_rows + rows_now.num_rows
+    if rows != expected_rows:
+        raise NotPatchable(
+            f"{lake.path(layout.CORPUS_INPUTS['mesh_edges'])} holds {rows} rows, the previous "
+            f"build's less the replaced plus the added {expected_rows}"
+        )
+    clock.lap("patch: mesh")
+    return {
+        "n_descriptors": n_desc,
+        "n_unknown_descriptors": int(prev.stats.get("n_unknown_descriptors", 0)),
+        "mesh_rows": rows,
+        "mesh_pairs": int(forward.indices.size),
+        "major_pairs": int(majors.sum()),
+    }
+
+
+def _replaced_rows(lake: Lake, table: str) -> int:
+    key = replaced_key(table)
+    if not lake.exists(key):
+        raise NotPatchable(f"{lake.path(key)}: missing")
+    with lake.open(key) as f:
+        return int(pq.ParquetFile(f).metadata.num_rows)
