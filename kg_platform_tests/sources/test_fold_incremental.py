@@ -116,13 +116,14 @@ def test_the_mirror_update_folded_into_the_baseline_corpus_is_the_full_fold(
     assert second.dangling_citations == 1348
     lake = Lake(str(tmp_path / "incremental"))
     checks = fold_checks(lake, ["pubmed26n1334", "pubmed26n1335"], second)
-    # n1335 touches every bucket of the pair: all five parts are recounted, none sampled
-    parts = (
-        "5 parts (5 touched: part-00104, part-00157, part-00164, part-00165, part-00166; "
-        "0 untouched, sampled: none), from the 2 of 2 files holding their PMIDs"
-    )
+    # n1335 touches every bucket of the pair: all five parts are recounted, none sampled;
+    # the first, middle and last of them are refolded row for row
     assert checks[2].details == (
-        f"recount equal on {parts}; incremental fold equals a full fold on {parts} (1904 rows)"
+        "recount equal on 5 parts (5 touched: part-00104, part-00157, part-00164, part-00165, "
+        "part-00166; 0 untouched, sampled: none), from the 2 of 2 files holding their PMIDs; "
+        "incremental fold equals a full fold on 3 parts (3 of 5 touched: part-00104, "
+        "part-00164, part-00166; 0 untouched, sampled: none), from the 2 of 2 files holding "
+        "their PMIDs (1504 rows)"
     )
     # each check records its own wall seconds (the corpus step's checks show in the UI)
     assert [list(c.metadata) for c in checks] == [["seconds"]] * 4
@@ -318,18 +319,19 @@ def test_the_fold_is_full_when_the_previous_fold_cannot_be_used(
 def test_the_check_fails_when_the_incremental_corpus_differs_from_a_full_fold(
     tmp_path: Path,
 ) -> None:
-    """One title changed in the incremental corpus: the keys and counts are those of the full
-    fold, so only the refold of the checked parts sees it, and polars_recount fails."""
+    """One title changed in a touched part the refold compares (the middle of five): the keys
+    and counts are those of the full fold, so only the refold sees it, and polars_recount
+    fails."""
     paths = mirror_pair()
     lake = Lake(str(tmp_path / "lake"))
     names = load_tables(lake, paths)
     fold_release(lake, names[:1])
     result = fold_release(lake, names)
     assert result.mode == "incremental"
-    key = part_key("articles", 165)
+    key = part_key("articles", 164)
     articles = pl.from_arrow(lake.read_parquet(key))
     changed = articles.with_columns(
-        pl.when(pl.col("pmid") == articles["pmid"][3])
+        pl.when(pl.col("pmid") == articles["pmid"][1])
         .then(pl.lit("A title the fold never wrote"))
         .otherwise(pl.col("title"))
         .alias("title")
@@ -338,10 +340,10 @@ def test_the_check_fails_when_the_incremental_corpus_differs_from_a_full_fold(
     passed, details = check_incremental_sample(lake, names, result)
     assert (passed, details) == (
         False,
-        "incremental fold differs from a full fold on 5 parts (5 touched: part-00104, "
-        "part-00157, part-00164, part-00165, part-00166; 0 untouched, sampled: none), from the "
-        "2 of 2 files holding their PMIDs (1904 rows): corpus/articles/part-00165.parquet: "
-        "8 rows written, a full fold gives 8 (same count, other rows)",
+        "incremental fold differs from a full fold on 3 parts (3 of 5 touched: part-00104, "
+        "part-00164, part-00166; 0 untouched, sampled: none), from the 2 of 2 files holding "
+        "their PMIDs (1504 rows): corpus/articles/part-00164.parquet: 2 rows written, a full "
+        "fold gives 2 (same count, other rows)",
     )
     recount = fold_checks(lake, names, result)[2]
     assert (recount.name, recount.passed) == ("polars_recount", False)
