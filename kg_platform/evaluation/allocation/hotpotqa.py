@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from kg_platform.evaluation.common.bm25 import bm25_scores
 from kg_platform.retrieval.allocation import CsrGraph
 
 MIN_MENTION_CHARS = 3
@@ -229,22 +230,9 @@ def bm25_rankings(corpus: ParagraphCorpus, queries: list[str]) -> list[np.ndarra
     """For each query, every object id of the corpus ordered by BM25 score (best first,
     ties by id)."""
     documents = [f"{t} {x}" for t, x in zip(corpus.titles, corpus.texts, strict=True)]
-    import bm25s  # loaded on first use: every run process imports this module
-
-    tokenized = bm25s.tokenize(documents, stopwords="en", show_progress=False)
-    retriever = bm25s.BM25(k1=1.5, b=0.75, method="lucene")
-    retriever.index(tokenized, show_progress=False)
-    vocabulary = tokenized.vocab
-    query_tokens = bm25s.tokenize(queries, stopwords="en", return_ids=False, show_progress=False)
     ids = np.arange(len(corpus))
     rankings = []
-    for tokens in query_tokens:
-        known = [token for token in tokens if token in vocabulary]
-        scores = (
-            np.asarray(retriever.get_scores(known), dtype=np.float64)
-            if known
-            else np.zeros(len(corpus))
-        )
+    for scores in bm25_scores(documents, queries):
         # lexsort: last key is primary; descending score, then ascending id
         rankings.append(np.lexsort((ids, -scores)).astype(np.int64))
     return rankings

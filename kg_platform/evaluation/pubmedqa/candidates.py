@@ -25,6 +25,7 @@ import numpy as np
 import pyarrow as pa
 
 from kg_platform.answer.readers.base import LabelledQuestion, truncate
+from kg_platform.evaluation.common.bm25 import bm25_scores
 from kg_platform.evaluation.common.posteriors import SETTINGS
 
 MAX_CANDIDATES = 16
@@ -117,25 +118,10 @@ def merge_pools(*pools: CandidatePool) -> CandidatePool:
 def bm25_top(pool: CandidatePool, queries: Sequence[str], top: int) -> list[np.ndarray]:
     """For each query the pool positions of its ``top`` best documents, best first, ties by
     position."""
-    import bm25s  # here, not at the top: with numba installed it costs every process 0.7 s
-
-    tokenized = bm25s.tokenize(list(pool.texts), stopwords="en", show_progress=False)
-    retriever = bm25s.BM25(k1=1.5, b=0.75, method="lucene")
-    retriever.index(tokenized, show_progress=False)
-    vocabulary = tokenized.vocab
-    query_tokens = bm25s.tokenize(
-        list(queries), stopwords="en", return_ids=False, show_progress=False
-    )
     positions = np.arange(len(pool))
     top = min(top, len(pool))
     rankings = []
-    for tokens in query_tokens:
-        known = [token for token in tokens if token in vocabulary]
-        scores = (
-            np.asarray(retriever.get_scores(known), dtype=np.float64)
-            if known
-            else np.zeros(len(pool))
-        )
+    for scores in bm25_scores(pool.texts, queries):
         # everything tied with the top-th score competes, so ties break by position alone
         threshold = np.partition(scores, len(pool) - top)[len(pool) - top]
         contenders = positions[scores >= threshold]
