@@ -795,9 +795,39 @@ def build_graph(
         arrays = out.finish()
         clock.lap("waiting for the writer")
 
+    return finish_build(
+        lake,
+        build_id,
+        inputs,
+        provenance,
+        int(articles.pmids.size),
+        flags,
+        arrays,
+        citation,
+        mesh,
+        started,
+        (clock, mesh_clock),
+    )
+
+
+def finish_build(
+    lake: Lake,
+    build_id: str,
+    inputs: dict[str, dict[str, str | int]],
+    provenance: dict[str, object] | None,
+    n_articles: int,
+    flags: np.ndarray,
+    arrays: dict[str, ArrayInfo],
+    citation: dict[str, int],
+    mesh: dict[str, int],
+    started: float,
+    clocks: tuple[_Clock, _Clock],
+) -> GraphBuild:
+    """The build's figures from its arrays and phase counts, its manifest written: the last
+    step of a full build and of a patched one (``patch.patch_graph``)."""
     rows = citation["citation_rows"]
     stats = GraphStats(
-        n_articles=int(articles.pmids.size),
+        n_articles=n_articles,
         citation_retention=(rows - citation["dangling_citations"]) / rows if rows else 0.0,
         quotable=int(np.count_nonzero(flags & layout.QUOTABLE)),
         retracted=int(np.count_nonzero(flags & layout.RETRACTED)),
@@ -807,6 +837,7 @@ def build_graph(
         **citation,
         **mesh,
     )
+    clock, mesh_clock = clocks
     build = GraphBuild(
         build_id,
         inputs,

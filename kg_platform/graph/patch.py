@@ -42,21 +42,19 @@ from kg_platform.graph.build import (
     BATCH_ROWS,
     GraphBuild,
     GraphInputError,
-    GraphStats,
     _ArrayWriter,
     _batches,
     _Clock,
     _ints,
     _num_rows,
     _read_descriptor_uis,
-    _rounded,
     _title_pieces,
     _true,
     array_sha256,
     build_graph,
     compute_build_id,
+    finish_build,
     input_fingerprints,
-    write_manifest,
 )
 from kg_platform.graph.store import KGStore, in_sorted
 from kg_platform.pubmed.fold import (
@@ -76,6 +74,22 @@ class NotPatchable(Exception):
     """The patch cannot give the full build's arrays exactly; the message says why."""
 
 
+def incremental_fold_base(lake: Lake) -> tuple[dict | None, str]:
+    """The fingerprints of the corpus tables the last fold replaced (its ``base_inputs``)
+    when that fold was incremental, else None and why: what both a patched graph build and
+    an updated corpus profile (``profile.profile_delta``) start from."""
+    if not lake.exists(FOLD_MANIFEST):
+        return None, f"{lake.path(FOLD_MANIFEST)}: missing"
+    try:
+        fold = json.loads(lake.read_bytes(FOLD_MANIFEST))
+    except ValueError as exc:
+        raise GraphInputError(f"{lake.path(FOLD_MANIFEST)}: not JSON ({exc})") from exc
+    base = fold.get("base_inputs")
+    if fold.get("mode") != "incremental" or not isinstance(base, dict):
+        return None, f"the corpus was not folded incrementally (mode {fold.get('mode')!r})"
+    return base, ""
+
+
 def fold_base(
     lake: Lake,
     previous_build_id: str | None,
@@ -90,15 +104,9 @@ def fold_base(
         return None, "no graph build was published before"
     if previous_build_id == build_id:
         return None, f"graph build {build_id} is the published one"
-    if not lake.exists(FOLD_MANIFEST):
-        return None, f"{lake.path(FOLD_MANIFEST)}: missing"
-    try:
-        fold = json.loads(lake.read_bytes(FOLD_MANIFEST))
-    except ValueError as exc:
-        raise GraphInputError(f"{lake.path(FOLD_MANIFEST)}: not JSON ({exc})") from exc
-    base = fold.get("base_inputs")
-    if fold.get("mode") != "incremental" or not isinstance(base, dict):
-        return None, f"the corpus was not folded incrementally (mode {fold.get('mode')!r})"
+    base, why = incremental_fold_base(lake)
+    if base is None:
+        return None, why
     try:
         previous = KGStore.open(lake, previous_build_id)
     except (ValueError, FileNotFoundError) as exc:
@@ -257,6 +265,36 @@ def _patched_direction(
     return built.check(), counts
 
 
+def _patched_pair(
+    prev: KGStore,
+    names: tuple[str, str, str],
+    forward_maps: tuple[np.ndarray, np.ndarray, int],
+    backward_maps: tuple[np.ndarray, np.ndarray, int],
+    extra: np.ndarray,
+    flag_bits: int,
+) -> tuple[layout.Csr, layout.Csr, np.ndarray]:
+    """Both directions of an edge kind (``names``: forward kind, backward kind, what an edge
+    is called), each from ``_patched_direction`` with its (row source, column map, column
+    count), ``extra`` its keys turned for the backward one; raises ``NotPatchable`` when the
+    two hold different counts. The backward direction's flagged entries per row come last."""
+    forward_kind, backward_kind, unit = names
+    rows, columns, n_cols = forward_maps
+    forward, _ = _patched_direction(
+        prev, layout.EDGE_KINDS[forward_kind], rows, columns, extra, n_cols
+    )
+    rows, columns, n_cols = backward_maps
+    turned = _reversed_keys(extra, flag_bits)
+    backward, flagged = _patched_direction(
+        prev, layout.EDGE_KINDS[backward_kind], rows, columns, turned, n_cols
+    )
+    if forward.indices.size != backward.indices.size:
+        raise NotPatchable(
+            f"{forward_kind} holds {forward.indices.size} {unit}, "
+            f"{backward_kind} {backward.indices.size}"
+        )
+    return forward, backward, flagged
+
+
 def _reversed_keys(keys: np.ndarray, flag_bits: int) -> np.ndarray:
     """``row << 32 | column << flag_bits | flag`` turned to ``column << 32 | row << ...``,
     ascending."""
@@ -359,28 +397,19 @@ def patch_graph(
             raise NotPatchable(f"graph build {prev.build_id}: {bad} differs from its manifest")
         clock.lap("patch: waiting for the previous build's hashes")
 
-    rows = citation["citation_rows"]
-    stats = GraphStats(
-        n_articles=nodes.n,
-        citation_retention=(rows - citation["dangling_citations"]) / rows if rows else 0.0,
-        quotable=int(np.count_nonzero(flags & layout.QUOTABLE)),
-        retracted=int(np.count_nonzero(flags & layout.RETRACTED)),
-        concern=int(np.count_nonzero(flags & layout.CONCERN)),
-        array_bytes=sum(a.nbytes for a in arrays.values()),
-        seconds=round(time.perf_counter() - started, 3),
-        **citation,
-        **mesh,
-    )
-    build = GraphBuild(
+    return finish_build(
+        lake,
         build_id,
         inputs,
+        provenance,
+        nodes.n,
+        flags,
         arrays,
-        stats,
-        phase_seconds=_rounded({**clock.seconds, **mesh_clock.seconds}),
-        phase_cpu_seconds=_rounded({**clock.cpu_seconds, **mesh_clock.cpu_seconds}),
+        citation,
+        mesh,
+        started,
+        (clock, mesh_clock),
     )
-    write_manifest(lake, build, provenance)
-    return build
 
 
 # -- per article ------------------------------------------------------------------------------
@@ -548,20 +577,14 @@ def _patch_citations(
     old_dangling = int(
         np.count_nonzero(~in_sorted(old_replaced, np.asarray(prev.array("pmids"), dtype=np.int64)))
     )
-    cite = layout.EDGE_KINDS["cite"]
-    forward, _ = _patched_direction(prev, cite, nodes.row_src, nodes.moved, extra, nodes.n)
-    backward, _ = _patched_direction(
+    forward, backward, _ = _patched_pair(
         prev,
-        layout.EDGE_KINDS["cited_by"],
-        nodes.same_node,
-        nodes.untouched,
-        _reversed_keys(extra, 0),
-        nodes.n,
+        ("cite", "cited_by", "edges"),
+        (nodes.row_src, nodes.moved, nodes.n),
+        (nodes.same_node, nodes.untouched, nodes.n),
+        extra,
+        0,
     )
-    if forward.indices.size != backward.indices.size:
-        raise NotPatchable(
-            f"cite holds {forward.indices.size} edges, cited_by {backward.indices.size}"
-        )
     for built in (forward, backward):
         for name, array in built.named().items():
             out.put(name, array)
@@ -628,21 +651,14 @@ def _patch_mesh(
     else:
         keys = np.zeros(0, dtype=np.int64)
     extra = _distinct_last(keys, 1)
-    forward, _ = _patched_direction(
-        prev, layout.EDGE_KINDS["art2mesh"], nodes.row_src, np.arange(n_desc), extra, n_desc
-    )
-    backward, majors = _patched_direction(
+    forward, backward, majors = _patched_pair(
         prev,
-        layout.EDGE_KINDS["mesh2art"],
-        np.arange(n_desc),
-        nodes.untouched,
-        _reversed_keys(extra, 1),
-        nodes.n,
+        ("art2mesh", "mesh2art", "pairs"),
+        (nodes.row_src, np.arange(n_desc), n_desc),
+        (np.arange(n_desc), nodes.untouched, nodes.n),
+        extra,
+        1,
     )
-    if forward.indices.size != backward.indices.size:
-        raise NotPatchable(
-            f"art2mesh holds {forward.indices.size} pairs, mesh2art {backward.indices.size}"
-        )
     article_count = np.diff(backward.indptr).astype(np.int32)
     if prev.stats.get("n_unknown_descriptors"):
         known = _read_descriptor_uis(lake).astype(uis.dtype)

@@ -222,21 +222,19 @@ def profile_delta(lake: Lake) -> tuple[ProfileDelta | None, str]:
     profile read: otherwise the profile reads every row."""
     import pyarrow as pa
 
-    from kg_platform.pubmed.fold import FOLD_MANIFEST, FOLD_TOUCHED
+    from kg_platform.graph.patch import incremental_fold_base
+    from kg_platform.pubmed.fold import FOLD_TOUCHED
 
     for key in (PROFILE_ROWS, PROFILE_INPUTS):
         if not lake.exists(key):
             return None, f"{lake.path(key)}: missing (no profile kept its rows before)"
-    if not lake.exists(FOLD_MANIFEST):
-        return None, f"{lake.path(FOLD_MANIFEST)}: missing"
+    base, why = incremental_fold_base(lake)
+    if base is None:
+        return None, why
     try:
-        fold = json.loads(lake.read_bytes(FOLD_MANIFEST))
         profiled = json.loads(lake.read_bytes(PROFILE_INPUTS))
     except ValueError as exc:
-        raise ValueError(f"{lake.path('corpus')}: fold or profile state not JSON ({exc})") from exc
-    base = fold.get("base_inputs")
-    if fold.get("mode") != "incremental" or not isinstance(base, dict):
-        return None, f"the corpus was not folded incrementally (mode {fold.get('mode')!r})"
+        raise ValueError(f"{lake.path(PROFILE_INPUTS)}: not JSON ({exc})") from exc
     for table in PROFILED_TABLES:
         if profiled.get(table) != base.get(table):
             return (
