@@ -137,21 +137,11 @@ def bootstrap_rd_ci(
 ) -> tuple[float, float]:
     """Percentile bootstrap interval of the paired RD, resampling questions with replacement
     (the pair of outcomes travels together). Deterministic for a given seed."""
-    if not 0.0 < level < 1.0:
-        raise ValueError(f"confidence level must be in (0, 1), got {level}")
-    if resamples < 1:
-        raise ValueError(f"resamples must be >= 1, got {resamples}")
+    _check_bootstrap(level, resamples)
     t, c = _paired(treatment, control)
     if t.size == 0:
         raise ValueError("bootstrap needs at least one question")
-    differences = t.astype(np.int64) - c.astype(np.int64)
-    rng = np.random.default_rng(seed)
-    # one draw matrix: resamples x n question indices
-    picks = rng.integers(0, differences.size, size=(resamples, differences.size))
-    replicates = differences[picks].mean(axis=1)
-    tail = (1.0 - level) / 2.0
-    lower, upper = np.quantile(replicates, [tail, 1.0 - tail])
-    return float(lower), float(upper)
+    return _bootstrap_interval(t.astype(np.int64) - c.astype(np.int64), level, resamples, seed)
 
 
 def bootstrap_mean_ci(
@@ -163,16 +153,29 @@ def bootstrap_mean_ci(
     """Percentile bootstrap interval of the mean of per-question values (a share of 0/1
     outcomes, or a paired per-question difference), resampling questions with replacement;
     the same draws as ``bootstrap_rd_ci`` for the same n and seed."""
+    _check_bootstrap(level, resamples)
+    array = np.asarray(values, dtype=np.float64)
+    if array.ndim != 1 or array.size == 0:
+        raise ValueError(f"bootstrap needs a 1-D vector of at least one value, got {array.shape}")
+    return _bootstrap_interval(array, level, resamples, seed)
+
+
+def _check_bootstrap(level: float, resamples: int) -> None:
     if not 0.0 < level < 1.0:
         raise ValueError(f"confidence level must be in (0, 1), got {level}")
     if resamples < 1:
         raise ValueError(f"resamples must be >= 1, got {resamples}")
-    array = np.asarray(values, dtype=np.float64)
-    if array.ndim != 1 or array.size == 0:
-        raise ValueError(f"bootstrap needs a 1-D vector of at least one value, got {array.shape}")
+
+
+def _bootstrap_interval(
+    values: np.ndarray, level: float, resamples: int, seed: int
+) -> tuple[float, float]:
+    """The percentile interval at ``level`` of the means of ``resamples`` resamples of
+    ``values`` (one per question) with replacement, drawn from ``seed``."""
     rng = np.random.default_rng(seed)
-    picks = rng.integers(0, array.size, size=(resamples, array.size))
-    replicates = array[picks].mean(axis=1)
+    # one draw matrix: resamples x n question indices
+    picks = rng.integers(0, values.size, size=(resamples, values.size))
+    replicates = values[picks].mean(axis=1)
     tail = (1.0 - level) / 2.0
     lower, upper = np.quantile(replicates, [tail, 1.0 - tail])
     return float(lower), float(upper)
