@@ -9,7 +9,12 @@ from kg_platform.assets.checks import (
     data_version,
     published_report,
 )
-from kg_platform.assets.partitions import answering_evaluations, dims_of, reader_configs
+from kg_platform.assets.partitions import (
+    answering_evaluations,
+    dims_of,
+    on_dimension,
+    reader_configs,
+)
 from kg_platform.evaluation.common.contracts import CACHE_CHECKS, READER_CHECKS, REPORT_CHECKS
 from kg_platform.resources.lake import LakeResource
 
@@ -56,12 +61,7 @@ def reader_model(context: dg.AssetExecutionContext, lake: LakeResource) -> dg.Ma
 
 @dg.asset(
     partitions_def=answering_evaluations,
-    deps=[
-        dg.AssetDep(
-            "reader_model",
-            partition_mapping=dg.MultiToSingleDimensionPartitionMapping("reader_config"),
-        )
-    ],
+    deps=[on_dimension("reader_model", "reader_config")],
     group_name="answering",
     kinds={"parquet"},
     code_version="1",

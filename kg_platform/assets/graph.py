@@ -12,7 +12,7 @@ from kg_platform.assets.checks import (
     data_version,
     latest_data_version,
 )
-from kg_platform.assets.partitions import graph_builds, pubmed_releases, scope_for
+from kg_platform.assets.partitions import graph_builds, on_dimension, pubmed_releases, scope_for
 from kg_platform.graph.contracts import CHECKS
 from kg_platform.graph.version import GRAPH_FORMAT
 from kg_platform.resources.catalog import CatalogResource
@@ -22,8 +22,6 @@ from kg_platform.storage.catalog import Catalog
 PROFILE_PREFIX = "reports/corpus_profile"
 # always recounted when present: the most used descriptor in PubMed, and a common disease
 NAMED_DESCRIPTORS = ("D006801", "D009203")  # Humans, Myocardial Infarction
-by_release = dg.MultiToSingleDimensionPartitionMapping(partition_dimension_name="release")
-by_mesh_year = dg.MultiToSingleDimensionPartitionMapping(partition_dimension_name="mesh_year")
 
 
 def _graph_version(build) -> str:
@@ -57,10 +55,7 @@ def _judged(the_lake, store, delta) -> list:
 
 @dg.asset(
     partitions_def=graph_builds,
-    deps=[
-        dg.AssetDep("corpus", partition_mapping=by_release),
-        dg.AssetDep("mesh_tables", partition_mapping=by_mesh_year),
-    ],
+    deps=[on_dimension("corpus", "release"), on_dimension("mesh_tables", "mesh_year")],
     group_name="graph",
     kinds={"numpy", "duckdb"},
     code_version=str(GRAPH_FORMAT),

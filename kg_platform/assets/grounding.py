@@ -3,7 +3,7 @@
 import dagster as dg
 
 from kg_platform.assets.checks import check_results, check_specs, data_version
-from kg_platform.assets.partitions import grounding_evaluations, mesh_years, scope_for
+from kg_platform.assets.partitions import grounding_evaluations, mesh_years, on_dimension, scope_for
 from kg_platform.evaluation.common.contracts import GROUNDING_REPORT_CHECKS
 from kg_platform.grounding.contracts import CHECKS
 from kg_platform.resources.encoder import EncoderResource
@@ -69,12 +69,7 @@ class GroundingReportConfig(dg.Config):
 
 @dg.asset(
     partitions_def=grounding_evaluations,
-    deps=[
-        dg.AssetDep(
-            "grounding_index",
-            partition_mapping=dg.MultiToSingleDimensionPartitionMapping("mesh_year"),
-        )
-    ],
+    deps=[on_dimension("grounding_index", "mesh_year")],
     group_name="evaluation",
     kinds={"markdown"},
     code_version="4",

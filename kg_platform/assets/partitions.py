@@ -38,6 +38,17 @@ pubmed_releases = dg.DynamicPartitionsDefinition(name="pubmed_releases")
 mesh_years = dg.DynamicPartitionsDefinition(name="mesh_years")
 graph_builds = dg.MultiPartitionsDefinition({"release": pubmed_releases, "mesh_year": mesh_years})
 pubmedqa_sets = dg.DynamicPartitionsDefinition(name="pubmedqa_sets")
+
+
+def on_dimension(asset: str, dimension: str) -> dg.AssetDep:
+    """A dependency on ``asset`` from a multi-partitioned asset: each partition reads the
+    partition of ``asset`` its key names in ``dimension`` (a release, a MeSH year, a reader
+    configuration)."""
+    return dg.AssetDep(
+        asset, partition_mapping=dg.MultiToSingleDimensionPartitionMapping(dimension)
+    )
+
+
 hotpotqa_sets = dg.DynamicPartitionsDefinition(name="hotpotqa_sets")
 # the grounding report's configuration is the MeSH year it grounds against
 grounding_evaluations = dg.MultiPartitionsDefinition(
