@@ -209,10 +209,8 @@ def _stream_compiled(
         buffer = buffer[pos:] + block if pos else buffer + block
         pos = 0
         if not started:
-            prolog = _PROLOG.match(buffer)
+            prolog = _prolog(buffer, final)
             if prolog is None:
-                if final or len(buffer) > 1 << 16:
-                    raise NotSimple("prolog")
                 continue
             _check_prolog_with_libxml2(buffer[: prolog.end()], prolog)
             started = True
@@ -244,6 +242,15 @@ def _stream_compiled(
             return _PUBMED_SET
         if len(buffer) - pos > _MAX_RECORD_BYTES:
             raise NotSimple("an oversized record")
+
+
+def _prolog(buffer: bytes, final: bool) -> re.Match[bytes] | None:
+    """The prolog at the head of ``buffer``, or None while more of the stream may complete
+    it; NotSimple when none can (the stream ended, or 64 KiB hold no prolog)."""
+    prolog = _PROLOG.match(buffer)
+    if prolog is None and (final or len(buffer) > 1 << 16):
+        raise NotSimple("prolog")
+    return prolog
 
 
 def _check_prolog_with_libxml2(prolog: bytes, found: re.Match[bytes]) -> None:
@@ -298,10 +305,8 @@ def _stream_checked(
             raise NotSimple(str(exc)) from exc
         buffer += block
         if not started:
-            prolog = _PROLOG.match(buffer)
+            prolog = _prolog(buffer, final)
             if prolog is None:
-                if final or len(buffer) > 1 << 16:
-                    raise NotSimple("prolog")
                 continue
             declared = prolog.group("decl")
             if declared:
