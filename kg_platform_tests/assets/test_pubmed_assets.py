@@ -8,7 +8,6 @@ import shutil
 from pathlib import Path
 
 import dagster as dg
-import pyarrow.parquet as pq
 import pytest
 
 from kg_platform.assets.pubmed import corpus, pubmed_file_batch
@@ -16,6 +15,8 @@ from kg_platform.commands.build_run import failure_message
 from kg_platform.resources.catalog import CatalogResource
 from kg_platform.resources.lake import LakeResource
 from kg_platform.resources.pubmed_source import PubmedSourceResource
+from kg_platform.storage.corpus import read_corpus
+from kg_platform.storage.lake import Lake
 from kg_platform_tests.conftest import require_reference
 
 FILES = ["pubmed26n1334", "pubmed26n1335"]
@@ -92,7 +93,7 @@ def test_files_parse_with_checks_then_fold(tmp_path, mirror) -> None:
         "polars_recount": True,
         "edge_sources_in_articles": True,
     }
-    articles = pq.read_table(tmp_path / "lake" / "corpus" / RELEASE / "articles.parquet")
+    articles = read_corpus(Lake(str(tmp_path / "lake")).scoped(release=RELEASE), "articles")
     pmids = articles.column("pmid").to_pylist()
     assert len(pmids) == len(set(pmids))
 
