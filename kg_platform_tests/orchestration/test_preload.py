@@ -93,7 +93,7 @@ def test_the_worker_preloads_what_the_steps_import_when_they_run(tmp_path):
         "kg_platform.evaluation.allocation.evaluation",
         "kg_platform.evaluation.pubmedqa.answering",
         "kg_platform.evaluation.scifact.verifier_training",
-        "kg_platform.graph.build",
+        "kg_platform.graph.patch",
         "kg_platform.grounding.index",
         "kg_platform.mesh.tables",
         "kg_platform.pubmed.parse",
