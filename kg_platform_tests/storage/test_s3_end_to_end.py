@@ -110,8 +110,8 @@ def test_the_s3_build_holds_what_the_local_build_holds(lakes) -> None:
     on_s3 = content(s3)
     assert on_s3 == content(local)
     # 7 tables x 2 files, the corpus's 6 in 5 parts each (the pair's PMIDs fall in 5 buckets),
-    # the fold's deletions (corpus/<release>/fold/), mesh 9
-    assert len([k for k in on_s3 if k.endswith(".parquet")]) == 14 + 30 + 1 + 9
+    # the fold's deletions (corpus/<release>/fold/), mesh 9, the corpus profile's rows
+    assert len([k for k in on_s3 if k.endswith(".parquet")]) == 14 + 30 + 1 + 9 + 1
     assert len([k for k in on_s3 if k.endswith(".npy")]) == 28  # 21 graph arrays (3 titles)
     corpus = s3.scoped(release=RELEASE)
     assert corpus_rows(corpus, "articles") == 60
