@@ -176,3 +176,23 @@ def write_mesh_2024(lake: Lake) -> None:
         .drop_nulls()
     )
     lake.write_parquet("mesh/tree.parquet", tree.to_arrow())
+
+
+def mirror_pair_lake(tmp_path) -> tuple:
+    """A lake holding MeSH 2024 and the per-file tables of the mirror's baseline file and its
+    update file (test_real_pubmed's pair), and the two files' names in that order."""
+    from kg_platform.storage.lake import Lake
+    from kg_platform_tests.conftest import require_reference
+    from kg_platform_tests.sources.test_fold import load_tables
+
+    mirror = require_reference("pubmed", "mirror")
+    lake = Lake(str(tmp_path / "lake"))
+    write_mesh_2024(lake)
+    names = load_tables(
+        lake,
+        [
+            mirror / "baseline" / "pubmed26n1334.xml.gz",
+            mirror / "updatefiles" / "pubmed26n1335.xml.gz",
+        ],
+    )
+    return lake, names

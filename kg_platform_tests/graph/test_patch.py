@@ -21,8 +21,7 @@ from kg_platform.pubmed.fold import FULL_FOLD_ENV, added_key, fold_release, tabl
 from kg_platform.pubmed.synthetic import write_synthetic_release
 from kg_platform.storage.catalog import Catalog
 from kg_platform.storage.lake import Lake
-from kg_platform_tests.conftest import require_reference
-from kg_platform_tests.graph.corpus import write_mesh_2024
+from kg_platform_tests.graph.corpus import mirror_pair_lake, write_mesh_2024
 from kg_platform_tests.sources.test_fold import load_tables
 
 
@@ -145,16 +144,7 @@ def test_rows_citing_an_article_that_came_or_went_are_patched(
 def test_the_mirror_update_is_patched_to_the_full_build(tmp_path: Path) -> None:
     """The real baseline file, then the real update file: 60 articles, 1 citation edge and
     1,348 dangling rows, 300 pairs (test_real_pubmed's hand-worked figures)."""
-    mirror = require_reference("pubmed", "mirror")
-    lake = Lake(str(tmp_path / "lake"))
-    write_mesh_2024(lake)
-    names = load_tables(
-        lake,
-        [
-            mirror / "baseline" / "pubmed26n1334.xml.gz",
-            mirror / "updatefiles" / "pubmed26n1335.xml.gz",
-        ],
-    )
+    lake, names = mirror_pair_lake(tmp_path)
     fold_release(lake, names[:1])
     first, _ = update_and_compare(lake)
     fold_release(lake, names)

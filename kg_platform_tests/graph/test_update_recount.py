@@ -26,8 +26,7 @@ from kg_platform.pubmed.fold import (
 from kg_platform.pubmed.synthetic import write_synthetic_release
 from kg_platform.storage.catalog import Catalog
 from kg_platform.storage.lake import Lake
-from kg_platform_tests.conftest import require_reference
-from kg_platform_tests.graph.corpus import write_mesh_2024
+from kg_platform_tests.graph.corpus import mirror_pair_lake, write_mesh_2024
 from kg_platform_tests.sources.test_fold import load_tables
 
 
@@ -64,16 +63,7 @@ def test_the_mirror_update_is_recounted_from_the_baseline_build(tmp_path: Path) 
     """The baseline file's build, then the update file folded in: the delta's totals are
     the ones worked out from the XML by hand (test_real_pubmed: 60 articles, 1 citation
     edge and 1,348 dangling rows, 300 pairs over 200 descriptors, 104 major)."""
-    mirror = require_reference("pubmed", "mirror")
-    lake = Lake(str(tmp_path / "lake"))
-    write_mesh_2024(lake)
-    names = load_tables(
-        lake,
-        [
-            mirror / "baseline" / "pubmed26n1334.xml.gz",
-            mirror / "updatefiles" / "pubmed26n1335.xml.gz",
-        ],
-    )
+    lake, names = mirror_pair_lake(tmp_path)
     fold_release(lake, names[:1])
     first, _, same, reason = recount_both(lake)
     assert (reason, same.metadata["mode"]) == ("no graph build was published before", "full")
