@@ -28,6 +28,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -85,11 +86,13 @@ def start_server(
     lake: str, port: int, workers: int = 1, heavy_candidates: int | None = None
 ) -> subprocess.Popen:
     command = [sys.executable, "-m", "kg_platform.cli", "serve", "--lake", lake]
+    # its log (a line per request) goes to a file: a pipe nobody reads would fill and stop it
+    log = tempfile.TemporaryFile()  # noqa: SIM115 (lives as long as the server)
     server = subprocess.Popen(
         [*command, "--port", str(port), "--workers", str(workers)]
         + ([] if heavy_candidates is None else ["--heavy-candidates", str(heavy_candidates)]),
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
+        stderr=log,
     )
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
@@ -103,7 +106,8 @@ def start_server(
         if server.poll() is not None:
             break
     server.kill()
-    raise RuntimeError(f"kg serve did not start: {server.stderr.read().decode()[-2000:]}")
+    log.seek(0)
+    raise RuntimeError(f"kg serve did not start: {log.read().decode()[-2000:]}")
 
 
 def load_run(port: int, work: list[tuple[str, bool]], clients: int, verdicts: dict) -> dict:

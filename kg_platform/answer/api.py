@@ -86,7 +86,13 @@ INDEX_MANIFEST = "embeddings/index/manifest.json"
 # 5: adds `start_up_ms` at the end (one-off start-up, kept out of `timings_ms`)
 SCHEMA_VERSION = 5
 RANKERS = ("auto", "dense", "structural")
+# the bounds on what a user asks, one definition for `kg ask` and `kg serve`'s API
 MAX_QUESTION_CHARS = 1000
+MAX_TOP_K = 100
+# the ASCII whitespace controls (tab, line feed, vertical tab, form feed, carriage return)
+# read as spaces, so a question pasted over several lines is one line; every other control
+# character is refused
+_WHITESPACE_CONTROLS = str.maketrans(dict.fromkeys("\t\n\x0b\x0c\r", " "))
 
 MESH_KEYS = {t: f"mesh/{t}.parquet" for t in ("descriptors", "tree", "terms")}
 _NONE = np.zeros(0, dtype=np.int64)  # no article excluded
@@ -99,18 +105,40 @@ class QuestionError(ValueError):
 
 
 def validate_question(question: object, max_chars: int = MAX_QUESTION_CHARS) -> str:
+    """The question as asked: stripped, its whitespace controls read as spaces; a
+    ``QuestionError`` names what is wrong (not text, undecodable, empty, too long, control
+    characters)."""
     if not isinstance(question, str):
         raise QuestionError(f"question: expected text, got {type(question).__name__}")
-    text = question.strip()
+    # a lone surrogate: bytes that were not UTF-8 (argv's surrogateescape) or a JSON "\ud800"
+    surrogates = sorted({c for c in question if "\ud800" <= c <= "\udfff"})
+    if surrogates:
+        raise QuestionError(
+            f"question: not valid Unicode text (lone surrogates {_codes(surrogates)})"
+        )
+    text = question.translate(_WHITESPACE_CONTROLS).strip()
     if not text:
         raise QuestionError("question: empty")
     if len(text) > max_chars:
         raise QuestionError(f"question: {len(text)} characters, the limit is {max_chars}")
-    bad = sorted({c for c in text if unicodedata.category(c) == "Cc" and c not in "\t\n"})
+    bad = sorted({c for c in text if unicodedata.category(c) == "Cc"})
     if bad:
-        codes = ", ".join(f"U+{ord(c):04X}" for c in bad)
-        raise QuestionError(f"question: contains control characters ({codes})")
+        raise QuestionError(f"question: contains control characters ({_codes(bad)})")
     return text
+
+
+def validate_top_k(value: object, name: str = "top_k") -> int:
+    """The number of evidence paths asked for, within 1..MAX_TOP_K (``name``: how the caller
+    spells the input, `--top-k` on the command line)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise QuestionError(f"{name}: expected an integer, got {type(value).__name__}")
+    if not 1 <= value <= MAX_TOP_K:
+        raise QuestionError(f"{name}: {value} is outside 1..{MAX_TOP_K}")
+    return value
+
+
+def _codes(chars: list[str]) -> str:
+    return ", ".join(f"U+{ord(c):04X}" for c in chars)
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("question")
     parser.add_argument("--as-of", type=int, default=None, help="only evidence up to this year")
     parser.add_argument("--json", action="store_true", help="the documented JSON schema")
-    parser.add_argument("--top-k", type=int, default=10, help="evidence paths shown")
+    parser.add_argument(
+        "--top-k", type=int, default=10, help="evidence paths shown (1..100, as the API's top_k)"
+    )
     parser.add_argument("--lake", default=None)
     add_partition_args(parser)
     parser.add_argument(
@@ -159,13 +161,22 @@ def gate_tau(given: float | None, verifier: Verifier | None) -> float:
 
 
 def run_ask(args: argparse.Namespace) -> int:
-    from kg_platform.answer.api import AskConfig, KnowledgeGraph, QuestionError
+    from kg_platform.answer.api import (
+        AskConfig,
+        KnowledgeGraph,
+        QuestionError,
+        validate_question,
+        validate_top_k,
+    )
     from kg_platform.answer.ladder import LadderConfig
     from kg_platform.commands.partition_args import scoped_lake
 
     started = time.perf_counter()  # imports end here; opening the build starts
 
     try:
+        # the bounds `kg serve`'s API checks, checked before anything is opened
+        validate_question(args.question)
+        validate_top_k(args.top_k, "--top-k")
         reader = open_reader(args.reader)
         verifier = open_verifier(args.verifier)
         config = AskConfig(

@@ -1,5 +1,7 @@
 """`kg serve [--host 127.0.0.1] [--port 8000] [--lake DIR] [--release R] [--mesh-year Y]
-[--reader DIR]`: one graph build warm behind an HTTP JSON API and a question page."""
+[--reader DIR] [--workers N] [--copy-below-mib MIB] [--read-timeout SECONDS]`: one graph
+build warm behind an HTTP JSON API and a question page, in worker processes under a
+supervisor that replaces a dead one (with a back-off when deaths repeat)."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import json
 import os
 import sys
 import tempfile
+import time
 
 from kg_platform.commands.partition_args import add_partition_args
 
@@ -43,6 +46,22 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "so the largest questions queue behind each other instead of slowing every other "
         "(default: no such queue; e.g. 1000000 on a 10M-article graph)",
     )
+    parser.add_argument(
+        "--copy-below-mib",
+        type=float,
+        default=16.0,
+        metavar="MIB",
+        help="read each file of the build smaller than this into memory when it is opened, "
+        "so damage on disk cannot reach it; larger files are mapped and their sizes checked "
+        "before each request (default 16)",
+    )
+    parser.add_argument(
+        "--read-timeout",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="a request's head, and then its body, must arrive within this (default 10)",
+    )
     parser.set_defaults(func=run_serve)
 
 
@@ -57,8 +76,26 @@ def heavy_lane(heavy_candidates: int | None):
     return HeavyLane(heavy_candidates)
 
 
-# what a worker process opens: set by `kg serve --workers N` for the processes it starts
+# what a worker process opens: set by `kg serve` for the processes it starts
 SPEC_ENV = "KG_SERVE_SPEC"
+
+
+def corpus_is_synthetic(lake: str | None) -> bool:
+    """Whether the lake served was built from the synthetic demo corpus: the home's own lake,
+    its recorded PubMed source the synthetic folder `kg build` writes when NLM cannot be
+    reached, or NLM with that folder written (the demo)."""
+    from pathlib import Path
+
+    from kg_platform.settings import NLM_PUBMED_URL, Settings
+
+    settings = Settings.load()
+    if lake is not None and os.path.realpath(lake) != os.path.realpath(settings.lake):
+        return False
+    synthetic = settings.home / "synthetic"
+    source = settings.pubmed_source
+    if source != NLM_PUBMED_URL:
+        return Path(source).resolve() == synthetic.resolve()
+    return (synthetic / "baseline").is_dir()
 
 
 def run_serve(args: argparse.Namespace) -> int:
@@ -66,32 +103,31 @@ def run_serve(args: argparse.Namespace) -> int:
         raise ValueError(f"--port {args.port}: must be in 0..65535")
     if not 1 <= args.workers <= 64:
         raise ValueError(f"--workers {args.workers}: must be in 1..64")
-    lane = heavy_lane(args.heavy_candidates)
+    if args.copy_below_mib < 0:
+        raise ValueError(f"--copy-below-mib {args.copy_below_mib}: must be 0 or more")
+    if not 0 < args.read_timeout <= 3600:
+        raise ValueError(f"--read-timeout {args.read_timeout}: must be in (0, 3600] seconds")
+    heavy_lane(args.heavy_candidates)  # refused here, before anything starts
     import uvicorn
 
     from kg_platform.commands.ask import open_reader
     from kg_platform.commands.partition_args import scoped_lake
-    from kg_platform.serving.service import GraphService, build_app
+    from kg_platform.serving.edge import Supervisor, WorkerRecord
+    from kg_platform.serving.service import Generation, GraphService
 
-    # the build `kg ask` would read, chosen again on every POST /reload
-    service = GraphService(
-        lambda: scoped_lake(args, quiet=True),
-        open_reader(args.reader),
-        kernels=args.workers == 1,  # with workers, this process only checks the build opens
-        lane=lane,
-    )
-    served = service.current
+    open_reader(args.reader)  # a bad --reader is refused before any worker starts
+    # the build `kg ask` would read, checked here (its sizes against its manifest) before
+    # any worker starts; each worker opens it again, warms up, and says when it is ready
+    checked = GraphService(lambda: scoped_lake(args, quiet=True), None, kernels=False).current
     print(
-        f"kg serve: graph build {served.build_id} (release {served.partition['release']}, "
-        f"MeSH {served.partition['mesh_year']}) opened in {served.open_ms:.0f} ms; "
-        f"{args.workers} worker(s); http://{args.host}:{args.port}/",
+        f"kg serve: graph build {checked.build_id} (release {checked.partition['release']}, "
+        f"MeSH {checked.partition['mesh_year']}) checked in {checked.open_ms:.0f} ms; "
+        f"starting {args.workers} worker(s) on http://{args.host}:{args.port}/ "
+        "(each says when it is ready)",
         file=sys.stderr,
         flush=True,
     )
-    if args.workers == 1:
-        uvicorn.run(build_app(service), host=args.host, port=args.port, log_level="warning")
-        return 0
-    del service, served  # each worker opens its own (the files' pages are shared)
+    del checked
     with tempfile.TemporaryDirectory(prefix="kg-serve-") as shared:
         spec = {
             "lake": args.lake,
@@ -100,37 +136,73 @@ def run_serve(args: argparse.Namespace) -> int:
             "reader": args.reader,
             "heavy_candidates": args.heavy_candidates,
             "generation": os.path.join(shared, "generation"),
+            "record": os.path.join(shared, "workers.json"),
+            "copy_below": int(args.copy_below_mib * 1024 * 1024),
+            "read_timeout": args.read_timeout,
+            "synthetic": corpus_is_synthetic(args.lake),
         }
-        from kg_platform.serving.service import Generation
-
         Generation.create(spec["generation"])
         os.environ[SPEC_ENV] = json.dumps(spec)
-        uvicorn.run(
+        # always a supervisor, with one worker too: a worker killed by the system (a
+        # SIGBUS from a file damaged under it) is replaced, with a back-off when it repeats
+        config = uvicorn.Config(
             "kg_platform.commands.serve:worker_app",
             factory=True,
             workers=args.workers,
             host=args.host,
             port=args.port,
             log_level="warning",
+            http="kg_platform.serving.edge:TimedHttp",
+            timeout_keep_alive=5,
+            # a worker warming up (compiling its passes) on a loaded machine answers late
+            timeout_worker_healthcheck=60,
         )
+        socket = config.bind_socket()
+        Supervisor(config, [socket], WorkerRecord(spec["record"])).run()
     return 0
 
 
 def worker_app():
-    """The application of one worker process of `kg serve --workers N` (uvicorn calls it
-    in each process it starts), from the spec the parent put in the environment."""
+    """The application of one worker process of `kg serve` (uvicorn calls it in each
+    process it starts), from the spec the parent put in the environment: it opens the
+    build, warms up (compiled passes, the first questions) and only then says it is ready
+    and takes requests."""
+    import faulthandler
+
     from kg_platform.commands.ask import open_reader
     from kg_platform.commands.partition_args import scoped_lake
+    from kg_platform.serving.edge import TimedHttp, WorkerRecord
     from kg_platform.serving.service import Generation, GraphService, build_app
+    from kg_platform.storage import mapped
 
+    faulthandler.enable()  # a worker killed by a signal leaves its stack in the log
     spec = json.loads(os.environ[SPEC_ENV])
+    mapped.serve_policy(spec["copy_below"])
+    TimedHttp.read_timeout = spec["read_timeout"]
     args = argparse.Namespace(
         lake=spec["lake"], release=spec["release"], mesh_year=spec["mesh_year"]
     )
+    started = time.perf_counter()
     service = GraphService(
         lambda: scoped_lake(args, quiet=True),
         open_reader(spec["reader"]),
         Generation(spec["generation"]),
         lane=heavy_lane(spec["heavy_candidates"]),
+        tolerant=True,
+        record=WorkerRecord(spec["record"]),
     )
-    return build_app(service)
+    served = service._current
+    if served is None:
+        line = f"up without a graph build ({service.open_error}); /healthz says why"
+    else:
+        files = mapped.opened_files()
+        line = (
+            f"ready in {(time.perf_counter() - started) * 1000.0:.0f} ms: graph build "
+            f"{served.build_id} opened in {served.open_ms:.0f} ms "
+            f"({sum(f.copied for f in files)} files read into memory, "
+            f"{sum(not f.copied for f in files)} mapped), compiled passes "
+            f"{served.kernels_ms:.0f} ms, first questions {served.warm_ms:.0f} ms; reader: "
+            f"{getattr(service.reader, 'name', None) or 'none loaded'}"
+        )
+    print(f"kg serve: worker {os.getpid()} {line}", file=sys.stderr, flush=True)
+    return build_app(service, spec["read_timeout"], spec["synthetic"])

@@ -12,6 +12,7 @@ import numpy as np
 
 from kg_platform.graph import layout
 from kg_platform.storage.lake import Lake
+from kg_platform.storage.mapped import load_npy
 
 
 @dataclass(frozen=True)
@@ -68,7 +69,9 @@ class KGStore:
                 raise KeyError(f"graph build {self.build_id} has no array {name!r}")
             key = layout.array_key(self.build_id, name)
             try:
-                mapped = self.lake.read_npy(key, mmap=True)
+                # memory-mapped; `kg serve` reads small files into memory instead and
+                # records each file it opened (storage.mapped)
+                mapped = load_npy(self.lake.local_path(key), self)
             except (ValueError, OSError) as exc:
                 raise ValueError(
                     f"{self.lake.path(key)}: array {name} of graph build {self.build_id} "

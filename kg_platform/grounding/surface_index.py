@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import mmap
 import os
 from bisect import bisect_left
 from collections.abc import Iterator, Mapping, Sequence
@@ -34,6 +33,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from kg_platform.grounding.grounder import SurfaceEntry
+from kg_platform.storage.mapped import map_file
 
 if TYPE_CHECKING:
     import polars as pl
@@ -319,20 +319,26 @@ class SurfaceIndex:
         with open(path, "rb") as f:
             header, start, data_bytes = read_header(f, os.fstat(f.fileno()).st_size, where)
             sections = header["sections"]
-            mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-        arrays = {}
-        for name, s in sections.items():
-            dtype = np.dtype(s["dtype"])
-            count = int(np.prod(s["shape"], dtype=np.int64))
-            if count * dtype.itemsize != s["nbytes"] or s["offset"] + s["nbytes"] > data_bytes:
-                raise GroundingIndexError(f"{where}: section {name} does not fit its header")
-            arrays[name] = np.frombuffer(
-                mapped, dtype=dtype, count=count, offset=start + s["offset"]
-            ).reshape(s["shape"])
-        missing = {"hash", "key_offsets", "key_bytes", "ui", "kind", "uis", "role"} - set(arrays)
-        if missing:
-            raise GroundingIndexError(f"{where}: sections {sorted(missing)} missing")
-        return cls(where, header, arrays)
+            # memory-mapped; `kg serve` reads a small index into memory instead and records
+            # the file while the index lives (storage.mapped)
+            data, record = map_file(f, path)
+            arrays = {}
+            for name, s in sections.items():
+                dtype = np.dtype(s["dtype"])
+                count = int(np.prod(s["shape"], dtype=np.int64))
+                if count * dtype.itemsize != s["nbytes"] or s["offset"] + s["nbytes"] > data_bytes:
+                    raise GroundingIndexError(f"{where}: section {name} does not fit its header")
+                arrays[name] = np.frombuffer(
+                    data, dtype=dtype, count=count, offset=start + s["offset"]
+                ).reshape(s["shape"])
+            missing = {"hash", "key_offsets", "key_bytes", "ui", "kind", "uis", "role"} - set(
+                arrays
+            )
+            if missing:
+                raise GroundingIndexError(f"{where}: sections {sorted(missing)} missing")
+            index = cls(where, header, arrays)
+            record(index)
+        return index
 
     def verify(self) -> None:
         """Hash every section against the header's SHA-256 (reads the whole file)."""

@@ -1,6 +1,38 @@
 """The question page `kg serve` shows at ``/``: a box, and the answer of ``POST /ask`` in
 plain words. Everything the server returns is put in with ``textContent`` (never as HTML),
-and PMIDs become links to their PubMed page."""
+and PMIDs become links to their PubMed page. The box's placeholder is a question the served
+build answers (made from the graph when the service warms up); the page says when no reader
+is loaded (no yes/no answers, evidence only) and when the corpus is synthetic (its PMIDs are
+not the real articles', so the PubMed links open unrelated papers)."""
+
+from html import escape
+
+# asked of a build that answers none of the questions made from it (or before one is open)
+FALLBACK_EXAMPLE = "Does aspirin prevent myocardial infarction?"
+SYNTHETIC_NOTE = (
+    "This build is made from the synthetic demo corpus: its articles are invented, and a "
+    "PMID link opens whatever real PubMed article has that number, unrelated to the evidence."
+)
+NO_READER_NOTE = (
+    "No reader is loaded: answers give the verdict and the evidence, not a yes/no answer "
+    "(start `kg serve --reader DIR`, or set KG_READER)."
+)
+
+
+def render_page(example: str | None, synthetic: bool, reader: str | None) -> str:
+    """The page with ``example`` as the placeholder question, and its notes."""
+    notes = []
+    if synthetic:
+        notes.append(f'<p class="note" id="synthetic-note">{escape(SYNTHETIC_NOTE)}</p>')
+    notes.append(
+        f'<p class="note" id="reader-note">{escape(NO_READER_NOTE)}</p>'
+        if reader is None
+        else f'<p class="note" id="reader-note">Reader: {escape(reader)}</p>'
+    )
+    return PAGE.replace("__EXAMPLE__", escape(example or FALLBACK_EXAMPLE, quote=True)).replace(
+        "__NOTES__", "\n".join(notes)
+    )
+
 
 PAGE = """<!doctype html>
 <html lang="en">
@@ -13,14 +45,15 @@ PAGE = """<!doctype html>
  button { padding: .4rem 1rem; font-size: 1rem; }
  .refused { color: #8a1c1c; } .answerable { color: #1c5e1c; }
  section { margin-top: 1.2rem; } li { margin: .2rem 0; } code { font-size: .9rem; }
- #error { color: #8a1c1c; }
+ #error { color: #8a1c1c; } .note { color: #5a4a00; font-size: .9rem; }
 </style>
 </head>
 <body>
 <h1>Ask the graph</h1>
+__NOTES__
 <form id="ask">
  <input type="text" id="question" name="question" maxlength="1000"
-        placeholder="Does aspirin prevent myocardial infarction?" aria-label="question">
+        placeholder="__EXAMPLE__" aria-label="question">
  <button type="submit">Ask</button>
 </form>
 <p id="error" role="alert"></p>
@@ -68,7 +101,9 @@ function show(doc) {
   }
   if (!doc.evidence.length) ev.append(el("li", "no evidence shown"));
   const a = doc.answer, section = document.getElementById("answer-section"), out = document.getElementById("answer");
-  section.hidden = !a; out.replaceChildren();
+  const why = doc.answer_reason;
+  section.hidden = !a && !(doc.verdict.answerable && why); out.replaceChildren();
+  if (!a && why) out.append(el("span", why.code === "no_reader" ? "No reader loaded: no yes/no answer, the evidence above is the answer." : "No answer (" + why.code + "): " + why.detail));
   if (a) {
     out.append(el("span", a.label + " (probability " + a.probability + "), read: "));
     a.read.forEach((r, i) => { if (i) out.append(el("span", ", ")); out.append(pmidLink(r.pmid)); });

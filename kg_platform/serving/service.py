@@ -14,16 +14,27 @@ hits over the embedding index, when the lake has one), ``GET /status``, ``GET /h
 ``GET /`` (the page). Input is checked here and by ``validate_question``; nothing a client
 sends reaches a shell, a path or SQL: the release and MeSH year are compared with the
 served pair's, never used to build a path.
+
+Every answer is JSON, errors included (404, 405, 500), and each request writes one line to
+the log. A body must be ``application/json`` (else 415), at most 64 KiB, counted while it is
+read (else 413), received within the read timeout (else 408), and UTF-8 (else 422).
+
+The build's files are read under ``storage.mapped.serve_policy``: small ones copied into
+memory at opening, the others mapped and their sizes checked before each request, so a file
+damaged on disk (truncated in place) is a 503 naming it, never a SIGBUS, and a worker that
+cannot open its build (or finds it damaged) stays up and says why in /healthz.
 """
 
 from __future__ import annotations
 
+import asyncio
 import fcntl
 import json
 import mmap
 import os
 import threading
 import time
+import urllib.parse
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
@@ -31,10 +42,12 @@ from typing import Any
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 from starlette.schemas import SchemaGenerator
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from kg_platform.answer.api import (
     Admission,
@@ -42,25 +55,35 @@ from kg_platform.answer.api import (
     KnowledgeGraph,
     QuestionError,
     validate_question,
+    validate_top_k,
 )
 from kg_platform.answer.readers.base import Reader
 from kg_platform.graph.store import KGStore
 from kg_platform.retrieval.linking import ConceptPair
 from kg_platform.retrieval.paths import candidate_bound, load_kernels
-from kg_platform.serving.page import PAGE
+from kg_platform.serving.edge import READ_TIMEOUT_S, WorkerRecord
+from kg_platform.serving.page import render_page
+from kg_platform.storage import mapped
 from kg_platform.storage.lake import Lake
 
-MAX_TOP_K = 100
 MAX_SEARCH_K = 100
+MAX_BODY_BYTES = 64 * 1024
 ASK_FIELDS = {"question", "as_of", "top_k", "release", "mesh_year"}
+# seconds between two attempts to open a build while none can be served
+RETRY_OPEN_S = 5.0
 
 
 class BadInput(ValueError):
-    """A request the service refuses (HTTP 400 or 422), with the message the client sees."""
+    """A request the service refuses (HTTP 4xx), with the message the client sees."""
 
     def __init__(self, message: str, status: int = 422) -> None:
         super().__init__(message)
         self.status = status
+
+
+class Unavailable(RuntimeError):
+    """No build can be served now (HTTP 503): none opened, or a file of the served one
+    changed under it; the message names the file."""
 
 
 @dataclass(frozen=True)
@@ -72,6 +95,8 @@ class ServedGraph:
     opened_at: float
     open_ms: float
     kernels_ms: float
+    warm_ms: float = 0.0  # the first questions, asked before the service says it is ready
+    example: str | None = None  # a question this build answers (the page's placeholder)
 
     @property
     def build_id(self) -> str:
@@ -85,16 +110,34 @@ Chooser = Callable[[], tuple[Lake, dict[str, str | None]]]
 
 
 def open_served(choose: Chooser, reader: Reader | None, kernels: bool = True) -> ServedGraph:
-    """Open the build ``choose`` names and load the compiled passes (a warm service never
-    loads them inside a question; ``kernels=False``: a process that only checks the build
-    opens, as `kg serve --workers N` does before starting its workers)."""
+    """Open the build ``choose`` names, every one of its arrays (so each file is read or
+    mapped, and checked, now), load the compiled passes and ask the first questions: a
+    warm service never pays for them inside a client's question. ``kernels=False``: a
+    process that only checks the build opens, as `kg serve` does before starting its
+    workers."""
+    from kg_platform.answer.examples import answerable_examples
+
     started = time.perf_counter()
     scoped, partition = choose()
     kg = KnowledgeGraph.open(scoped, AskConfig(), reader=reader)
+    for name in kg.store.manifest["arrays"]:
+        kg.store.array(name)
     opened = time.perf_counter()
     kernels_ms = load_kernels(kg.store) if kernels else 0.0
+    example, warm_ms = None, 0.0
+    if kernels:
+        warming = time.perf_counter()
+        found = answerable_examples(kg, 1)
+        example = found[0] if found else None
+        warm_ms = round((time.perf_counter() - warming) * 1000.0, 1)
     return ServedGraph(
-        kg, partition, time.time(), round((opened - started) * 1000.0, 1), kernels_ms
+        kg,
+        partition,
+        time.time(),
+        round((opened - started) * 1000.0, 1),
+        kernels_ms,
+        warm_ms,
+        example,
     )
 
 
@@ -166,7 +209,12 @@ class HeavyLane:
 class GraphService:
     """The served graph and how it is replaced: ``current`` is read once per request. With
     a shared ``generation`` (several worker processes) a reload in one worker makes every
-    other worker open the newest published build before it answers its next request."""
+    other worker open the newest published build before it answers its next request.
+
+    ``tolerant``: a build that cannot be opened leaves the service up without one (every
+    question a 503 saying why, retried every ``RETRY_OPEN_S`` seconds), as a worker of `kg
+    serve` must be: a worker that exits because its build is damaged is restarted into the
+    same damage. ``record``: the supervisor's account of the workers, for /healthz."""
 
     def __init__(
         self,
@@ -175,20 +223,40 @@ class GraphService:
         generation: Generation | None = None,
         kernels: bool = True,
         lane: HeavyLane | None = None,
+        tolerant: bool = False,
+        record: WorkerRecord | None = None,
     ) -> None:
         self.choose, self.reader, self.kernels = choose, reader, kernels
         self.generation = generation
         self.lane = lane
+        self.record = record
         self._reload_lock = threading.Lock()
         self._seen = generation.value if generation is not None else 0
-        self._current = open_served(choose, reader, kernels)
+        self._current: ServedGraph | None = None
+        self.open_error: str | None = None
+        self._retry_at = 0.0
         self.started_at = time.time()
         self.reloads = 0
         self.reload_error: str | None = None
         self.questions = 0
+        if tolerant:
+            self._try_open()
+        else:
+            self._current = open_served(choose, reader, kernels)
+
+    def _try_open(self) -> None:
+        """Open the newest build for the choice; on failure keep the one served (if any)
+        and say why in ``open_error`` until an attempt succeeds."""
+        self._retry_at = time.monotonic() + RETRY_OPEN_S
+        try:
+            self._current = open_served(self.choose, self.reader, self.kernels)
+            self.open_error = None
+        except (FileNotFoundError, ValueError, OSError) as error:
+            self.open_error = str(error)
 
     @property
     def current(self) -> ServedGraph:
+        """The build served now (raises ``Unavailable`` when there is none)."""
         shared = self.generation
         if shared is not None and shared.value != self._seen:
             with self._reload_lock:
@@ -201,30 +269,98 @@ class GraphService:
                         self.reload_error = None
                     except (FileNotFoundError, ValueError, OSError) as error:
                         self.reload_error = str(error)  # the old build stays served
+        if self._current is None:
+            with self._reload_lock:
+                if self._current is None and time.monotonic() >= self._retry_at:
+                    self._try_open()
+            if self._current is None:
+                raise Unavailable(f"no graph build can be served: {self.open_error}")
         return self._current
+
+    def serving(self) -> ServedGraph:
+        """The build to answer a request from, after checking that no mapped file of it
+        changed on disk (``Unavailable`` names the first that did; when a newer build is
+        published, or the file is repaired, the next request after ``RETRY_OPEN_S`` finds
+        it)."""
+        served = self.current
+        broken, _ = mapped.damage()
+        if not broken:
+            return served
+        with self._reload_lock:
+            if time.monotonic() >= self._retry_at:
+                self._retry_at = time.monotonic() + RETRY_OPEN_S
+                try:  # a newer published build, or a repaired one, replaces the damaged
+                    fresh = open_served(self.choose, self.reader, self.kernels)
+                except (FileNotFoundError, ValueError, OSError):
+                    fresh = None
+                if fresh is not None:
+                    self._current = served = fresh
+                    del fresh
+                    self.reloads += 1
+        broken, _ = mapped.damage()
+        if broken:
+            raise Unavailable(
+                f"{broken[0]}: a file of the served graph build changed under the server "
+                "(published builds are never rewritten); `kg build` repairs it, then "
+                "POST /reload (or wait: the newest build is tried every "
+                f"{RETRY_OPEN_S:g} s)"
+            )
+        return served
 
     def reload(self) -> dict[str, Any]:
         """Open the newest published build for the same choice; swap it in when it opened
         whole (a failure leaves the served one in place and is raised)."""
-        before = self.current
+        try:
+            before: ServedGraph | None = self.current
+        except Unavailable:
+            before = None
         shared = self.generation.advancing() if self.generation is not None else None
         with self._reload_lock, shared or nullcontext() as bump:
             fresh = open_served(self.choose, self.reader, self.kernels)
             self._current = fresh  # one reference assignment: requests see old or new
+            self.open_error = None
             if bump is not None:
                 self._seen = bump()  # the other workers follow before their next request
             self.reloads += 1
+        previous = before.build_id if before is not None else None
         return {
-            "changed": fresh.build_id != before.build_id,
-            "previous_graph_build": before.build_id,
+            "changed": fresh.build_id != previous,
+            "previous_graph_build": previous,
             "graph_build": fresh.build_id,
             "partition": fresh.partition,
             "open_ms": fresh.open_ms,
         }
 
+    def health(self) -> tuple[int, dict[str, Any]]:
+        """(HTTP status, body) of /healthz: 200 when a build is served whole, else 503 and
+        why; what the supervisor recorded of dead workers, and copies still served whose
+        files changed on disk, are said when there are any."""
+        doc: dict[str, Any] = {"ok": True}
+        status = 200
+        try:
+            doc["graph_build"] = self.serving().build_id
+        except Unavailable as error:
+            status, doc["ok"], doc["error"] = 503, False, str(error)
+            doc["graph_build"] = self._current.build_id if self._current is not None else None
+        _, copied = mapped.damage()
+        if copied:
+            doc["damaged_on_disk"] = copied
+            doc["note"] = (
+                "these files changed on disk after they were read into memory; the copies "
+                "are served until a reload, which needs a repaired build (`kg build`)"
+            )
+        workers = self.record.read() if self.record is not None else {}
+        if workers.get("restarts") or workers.get("last_death"):
+            doc["worker_restarts"] = workers.get("restarts", 0)
+            doc["last_worker_death"] = workers.get("last_death")
+            if workers.get("backoff_s"):
+                doc["restart_backoff_s"] = workers["backoff_s"]
+        return status, doc
+
     def status(self) -> dict[str, Any]:
         served = self.current
         store = served.kg.store
+        broken, copied = mapped.damage()
         return {
             "graph_build": served.build_id,
             "partition": served.partition,
@@ -236,6 +372,13 @@ class GraphService:
             "opened_at": served.opened_at,
             "open_ms": served.open_ms,
             "kernels_ms": served.kernels_ms,
+            "warm_ms": served.warm_ms,
+            "example_question": served.example,
+            "files": {
+                "copied": sum(f.copied for f in mapped.opened_files()),
+                "mapped": sum(not f.copied for f in mapped.opened_files()),
+                "damaged": broken + copied,
+            },
             "started_at": self.started_at,
             "worker_pid": os.getpid(),
             "reloads": self.reloads,
@@ -277,7 +420,8 @@ def _int_field(body: dict[str, Any], name: str, default: int | None, low: int, h
 
 
 def ask_request(body: object) -> dict[str, Any]:
-    """The checked fields of a POST /ask body (BadInput names the first bad one)."""
+    """The checked fields of a POST /ask body (BadInput names the first bad one); the
+    question and top_k are checked as `kg ask` checks them (``answer.api``)."""
     if not isinstance(body, dict):
         raise BadInput("body: expected a JSON object with a `question`", 400)
     unknown = sorted(set(body) - ASK_FIELDS)
@@ -287,58 +431,163 @@ def ask_request(body: object) -> dict[str, Any]:
         raise BadInput("question: missing")
     try:
         question = validate_question(body["question"])
+        top_k = validate_top_k(body.get("top_k", 10))
     except QuestionError as error:
         raise BadInput(str(error)) from None
     return {
         "question": question,
         "as_of": _int_field(body, "as_of", None, 1000, 2100),
-        "top_k": _int_field(body, "top_k", 10, 1, MAX_TOP_K),
+        "top_k": top_k,
     }
 
 
-async def _json_body(request: Request) -> object:
-    raw = await request.body()
-    if len(raw) > 64 * 1024:
-        raise BadInput(f"body: {len(raw)} bytes, at most 65536", 400)
+def _media_type(request: Request) -> str:
+    return request.headers.get("content-type", "").split(";")[0].strip().lower()
+
+
+def _has_body(request: Request) -> bool:
+    length = request.headers.get("content-length")
+    return "transfer-encoding" in request.headers or (length is not None and length != "0")
+
+
+async def read_json_body(request: Request, timeout: float = READ_TIMEOUT_S) -> object:
+    """The request's JSON body: ``application/json`` (else 415), at most ``MAX_BODY_BYTES``
+    counted as it arrives (else 413, nothing more read), all of it within ``timeout``
+    seconds (else 408), UTF-8 (else 422) and JSON (else 400)."""
+    if _media_type(request) != "application/json":
+        given = request.headers.get("content-type")
+        raise BadInput(
+            f"content-type {given[:60]!r}: the body must be application/json"
+            if given
+            else "content-type: missing; the body must be application/json",
+            415,
+        )
+    length = request.headers.get("content-length", "")
+    if length.isdigit() and int(length) > MAX_BODY_BYTES:
+        raise BadInput(f"body: {int(length)} bytes, at most {MAX_BODY_BYTES}", 413)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    chunks, size = [], 0
+    stream = request.stream().__aiter__()
+    while True:
+        try:
+            chunk = await asyncio.wait_for(anext(stream), max(0.0, deadline - loop.time()))
+        except StopAsyncIteration:
+            break
+        except TimeoutError:
+            raise BadInput(f"body: not received within {timeout:g} s", 408) from None
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            raise BadInput(f"body: more than {MAX_BODY_BYTES} bytes", 413)
+        chunks.append(chunk)
+    raw = b"".join(chunks)
     try:
-        return json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as error:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise BadInput(
+            f"body: not UTF-8 (byte {error.start}: {raw[error.start : error.start + 1]!r})"
+        ) from None
+    try:
+        return json.loads(text)
+    except ValueError as error:
         raise BadInput(f"body: not JSON ({error})", 400) from None
 
 
-def _error(error: BadInput) -> JSONResponse:
-    return JSONResponse({"error": str(error)}, status_code=error.status)
+class Json(JSONResponse):
+    """A JSON response that cannot fail on text it did not check: a lone surrogate is
+    written as its JSON escape."""
+
+    def render(self, content: Any) -> bytes:
+        return json.dumps(
+            content, ensure_ascii=False, allow_nan=False, separators=(",", ":")
+        ).encode("utf-8", "backslashreplace")
 
 
-def build_app(service: GraphService) -> Starlette:
-    """The ASGI application over ``service``."""
+def _error(error: BadInput | Unavailable) -> Json:
+    status = error.status if isinstance(error, BadInput) else 503
+    # a refused body may still be arriving: close the connection rather than read it
+    headers = {"connection": "close"} if status in (408, 413) else None
+    return Json({"error": str(error)}, status_code=status, headers=headers)
+
+
+class RequestLog:
+    """One line per request on stderr: time, worker pid, client, method, path, status,
+    milliseconds (the path and query escaped, so a client cannot write a line of its own)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = [500]
+
+        async def logged(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, logged)
+        finally:
+            target = urllib.parse.quote(scope.get("path", ""), safe="/")
+            query = scope.get("query_string", b"")
+            if query:
+                target += "?" + urllib.parse.quote(query[:200].decode("latin-1"), safe="=&%")
+            client = scope.get("client") or ("-", 0)
+            line = (
+                f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} kg serve [{os.getpid()}] "
+                f"{client[0]} {scope.get('method', '-')} {target} {status[0]} "
+                f"{(time.perf_counter() - started) * 1000.0:.1f} ms\n"
+            )
+            os.write(2, line.encode("ascii", "backslashreplace"))
+
+
+def build_app(
+    service: GraphService, read_timeout: float = READ_TIMEOUT_S, synthetic: bool = False
+) -> ASGIApp:
+    """The ASGI application over ``service`` (``synthetic``: the corpus is the synthetic
+    demo's, whose PMIDs are not the real articles': the page says so)."""
 
     async def ask(request: Request) -> Response:
         """
         summary: Answer a question from the served graph build, or refuse with the gate.
-        description: The body is {"question", "as_of"?, "top_k"?, "release"?, "mesh_year"?};
-          the response is exactly `kg ask --json` (docs/ask_json.md) with `partition`.
+        description: 'The body is {"question", "as_of"?, "top_k"?, "release"?, "mesh_year"?},
+          sent as application/json; the response is exactly `kg ask --json`
+          (docs/ask_json.md) with `partition`.'
         responses:
-          200: {description: the answer or refusal}
-          400: {description: malformed body or another release / MeSH year}
-          422: {description: a field with a bad value (empty, too long, control characters)}
+          200: {description: "the answer or refusal"}
+          400: {description: "a malformed body, or another release or MeSH year"}
+          408: {description: "the body did not arrive within the read timeout"}
+          413: {description: "a body over 64 KiB"}
+          415: {description: "a body that is not application/json"}
+          422: {description: "a field with a bad value (empty, too long, control characters, not UTF-8)"}
+          503: {description: "no build can be served now (the error names the damaged file)"}
         """
-        served = service.current
         try:
-            body = await _json_body(request)
+            body = await read_json_body(request, read_timeout)
             fields = ask_request(body)
+            served = service.serving()
             _check_partition(served, body)  # type: ignore[arg-type]
-        except BadInput as error:
+        except (BadInput, Unavailable) as error:
             return _error(error)
-        answer = await run_in_threadpool(
-            served.kg.ask,
-            fields["question"],
-            as_of=fields["as_of"],
-            top_k=fields["top_k"],
-            admit=service.lane.admit(served.kg.store) if service.lane is not None else None,
-        )
+        try:
+            answer = await run_in_threadpool(
+                served.kg.ask,
+                fields["question"],
+                as_of=fields["as_of"],
+                top_k=fields["top_k"],
+                admit=service.lane.admit(served.kg.store) if service.lane is not None else None,
+            )
+        except (ValueError, OSError):
+            broken, _ = mapped.damage()  # a file damaged while the question was read
+            if broken:
+                return _error(Unavailable(f"{broken[0]}: changed under the server"))
+            raise
         service.questions += 1
-        return JSONResponse({**answer.to_json(), "partition": served.partition})
+        return Json({**answer.to_json(), "partition": served.partition})
 
     async def search(request: Request) -> Response:
         """
@@ -347,58 +596,75 @@ def build_app(service: GraphService) -> Starlette:
           - {name: q, in: query, required: true, schema: {type: string}}
           - {name: k, in: query, required: false, schema: {type: integer, default: 10}}
         responses:
-          200: {description: the hits}
-          422: {description: a bad q or k}
-          503: {description: the lake has no embedding index}
+          200: {description: "the hits"}
+          422: {description: "a bad q or k"}
+          503: {description: "the lake has no embedding index, or no build can be served"}
         """
-        served = service.current
         try:
             question = validate_question(request.query_params.get("q", ""))
             raw_k = request.query_params.get("k", "10")
             if not raw_k.isdigit() or not 1 <= int(raw_k) <= MAX_SEARCH_K:
                 raise BadInput(f"k: {raw_k[:20]!r} is not an integer in 1..{MAX_SEARCH_K}")
+            served = service.serving()
             _check_partition(served, dict(request.query_params))
         except QuestionError as error:
             return _error(BadInput(str(error).replace("question", "q", 1)))
-        except BadInput as error:
+        except (BadInput, Unavailable) as error:
             return _error(error)
         try:
             hits = await run_in_threadpool(_search, served, question, int(raw_k))
         except (FileNotFoundError, ValueError) as error:  # no embedding index in the lake
-            return JSONResponse({"error": str(error)}, status_code=503)
-        return JSONResponse(hits)
+            return Json({"error": str(error)}, status_code=503)
+        return Json(hits)
 
     async def status(request: Request) -> Response:
         """
-        summary: The served graph build, its size, and the service's counters.
-        responses: {200: {description: status}}
+        summary: The served graph build, its size, its files, and the service's counters.
+        responses:
+          200: {description: "status"}
+          503: {description: "no build can be served now"}
         """
-        return JSONResponse(service.status())
+        try:
+            return Json(service.status())
+        except Unavailable as error:
+            return _error(error)
 
     async def healthz(request: Request) -> Response:
         """
-        summary: Liveness; the graph build served.
-        responses: {200: {description: alive}}
+        summary: Whether a whole build is served, and what went wrong when not.
+        responses:
+          200: {description: "a whole build is served"}
+          503: {description: "no build can be served now; the error says why"}
         """
-        return JSONResponse({"ok": True, "graph_build": service.current.build_id})
+        code, doc = service.health()
+        return Json(doc, status_code=code)
 
     async def reload(request: Request) -> Response:
         """
         summary: Open the newest published graph build and serve it from the next request.
         responses:
-          200: {description: what is served now}
-          503: {description: the new build could not be opened; the old one stays served}
+          200: {description: "what is served now"}
+          415: {description: "a body that is not application/json"}
+          503: {description: "the new build could not be opened; the old one stays served"}
         """
+        if _has_body(request) and _media_type(request) != "application/json":
+            return _error(BadInput("reload: a body, when sent, must be application/json", 415))
         try:
             done = await run_in_threadpool(service.reload)
         except (FileNotFoundError, ValueError, OSError) as error:
-            return JSONResponse(
-                {"error": str(error), "graph_build": service.current.build_id}, status_code=503
-            )
-        return JSONResponse(done)
+            kept = service._current.build_id if service._current is not None else None
+            return Json({"error": str(error), "graph_build": kept}, status_code=503)
+        return Json(done)
 
     async def page(request: Request) -> Response:
-        return HTMLResponse(PAGE)
+        served = service._current
+        return HTMLResponse(
+            render_page(
+                served.example if served is not None else None,
+                synthetic=synthetic,
+                reader=getattr(service.reader, "name", None) if service.reader else None,
+            )
+        )
 
     routes = [
         Route("/", page, methods=["GET"], include_in_schema=False),
@@ -408,10 +674,12 @@ def build_app(service: GraphService) -> Starlette:
         Route("/healthz", healthz, methods=["GET"]),
         Route("/reload", reload, methods=["POST"]),
     ]
-    schemas = SchemaGenerator({"openapi": "3.0.0", "info": {"title": "kg serve", "version": "1"}})
+    schemas = SchemaGenerator(
+        {"openapi": "3.0.0", "info": {"title": "kg serve", "version": "1"}, "paths": {}}
+    )
 
     async def openapi(request: Request) -> Response:
-        return JSONResponse(schemas.get_schema(routes=app.routes))
+        return Json(schemas.get_schema(routes=app.routes))
 
     async def docs(request: Request) -> Response:
         return HTMLResponse(_docs_page(schemas.get_schema(routes=app.routes)))
@@ -420,8 +688,30 @@ def build_app(service: GraphService) -> Starlette:
         Route("/openapi.json", openapi, methods=["GET"], include_in_schema=False),
         Route("/docs", docs, methods=["GET"], include_in_schema=False),
     ]
-    app = Starlette(routes=routes)
-    return app
+
+    async def http_error(request: Request, error: Exception) -> Response:
+        assert isinstance(error, HTTPException)
+        where = f"{request.method} {urllib.parse.quote(request.url.path, safe='/')}"
+        if error.status_code == 404:
+            message = f"{where}: no such route (the API is described at /docs)"
+        elif error.status_code == 405:
+            allowed = (error.headers or {}).get("Allow", "")
+            message = f"{where}: method not allowed (allowed: {allowed})"
+        else:
+            message = f"{where}: {error.detail}"
+        return Json({"error": message}, status_code=error.status_code, headers=error.headers)
+
+    async def server_error(request: Request, error: Exception) -> Response:
+        return Json(
+            {"error": f"internal error ({type(error).__name__}); the server's log has the trace"},
+            status_code=500,
+        )
+
+    app = Starlette(
+        routes=routes,
+        exception_handlers={HTTPException: http_error, Exception: server_error},
+    )
+    return RequestLog(app)
 
 
 def _search(served: ServedGraph, question: str, k: int) -> dict[str, Any]:

@@ -14,6 +14,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -49,26 +50,15 @@ def lake(tmp_path_factory) -> Lake:
     return lake
 
 
-@pytest.fixture(scope="module")
-def server(lake, tmp_path_factory):
+@contextmanager
+def running_server(lake_root: str, home: Path, *options: str):
+    """`kg serve --lake LAKE_ROOT OPTIONS` in a subprocess on a free port, its output in
+    HOME/serve.log: (the process, its base URL) once /healthz answers."""
     port = _free_port()
-    home = tmp_path_factory.mktemp("home")
     log = open(home / "serve.log", "w")  # noqa: SIM115 (closed below)
     process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "kg_platform.cli",
-            "serve",
-            "--lake",
-            lake.root,
-            "--port",
-            str(port),
-            "--workers",
-            "2",  # two processes: /reload in one must reach the other
-            "--heavy-candidates",
-            "1",  # the aspirin pair (4 candidates) goes through the heavy lane, heparin's not
-        ],
+        [sys.executable, "-m", "kg_platform.cli", "serve", "--lake", lake_root]
+        + ["--port", str(port), *options],
         env=_env(home),
         stdout=log,
         stderr=subprocess.STDOUT,
@@ -85,14 +75,35 @@ def server(lake, tmp_path_factory):
             process.kill()
             pytest.fail(f"kg serve did not start: {(home / 'serve.log').read_text()[-2000:]}")
         time.sleep(0.05)  # polls /healthz: the wait ends as soon as it answers
-    yield base, home
-    process.terminate()
-    process.wait(timeout=30)
-    log.close()
+    try:
+        yield process, base
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+        log.close()
 
 
-def _request(url: str, data: bytes | None = None) -> tuple[int, dict]:
-    request = urllib.request.Request(url, data=data, method="POST" if data is not None else "GET")
+@pytest.fixture(scope="module")
+def server(lake, tmp_path_factory):
+    home = tmp_path_factory.mktemp("home")
+    with running_server(
+        lake.root,
+        home,
+        "--workers",
+        "2",  # two processes: /reload in one must reach the other
+        "--heavy-candidates",
+        "1",  # the aspirin pair (4 candidates) goes through the heavy lane, heparin's not
+        "--read-timeout",
+        "3",  # a half-sent request is dropped after 3 s
+    ) as (_, base):
+        yield base, home
+
+
+def _request(url: str, data: bytes | None = None, headers: dict | None = None) -> tuple[int, dict]:
+    headers = headers if headers is not None else {"content-type": "application/json"}
+    request = urllib.request.Request(
+        url, data=data, method="POST" if data is not None else "GET", headers=headers
+    )
     try:
         with urllib.request.urlopen(request, timeout=120) as response:
             return response.status, json.loads(response.read())
@@ -163,9 +174,16 @@ def test_ask_is_kg_ask_json(server, lake) -> None:
             422,
             "question: contains control characters (U+0000)",
         ),  # fmt: skip
+        ({"question": "aspirin\r\x1b[31m"}, 422, "question: contains control characters (U+001B)"),
+        (
+            {"question": "\ud800 aspirin"},
+            422,
+            "question: not valid Unicode text (lone surrogates U+D800)",
+        ),
         ({"question": 7}, 422, "question: expected text, got int"),
         ({}, 422, "question: missing"),
         ({"question": ANSWERED, "top_k": 0}, 422, "top_k: 0 is outside 1..100"),
+        ({"question": ANSWERED, "top_k": 10**12}, 422, "top_k: 1000000000000 is outside 1..100"),
         ({"question": ANSWERED, "as_of": "2001"}, 422, "as_of: expected an integer, got str"),
         ({"question": ANSWERED, "path": "/etc"}, 422, "body: unknown fields ['path']"),
         ({"question": ANSWERED, "release": "../../etc"}, 400, "release '../../etc': not served"),
@@ -180,19 +198,107 @@ def test_bad_input_is_a_4xx_with_a_message(server, body, status, message) -> Non
 
 def test_malformed_bodies_and_search_input(server) -> None:
     base = server[0]
-    request = urllib.request.Request(base + "/ask", data=b"{not json", method="POST")
-    with pytest.raises(urllib.error.HTTPError) as raised:
-        urllib.request.urlopen(request, timeout=60)
-    assert raised.value.code == 400
-    assert json.loads(raised.value.read())["error"].startswith("body: not JSON")
+    status, doc = _request(base + "/ask", b"{not json")
+    assert status == 400 and doc["error"].startswith("body: not JSON"), doc
+    # bytes that are not UTF-8, and a content type that is not JSON
+    assert _request(base + "/ask", b'{"question": "\xff aspirin"}') == (
+        422,
+        {"error": "body: not UTF-8 (byte 14: b'\\xff')"},
+    )
+    assert _request(base + "/ask", b'{"question": "a"}', {"content-type": "text/plain"}) == (
+        415,
+        {"error": "content-type 'text/plain': the body must be application/json"},
+    )
     assert _get(base + "/search?q=")[1] == {"error": "q: empty"}
     assert _get(base + "/search?q=aspirin&k=0")[0] == 422
     # the question graph has no embedding index: a clear 503, never a traceback
     status, doc = _get(base + "/search?q=aspirin")
     assert status == 503 and "materialise embedding_index" in doc["error"]
+    # no such route, no such method: JSON like every other error
+    assert _get(base + "/nowhere") == (
+        404,
+        {"error": "GET /nowhere: no such route (the API is described at /docs)"},
+    )
+    assert _get(base + "/ask") == (405, {"error": "GET /ask: method not allowed (allowed: POST)"})
+
+
+def _raw(base: str, payload: bytes, then_wait: bool = True) -> tuple[bytes, float]:
+    """Send ``payload`` on a new connection and read until the server closes it: (what it
+    answered, seconds it took)."""
+    host, port = base.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=60) as s:
+        s.sendall(payload)
+        started, got = time.monotonic(), b""
+        while chunk := s.recv(65536):
+            got += chunk
+        return got, time.monotonic() - started
+
+
+def test_bodies_are_limited_while_read_and_half_sent_requests_time_out(server) -> None:
+    base = server[0]
+    # a chunked body with no length: refused as soon as 64 KiB have arrived, the rest unread
+    head = b"POST /ask HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+    chunk = b"4000\r\n" + b" " * 0x4000 + b"\r\n"
+    got, _ = _raw(base, head + b"transfer-encoding: chunked\r\n\r\n" + chunk * 5)
+    assert got.startswith(b"HTTP/1.1 413 ") and got.endswith(
+        b'{"error":"body: more than 65536 bytes"}'
+    )
+    # a declared length over the limit: refused before any of it is read
+    got, _ = _raw(base, head + b"content-length: 209715200\r\n\r\n{")
+    assert got.endswith(b'{"error":"body: 209715200 bytes, at most 65536"}')
+    # half a head, and half a body: 408 after the 3 s read timeout, and the connection closed
+    got, waited = _raw(base, b"POST /ask HTTP/1.1\r\nhost: x\r\n")
+    assert got.startswith(b"HTTP/1.1 408 ") and got.endswith(
+        b'{"error": "request head not received within 3 s"}'
+    )
+    assert waited >= 2.5
+    got, waited = _raw(base, head + b"content-length: 100\r\n\r\n{")
+    assert got.startswith(b"HTTP/1.1 408 ") and got.endswith(
+        b'{"error":"body: not received within 3 s"}'
+    )
+
+
+def test_a_request_log_line_per_request(server) -> None:
+    base, home = server
+    _get(base + "/status?probe=log%0Aline")
+    deadline = time.monotonic() + 30
+    while True:  # the line is written as the response goes out
+        lines = (home / "serve.log").read_text().splitlines()
+        logged = [line for line in lines if "GET /status?probe=log%0Aline 200 " in line]
+        if logged or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    assert len(logged) == 1, lines[-5:]
+    assert " 127.0.0.1 GET /status?probe=log%0Aline 200 " in logged[0]
+    assert logged[0].endswith(" ms")
+
+
+def test_kg_ask_and_the_api_share_their_bounds(server, capsys) -> None:
+    """`kg ask` refuses what /ask refuses, with the same words (one definition)."""
+    import argparse
+
+    from kg_platform.commands.ask import add_parser
+
+    parser = argparse.ArgumentParser()
+    add_parser(parser.add_subparsers())
+    for argv, body in [
+        (["\ud800 aspirin"], {"question": "\ud800 aspirin"}),
+        (["a\x07b"], {"question": "a\x07b"}),
+        (["x" * 1001], {"question": "x" * 1001}),
+        ([ANSWERED, "--top-k", str(10**12)], {"question": ANSWERED, "top_k": 10**12}),
+        ([ANSWERED, "--top-k", "0"], {"question": ANSWERED, "top_k": 0}),
+    ]:
+        args = parser.parse_args(["ask", *argv, "--lake", "/nonexistent"])
+        assert args.func(args) == 2
+        status, doc = _post(server[0] + "/ask", body)
+        said = capsys.readouterr().err
+        assert status == 422
+        assert said == "kg ask: " + doc["error"].replace("top_k", "--top-k") + "\n"
 
 
 def test_status_health_and_openapi(server, lake) -> None:
+    from openapi_spec_validator import validate
+
     base = server[0]
     build = layout.current_build_id(lake)
     assert _get(base + "/healthz") == (200, {"ok": True, "graph_build": build})
@@ -204,17 +310,45 @@ def test_status_health_and_openapi(server, lake) -> None:
         "structural",
     )
     assert {k: doc["heavy_lane"][k] for k in ("threshold", "slots")} == {"threshold": 1, "slots": 1}
+    # every file of the build (and the grounding index) under 16 MiB: read into memory
+    assert (doc["files"]["mapped"], doc["files"]["damaged"]) == (0, [])
+    assert doc["files"]["copied"] == len(layout.read_manifest(lake, build)["arrays"]) + 1
     schema = _get(base + "/openapi.json")[1]
+    validate(schema)  # a valid OpenAPI 3.0 description
     assert set(schema["paths"]) == {"/ask", "/search", "/status", "/healthz", "/reload"}
-    assert set(schema["paths"]["/ask"]["post"]["responses"]) == {"200", "400", "422"}
+    assert schema["paths"]["/ask"]["post"]["responses"]["422"] == {
+        "description": "a field with a bad value (empty, too long, control characters, not UTF-8)"
+    }
+    assert set(schema["paths"]["/ask"]["post"]["responses"]) == {
+        "200", "400", "408", "413", "415", "422", "503"
+    }  # fmt: skip
 
 
-def test_page_in_headless_chromium(server) -> None:
+def test_page_in_headless_chromium(server, lake) -> None:
     from playwright.sync_api import expect
 
+    from kg_platform.answer.api import KnowledgeGraph
+    from kg_platform.answer.examples import answerable_examples
+    from kg_platform.serving.page import NO_READER_NOTE
+
     base = server[0]
+    # the placeholder is a question made from this graph that it answers
+    (example,) = answerable_examples(KnowledgeGraph.open(lake), 1)
+    assert example == "Is there a link between Aspirin and Myocardial Infarction?"
     with browser_page("serve_failure.png") as page:
         page.goto(base + "/")
+        box = page.get_by_label("question")
+        assert box.get_attribute("placeholder") == example
+        expect(page.locator("#reader-note")).to_have_text(NO_READER_NOTE)
+        expect(page.locator("#synthetic-note")).to_have_count(0)  # a lake of its own
+        box.fill(example)
+        page.get_by_role("button", name="Ask").click()
+        expect(page.locator("#verdict")).to_have_text(
+            "Answerable: the graph holds evidence for this question."
+        )
+        expect(page.locator("#answer")).to_have_text(
+            "No reader loaded: no yes/no answer, the evidence above is the answer."
+        )
         page.get_by_label("question").fill(ANSWERED)
         page.get_by_role("button", name="Ask").click()
         verdict = page.locator("#verdict")
@@ -357,3 +491,122 @@ def test_a_negative_heavy_candidates_is_refused_by_name(lake, tmp_path) -> None:
         2,
         "kg serve: --heavy-candidates -1: must be 0 or more",
     )
+
+
+def test_the_synthetic_demo_corpus_is_recognised(tmp_path, monkeypatch) -> None:
+    from kg_platform.commands.serve import corpus_is_synthetic
+
+    monkeypatch.setenv("KG_HOME", str(tmp_path))
+    for name in [k for k in os.environ if k.startswith("KG_") and k != "KG_HOME"]:
+        monkeypatch.delenv(name)
+    assert corpus_is_synthetic(None) is False  # NLM, no synthetic corpus written
+    (tmp_path / "synthetic" / "baseline").mkdir(parents=True)
+    assert corpus_is_synthetic(None) is True  # NLM unreachable: `kg build` wrote it
+    assert corpus_is_synthetic(str(tmp_path / "elsewhere")) is False  # not the home's lake
+
+
+def _truncate(path: str) -> bytes:
+    """Truncate the file to 0 bytes in place (the same inode, as outside damage does); its
+    bytes before, to put back."""
+    with open(path, "rb") as f:
+        kept = f.read()
+    os.truncate(path, 0)
+    return kept
+
+
+def _put_back(path: str, data: bytes) -> None:
+    with open(path, "r+b") as f:  # in place: the served map sees the bytes again
+        f.write(data)
+
+
+def test_mapped_files_damaged_under_a_running_server(lake, tmp_path) -> None:
+    """Every file mapped (``--copy-below-mib 0``), then each kind truncated in place under
+    the running server: a 503 naming the file, never a dead process; a worker killed by
+    SIGBUS is replaced, and /healthz says so; the repaired file is served again."""
+    import shutil
+    import signal
+
+    root = shutil.copytree(lake.root, tmp_path / "lake")
+    build = layout.current_build_id(lake)
+    cite = str(root / layout.array_key(build, "cite_indices"))
+    index = str(root / "grounding" / "index.kgi")
+    with running_server(str(root), tmp_path, "--copy-below-mib", "0") as (process, base):
+        status, before = _post(base + "/ask", {"question": ANSWERED})
+        assert status == 200 and before["verdict"]["answerable"] is True
+        files = _get(base + "/status")[1]["files"]
+        assert (files["copied"], files["damaged"]) == (0, [])
+        for path in (index, cite):
+            size = os.path.getsize(path)
+            data = _truncate(path)
+            damage = f"{path}: 0 bytes on disk, {size} when it was opened"
+            status, doc = _post(base + "/ask", {"question": ANSWERED})
+            assert status == 503 and doc["error"].startswith(damage + ": a file of the served")
+            assert _get(base + "/healthz") == (
+                503,
+                {"ok": False, "error": doc["error"], "graph_build": build},
+            )
+            _put_back(path, data)
+            status, again = _post(base + "/ask", {"question": ANSWERED})
+            assert (status, _stable(again)) == (200, _stable(before))
+        # the worker dies of a SIGBUS (a read racing the damage): the supervisor starts
+        # another, which finds the damaged file when it opens the build and stays up
+        data = _truncate(cite)
+        dead = _get(base + "/status")[1]["worker_pid"]  # status reads no array
+        os.kill(dead, signal.SIGBUS)
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                status, health = _get(base + "/healthz")
+                if health.get("last_worker_death"):
+                    break
+            except OSError:
+                pass
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        assert process.poll() is None
+        assert status == 503
+        assert health["last_worker_death"]["cause"] == "killed by SIGBUS"
+        assert (health["last_worker_death"]["pid"], health["worker_restarts"]) == (dead, 1)
+        assert health["error"].startswith("no graph build can be served: ")
+        assert cite in health["error"]
+        status, doc = _post(base + "/ask", {"question": ANSWERED})
+        assert status == 503 and cite in doc["error"]
+        _put_back(cite, data)  # repaired: the new worker opens it on its next try (5 s)
+        deadline = time.monotonic() + 60
+        while _get(base + "/healthz")[0] != 200:
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        status, again = _post(base + "/ask", {"question": ANSWERED})
+        assert (status, _stable(again)) == (200, _stable(before))
+    log = (tmp_path / "serve.log").read_text()
+    assert f"kg serve: worker {dead} killed by SIGBUS; starting another in 0 s" in log
+
+
+def test_copied_files_keep_serving_the_last_good_build(lake, tmp_path) -> None:
+    """The default policy reads this small build into memory: each kind of file truncated
+    under the running server, it keeps answering from the copy, /healthz names the
+    damaged files, and a reload (which would open them) is refused with the old build kept."""
+    import shutil
+
+    root = shutil.copytree(lake.root, tmp_path / "lake")
+    build = layout.current_build_id(lake)
+    cite = str(root / layout.array_key(build, "cite_indices"))
+    index = str(root / "grounding" / "index.kgi")
+    with running_server(str(root), tmp_path) as (process, base):
+        status, before = _post(base + "/ask", {"question": ANSWERED})
+        assert status == 200
+        sizes = {path: os.path.getsize(path) for path in (index, cite)}
+        for path in (index, cite):
+            _truncate(path)
+        status, after = _post(base + "/ask", {"question": ANSWERED})
+        assert (status, _stable(after)) == (200, _stable(before))
+        status, health = _get(base + "/healthz")
+        assert (status, health["ok"], health["graph_build"]) == (200, True, build)
+        assert sorted(health["damaged_on_disk"]) == sorted(
+            f"{path}: 0 bytes on disk, {size} when it was opened" for path, size in sizes.items()
+        )
+        status, doc = _post(base + "/reload", {})
+        assert (status, doc["graph_build"]) == (503, build)
+        assert cite in doc["error"]
+        assert _post(base + "/ask", {"question": ANSWERED})[0] == 200
+        assert process.poll() is None
