@@ -188,3 +188,26 @@ def test_stop_process_kills_what_ignores_sigterm(tmp_path) -> None:
     assert stop_process(process, signal.SIGTERM, timeout=1) is True
     assert not process.alive()
     assert stop_process(process) is False  # gone already
+
+
+# a fresh interpreter: whether gpu_present imported torch, then what torch itself says
+GPU_PROBE = """
+import glob, sys
+from kg_platform.orchestration.deployment import GPU_DEVICE_NODES, gpu_present
+present = gpu_present()
+imported = "torch" in sys.modules
+nodes = any(glob.glob(p) for p in GPU_DEVICE_NODES)
+import torch
+print(present, imported, nodes, torch.cuda.is_available())
+"""
+
+
+def test_gpu_present_answers_as_torch_and_imports_it_only_where_a_gpu_node_is() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", GPU_PROBE], capture_output=True, text=True, check=True
+    )
+    present, imported, nodes, available = done.stdout.split()
+    assert present == available
+    # without a device node torch is not loaded (a `kg build` with nothing to do paid 1.5-4.5
+    # s for it); with one it is what answers
+    assert imported == nodes
