@@ -21,4 +21,4 @@ def test_every_check_spec_is_a_declared_check_and_every_declared_check_a_spec():
     specs = [graph.get_check_spec(key) for key in graph.asset_check_keys]
     assert {(s.name, s.description, s.blocking) for s in specs} == declared
     assert [name for name, description, _ in declared if not description] == []
-    assert len(specs) == 57
+    assert len(specs) == 61

@@ -65,6 +65,7 @@ def test_the_definitions_load_without_the_step_libraries_and_resolve_everything(
         "corpus_profile",
         "embedding_index",
         "embedding_shards",
+        "embedding_tokens",
         "graph",
         "grounding_index",
         "grounding_report",
@@ -80,7 +81,7 @@ def test_the_definitions_load_without_the_step_libraries_and_resolve_everything(
         "scifact_report",
         "verifier_model",
     ]
-    assert report["checks"] == report["checks_from_stages"] == 57
+    assert report["checks"] == report["checks_from_stages"] == 61
     assert report["jobs"] == ["observe_pubmed_source", "pubmed_corpus_job", "pubmed_file_job"]
     assert report["sensors"] == ["pubmed_new_files"]
     assert report["schedules"] == ["pubmed_daily_fold"]

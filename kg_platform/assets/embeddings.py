@@ -14,13 +14,65 @@ from kg_platform.assets.partitions import (
     release_of,
     scope_for,
 )
-from kg_platform.embeddings.contracts import CONCEPT_CHECKS, INDEX_CHECKS, SHARD_CHECKS
+from kg_platform.embeddings.contracts import (
+    CONCEPT_CHECKS,
+    INDEX_CHECKS,
+    SHARD_CHECKS,
+    TOKEN_CHECKS,
+)
 from kg_platform.orchestration.instance import GPU_POOL
 from kg_platform.orchestration.queues import embedding_queue_tags
 from kg_platform.resources.encoder import EncoderResource
 from kg_platform.resources.lake import LakeResource
 
-SHARDS_CODE_VERSION = "2"
+SHARDS_CODE_VERSION = "3"  # 3: from token files, batch widths rounded to multiples of 16
+TOKENS_CODE_VERSION = "1"
+
+
+@dg.asset(
+    partitions_def=pubmed_files,
+    deps=[dg.AssetDep("corpus", partition_mapping=FILES_TO_RELEASE)],
+    code_version=TOKENS_CODE_VERSION,
+    group_name="embeddings",
+    kinds={"parquet"},
+    # CPU work: no GPU pool, the default queue (any executor's CPU workers, Celery included)
+    check_specs=check_specs("embedding_tokens", TOKEN_CHECKS, pubmed_files),
+)
+def embedding_tokens(
+    context: dg.AssetExecutionContext, lake: LakeResource, encoder: EncoderResource
+) -> dg.MaterializeResult:
+    """The token ids (uint16), lengths and PMIDs of the quotable records whose current
+    version lives in one file, made once on a CPU worker with the model's tokenizer
+    (`tokenizers`; no torch, no weights) for the GPU step to read. Stored per tokenizer
+    fingerprint and maximum length (embeddings/tokens/<release>/<tok-…-L256>/<file>.parquet),
+    so a model with the same tokenizer reuses them. Partitioned by **file**; published only
+    when its four checks pass."""
+    from kg_platform.embeddings.shards import build_tokens
+    from kg_platform.embeddings.tokens import tokens_key
+
+    file = context.partition_key
+    spec = encoder.tokenizer_spec()
+    the_lake = lake.get().scoped(scope_for(context))
+    with the_lake.transaction() as staged:
+        built = build_tokens(staged, spec, file)
+        results = check_results(context, built.outcomes, f"embedding_tokens[{file}]")
+    return dg.MaterializeResult(
+        metadata={
+            "path": the_lake.path(tokens_key(spec.key, file)),
+            "tokenizer": spec.key,
+            "records": built.rows,
+            "tokens": built.tokens,
+            "bytes": built.bytes,
+            "bytes_per_record": round(built.bytes / built.rows, 1) if built.rows else 0.0,
+            "tokenise_seconds": round(built.tokenise_seconds, 3),
+            "texts_per_s": round(built.rows / built.tokenise_seconds, 1)
+            if built.tokenise_seconds
+            else 0.0,
+        },
+        check_results=results,
+        # the tokenizer is part of what the file holds: another tokenizer is another version
+        data_version=dg.DataVersion(f"{spec.key}:{built.digest[:16]}"),
+    )
 
 
 @dg.multi_asset(
@@ -28,12 +80,14 @@ SHARDS_CODE_VERSION = "2"
     specs=[
         dg.AssetSpec(
             "embedding_shards",
-            deps=[dg.AssetDep("corpus", partition_mapping=FILES_TO_RELEASE)],
+            # the file's token file (identity: both per file), and the corpus for the PMIDs
+            deps=["embedding_tokens", dg.AssetDep("corpus", partition_mapping=FILES_TO_RELEASE)],
             code_version=SHARDS_CODE_VERSION,
             group_name="embeddings",
             kinds={"numpy", "torch"},
             description="Unit vectors (fp16) of title + abstract of the quotable records whose "
-            "current version lives in one file. Partitioned by **file**.",
+            "current version lives in one file, embedded from its token file (no text is "
+            "read on the GPU worker). Partitioned by **file**.",
             # the step records each file itself (no output for the range as a whole)
             skippable=True,
         )
@@ -200,4 +254,4 @@ def concept_index(
     )
 
 
-defs = dg.Definitions(assets=[embedding_shards, embedding_index, concept_index])
+defs = dg.Definitions(assets=[embedding_tokens, embedding_shards, embedding_index, concept_index])

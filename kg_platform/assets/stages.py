@@ -70,6 +70,7 @@ STEP_MODULES = (
     "kg_platform.embeddings.concepts",
     "kg_platform.embeddings.index",
     "kg_platform.embeddings.shards",
+    "kg_platform.embeddings.tokens",
     # evaluation, answering and verification reports
     "kg_platform.evaluation.allocation.evaluation",
     "kg_platform.evaluation.common.question_sets",

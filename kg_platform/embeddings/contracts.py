@@ -3,6 +3,22 @@
 
 from kg_platform.checks import Checks
 
+# a token file that fails any of these is not published (embedding_tokens)
+TOKEN_CHECKS: Checks = {
+    "one_row_per_quotable_record": (
+        "the token file holds exactly the file's quotable PMIDs, in PMID order",
+        True,
+    ),
+    "ids_inside_vocabulary": ("every token id is below the tokenizer's vocabulary size", True),
+    "lengths_at_most_max": (
+        "every length is at most the maximum length and equals its row's id count",
+        True,
+    ),
+    "sample_matches_tokenizer": (
+        "a seeded sample of rows re-tokenised from the corpus gives the same ids",
+        True,
+    ),
+}
 # a shard that does not verify is not published: the file's last verified shard stays
 SHARD_CHECKS: Checks = {
     "one_vector_per_quotable_record": (

@@ -158,6 +158,12 @@ class Encoder:
         backend.no_padding()
         return backend.to_str()
 
+    def tokenizer_spec(self):
+        """The tokenizer as token files are keyed by (``tokenising.TokenizerSpec``)."""
+        from kg_platform.embeddings.tokenising import spec_from_json
+
+        return spec_from_json(self.tokenizer_json(), self.max_length)
+
     @property
     def pad_id(self) -> int:
         pad = self.tokenizer.pad_token_id

@@ -4,15 +4,19 @@
   bounded number of chunks ahead (memory stays flat however long the stream is).
 - Tokenised chunks are gathered into super-batches of many thousand texts, which may span
   many files; inside a super-batch texts are sorted by token length so each batch pads to
-  nearly its own length instead of the longest text in the stream.
+  nearly its own length instead of the longest text in the stream, rounded up to one of a
+  few fixed widths (multiples of 16), every one of which runs once before the first batch.
 - On CUDA, batches are staged in pinned host buffers and copied asynchronously, results come
   back through pinned memory, and the copy of one super-batch overlaps the next one's work.
+- ``embed_tokens`` is the same path from ids tokenised earlier (token files, see
+  ``tokens``): no tokeniser at all, which is what ``embedding_shards`` runs.
 
 Workers are started with ``spawn``, never ``fork``; see ``tokenising`` for why.
 """
 
 from __future__ import annotations
 
+import bisect
 import multiprocessing as mp
 import os
 import time
@@ -49,9 +53,19 @@ class FeederSettings:
     chunk: int = 512  # texts per tokenisation task
     workers: int | None = None  # None: default_workers(); 0: tokenise in this process
     prefetch_super_batches: int = 2
+    width_step: int = 16  # batch widths rounded up to a multiple of this (1: not rounded)
+    warm_up: bool | None = None  # every shape once before the first batch; None: on CUDA
+    staging_buffers: int = 4  # pinned batches the host may run ahead of the device (CUDA)
 
     def __post_init__(self) -> None:
-        for name in ("batch_size", "super_batch", "chunk", "prefetch_super_batches"):
+        for name in (
+            "batch_size",
+            "super_batch",
+            "chunk",
+            "prefetch_super_batches",
+            "width_step",
+            "staging_buffers",
+        ):
             if getattr(self, name) < 1:
                 raise FeederError(f"{name}={getattr(self, name)}: must be at least 1")
         if self.workers is not None and self.workers < 0:
@@ -110,7 +124,7 @@ def embed_stream(
     chunks = _chunks(iter(texts), settings.chunk)
     chunks_per_super = -(-settings.super_batch // settings.chunk)
     window = chunks_per_super * settings.prefetch_super_batches + settings.resolved_workers
-    stage = _DeviceStage(encoder, settings.batch_size)
+    stage = _DeviceStage(encoder, settings)
     with _Tokenisers(encoder.tokenizer_json(), settings.resolved_workers) as tokenisers:
         pending: deque[Any] = deque()
 
@@ -133,7 +147,7 @@ def embed_stream(
                 parts.append((flat, lengths))
                 count += len(lengths)
                 refill()
-            launched = stage.launch(parts, stats)
+            launched = stage.launch(*_joined(parts), stats)
             stats.super_batches += 1
             # hand back the previous super-batch only now: its copy ran behind this launch
             if in_flight is not None:
@@ -186,6 +200,71 @@ class _Tokenisers:
             self.pool.join()
 
 
+def embed_tokens(
+    encoder: Encoder,
+    parts: Iterable[tuple[np.ndarray, np.ndarray]],
+    settings: FeederSettings | None = None,
+    stats: FeederStats | None = None,
+) -> Iterator[np.ndarray]:
+    """Vectors for texts already tokenised: ``parts`` are consecutive (flat ids, lengths)
+    pairs (a token file each, say). Yields float16 blocks in input order, one per
+    super-batch of ``settings.super_batch`` texts, cut across part boundaries."""
+    settings = settings or FeederSettings()
+    stats = stats if stats is not None else FeederStats()
+    started = time.perf_counter()
+    stage = _DeviceStage(encoder, settings)
+    in_flight: _PendingResult | None = None
+    for flat, lengths in _super_batches(parts, settings.super_batch):
+        launched = stage.launch(flat, lengths, stats)
+        stats.super_batches += 1
+        if in_flight is not None:
+            yield in_flight.wait()
+        in_flight = launched
+    if in_flight is not None:
+        yield in_flight.wait()
+    stats.seconds += time.perf_counter() - started
+
+
+def _super_batches(
+    parts: Iterable[tuple[np.ndarray, np.ndarray]], size: int
+) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """Consecutive (flat ids, lengths) of exactly ``size`` texts (the last one fewer)."""
+    held: list[tuple[np.ndarray, np.ndarray]] = []
+    count = 0
+    for flat, lengths in parts:
+        if len(lengths) != 0 and int(lengths.sum(dtype=np.int64)) != len(flat):
+            raise FeederError(f"{len(flat)} ids for lengths summing to {int(lengths.sum())}")
+        position = 0  # rows of this part already handed on
+        offset = 0  # its ids already handed on
+        while len(lengths) - position > 0:
+            take = min(size - count, len(lengths) - position)
+            piece = lengths[position : position + take]
+            tokens = int(piece.sum(dtype=np.int64))
+            held.append((flat[offset : offset + tokens], piece))
+            count += take
+            position += take
+            offset += tokens
+            if count == size:
+                yield _joined(held)
+                held, count = [], 0
+    if count:
+        yield _joined(held)
+
+
+def _joined(held: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    if len(held) == 1:
+        return held[0]
+    return np.concatenate([h[0] for h in held]), np.concatenate([h[1] for h in held])
+
+
+def batch_widths(max_length: int, step: int) -> list[int]:
+    """The widths batches are padded to: multiples of ``step`` up to ``max_length``, and
+    ``max_length`` itself (``step`` 1: every width, as the texts need)."""
+    if step <= 1:
+        return list(range(1, max_length + 1))
+    return sorted({*range(step, max_length + 1, step), max_length})
+
+
 class _PendingResult:
     def __init__(self, host: Any, order: np.ndarray, event: Any) -> None:
         self.host, self.order, self.event = host, order, event
@@ -201,76 +280,118 @@ class _PendingResult:
 
 
 class _DeviceStage:
-    """Pads length-sorted batches, moves them to the device and runs the model."""
+    """Pads length-sorted batches to a few fixed widths, moves them to the device and runs
+    the model.
 
-    def __init__(self, encoder: Encoder, batch_size: int, staging_buffers: int = 3) -> None:
+    - Widths are rounded up to ``settings.width_step`` (16: at most 16 shapes for a maximum
+      of 256), so the device sees few shapes; with ``warm_up`` each shape (rows =
+      ``batch_size``) runs once before the first real batch, and a super-batch's last,
+      short batch is filled up to ``batch_size`` rows with one-token dummies whose vectors
+      are dropped: no shape is ever new in the middle of the stream.
+    - A batch is gathered straight from the flat ids (one row copy each, through a sliding
+      window view) into a pinned host buffer on CUDA, copied asynchronously, and its padding
+      (the ids past each row's length) is blanked on the device, where the mask is built
+      from the lengths. A buffer is reused only after the copy that read it finished, so the
+      host runs ``staging_buffers`` batches ahead of the device and neither waits on the
+      other.
+    """
+
+    def __init__(self, encoder: Encoder, settings: FeederSettings) -> None:
         import torch
 
         self.torch = torch
         self.encoder = encoder
-        self.batch_size = batch_size
+        self.batch_size = settings.batch_size
         self.cuda = encoder.device.startswith("cuda")
-        self.buffers: list[tuple[Any, Any]] = []  # (pinned ids, event guarding reuse)
+        self.widths = batch_widths(encoder.max_length, settings.width_step)
+        self.warm_up = self.cuda if settings.warm_up is None else settings.warm_up
+        self.buffers: list[tuple[Any, Any, Any]] = []  # (pinned ids, pinned lengths, event)
         if self.cuda:
-            for _ in range(staging_buffers):
-                ids = torch.empty(batch_size * encoder.max_length, dtype=torch.int64)
-                self.buffers.append((ids.pin_memory(), None))
+            for _ in range(settings.staging_buffers):
+                ids = torch.empty(self.batch_size * encoder.max_length, dtype=torch.int32)
+                lengths = torch.empty(self.batch_size, dtype=torch.int32)
+                self.buffers.append((ids.pin_memory(), lengths.pin_memory(), None))
         self.next_buffer = 0
+        self.arange = torch.arange(encoder.max_length, device=encoder.device)
 
-    def _to_device(self, ids: np.ndarray) -> Any:
+    def _warm(self, stats: FeederStats) -> None:
+        """Every (batch_size, width) shape once, before any real batch (once per encoder)."""
         torch = self.torch
+        seen: set = self.encoder.__dict__.setdefault("_warm_shapes", set())
+        shapes = [(self.batch_size, w) for w in self.widths if (self.batch_size, w) not in seen]
+        for rows, width in shapes:
+            ids = torch.full((rows, width), self.encoder.pad_id, device=self.encoder.device)
+            self.encoder.embed_token_batch(ids, torch.ones_like(ids))
+            seen.add((rows, width))
+        if self.cuda:
+            torch.cuda.synchronize()
+        stats.extra["warm_up_shapes"] = stats.extra.get("warm_up_shapes", 0) + len(shapes)
+
+    def _width(self, longest: int) -> int:
+        return self.widths[bisect.bisect_left(self.widths, longest)]
+
+    def _to_device(self, windows: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> Any:
+        """(ids, lengths) of one batch on the device: rows of ``windows`` at ``starts``."""
+        torch = self.torch
+        rows, width = len(starts), windows.shape[1]
         if not self.cuda:
-            return torch.from_numpy(ids).to(self.encoder.device)
+            ids = np.take(windows, starts, axis=0).astype(np.int64)
+            return torch.from_numpy(ids), torch.from_numpy(lengths.astype(np.int64))
         slot = self.next_buffer
         self.next_buffer = (slot + 1) % len(self.buffers)
-        pinned, event = self.buffers[slot]
+        pinned, pinned_lengths, event = self.buffers[slot]
         if event is not None:
             event.synchronize()  # the copy that last read this buffer has finished
-        rows, cols = ids.shape
         # a contiguous prefix of the flat buffer, so the copy stays one pinned DMA
-        view = pinned[: rows * cols].view(rows, cols)
-        view.numpy()[...] = ids
-        on_device = view.to(self.encoder.device, non_blocking=True)
+        view = pinned[: rows * width].view(rows, width)
+        np.take(windows, starts, axis=0, out=view.numpy())
+        pinned_lengths[:rows].numpy()[...] = lengths
+        device = self.encoder.device
+        on_device = view.to(device, non_blocking=True)
+        lengths_device = pinned_lengths[:rows].to(device, non_blocking=True)
         done = torch.cuda.Event()
         done.record()
-        self.buffers[slot] = (pinned, done)
-        return on_device
+        self.buffers[slot] = (pinned, pinned_lengths, done)
+        return on_device, lengths_device
 
-    def launch(
-        self, parts: list[tuple[np.ndarray, np.ndarray]], stats: FeederStats
-    ) -> _PendingResult:
+    def launch(self, flat: np.ndarray, lengths: np.ndarray, stats: FeederStats) -> _PendingResult:
         torch = self.torch
-        flat = np.concatenate([p[0] for p in parts])
-        lengths = np.concatenate([p[1] for p in parts])
-        offsets = np.zeros(len(lengths), dtype=np.int64)
-        np.cumsum(lengths[:-1], out=offsets[1:])
+        if self.warm_up:
+            self._warm(stats)
+        n = len(lengths)
+        lengths = lengths.astype(np.int64, copy=False)
+        offsets = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        # the ids as int32 with a tail of pad ids, so every row's window of the widest width
+        # stays inside the array; the dummy rows start in that tail
+        pad_id = self.encoder.pad_id
+        padded = np.full(len(flat) + self.widths[-1], pad_id, dtype=np.int32)
+        padded[: len(flat)] = flat
+        dummy_start = len(flat)
         # longest first, so the largest batch allocates device memory first
         order = np.argsort(-lengths, kind="stable")
         device = self.encoder.device
-        result = torch.empty(
-            (len(lengths), self.encoder.dim), dtype=self.encoder.dtype, device=device
-        )
-        pad_id = self.encoder.pad_id
-        for start in range(0, len(order), self.batch_size):
+        result = torch.empty((n, self.encoder.dim), dtype=self.encoder.dtype, device=device)
+        for start in range(0, n, self.batch_size):
             rows = order[start : start + self.batch_size]
+            starts = offsets[rows]
             row_lengths = lengths[rows]
-            width = int(row_lengths.max())
-            columns = np.arange(width)
-            inside = columns[None, :] < row_lengths[:, None]
-            ids = np.full((len(rows), width), pad_id, dtype=np.int64)
-            ids[inside] = flat[(offsets[rows][:, None] + columns[None, :])[inside]]
-            ids_device = self._to_device(ids)
-            # the mask is rebuilt on the device from the lengths: half the bytes to copy
-            lengths_device = torch.from_numpy(row_lengths.astype(np.int64)).to(
-                device, non_blocking=self.cuda
-            )
-            mask = (torch.arange(width, device=device)[None, :] < lengths_device[:, None]).to(
-                torch.int64
-            )
-            result[start : start + len(rows)] = self.encoder.embed_token_batch(ids_device, mask)
-            stats.padded_tokens += len(rows) * width
-        stats.texts += len(lengths)
-        stats.tokens += int(lengths.sum())
+            real = len(rows)
+            if self.warm_up and real < self.batch_size:
+                extra = self.batch_size - real
+                starts = np.concatenate([starts, np.full(extra, dummy_start, np.int64)])
+                row_lengths = np.concatenate([row_lengths, np.ones(extra, np.int64)])
+            width = self._width(int(row_lengths[0]))
+            windows = np.lib.stride_tricks.sliding_window_view(padded, width)
+            ids, lengths_device = self._to_device(windows, starts, row_lengths)
+            mask = self.arange[:width][None, :] < lengths_device[:, None]
+            # the window ran on into the next texts' ids: blank them to the pad id
+            ids = ids.masked_fill(~mask, pad_id).to(torch.int64)
+            vectors = self.encoder.embed_token_batch(ids, mask.to(torch.int64))
+            result[start : start + real] = vectors[:real]
+            stats.padded_tokens += len(starts) * width
+        stats.texts += n
+        stats.tokens += int(offsets[-1])
         if not self.cuda:
             return _PendingResult(result.to(torch.float16).numpy(), order, None)
         host = torch.empty(result.shape, dtype=torch.float16, pin_memory=True)

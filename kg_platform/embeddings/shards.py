@@ -6,12 +6,18 @@ A shard is three lake objects, written in this order:
 checksums). Each write is atomic; the meta file is written last and is the shard's seal, so a
 run killed between the writes leaves a shard that fails verification and is redone, while a
 sealed shard that still matches the corpus and the model is skipped.
+
+The vectors are made from the file's token file (``tokens``; ``build_tokens`` makes it on a
+CPU worker, the ``embedding_tokens`` asset), never from the texts: the GPU step reads ids,
+sorts them by length across files and feeds batches of a few fixed widths
+(``feeder.embed_tokens``).
 """
 
 from __future__ import annotations
 
 import json
 import time
+from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
@@ -21,7 +27,17 @@ import pyarrow.parquet as pq
 
 from kg_platform.checks import CheckOutcome
 from kg_platform.embeddings.encoder import Encoder
-from kg_platform.embeddings.feeder import FeederSettings, FeederStats, embed_stream
+from kg_platform.embeddings.feeder import FeederSettings, FeederStats, embed_tokens
+from kg_platform.embeddings.tokenising import TokenizerSpec
+from kg_platform.embeddings.tokens import (
+    TokenFile,
+    TokenFileError,
+    make_token_file,
+    read_tokens,
+    to_parquet_bytes,
+    token_checks,
+    tokens_key,
+)
 from kg_platform.storage.corpus import corpus_folder, corpus_parts
 from kg_platform.storage.digest import array_sha256
 from kg_platform.storage.lake import Lake
@@ -70,6 +86,16 @@ def read_quotable(lake: Lake, files: Sequence[str]) -> dict[str, QuotableRecords
         texts = [article_text(t, a) for t, a in part.select("title", "abstract").iter_rows()]
         records[file] = QuotableRecords(file, part["pmid"].to_numpy().astype(np.int64), texts)
     return records
+
+
+def quotable_pmids(lake: Lake, files: Sequence[str]) -> dict[str, np.ndarray]:
+    """The quotable PMIDs of each of ``files`` (ascending; empty for a file with none),
+    read without the texts."""
+    frame = _read_corpus(lake, ["pmid", "file"], [("file", "in", list(files))]).sort("pmid")
+    return {
+        file: frame.filter(pl.col("file") == file)["pmid"].to_numpy().astype(np.int64)
+        for file in files
+    }
 
 
 def quotable_pmids_by_file(lake: Lake) -> dict[str, np.ndarray]:
@@ -207,24 +233,46 @@ def embed_shards(
     files: Sequence[str],
     settings: FeederSettings | None = None,
 ) -> ShardRun:
-    """Embed the quotable records of ``files`` into shards, skipping verified ones. The files
-    go through one feeder stream, so super-batches span file boundaries."""
+    """Embed the quotable records of ``files`` into shards from their token files (made by
+    ``embedding_tokens`` for the encoder's tokenizer; no text is read), skipping verified
+    shards. The files go through one stream, so super-batches span file boundaries. A file
+    whose token file is missing, made by another tokenizer, damaged or stale fails alone
+    (its status names why)."""
     started = time.perf_counter()
-    records = read_quotable(lake, files)
+    spec = encoder.tokenizer_spec()
+    expected = quotable_pmids(lake, files)
     results: dict[str, ShardResult] = {}
     verified: dict[str, ShardStatus] = {}
-    todo: list[QuotableRecords] = []
+    todo: list[str] = []
     for file in files:
-        status = verify_shard(lake, file, records[file].pmids, encoder.fingerprint, encoder.dim)
+        status = verify_shard(lake, file, expected[file], encoder.fingerprint, encoder.dim)
         if status.done:
-            results[file] = ShardResult(file, len(records[file].pmids), False, status.reason)
+            results[file] = ShardResult(file, len(expected[file]), False, status.reason)
             verified[file] = status
         else:
-            todo.append(records[file])
+            todo.append(file)
+
+    def token_files() -> Iterator[TokenFile]:
+        for file in todo:
+            try:
+                tokens = read_tokens(lake, spec, file)
+                if not np.array_equal(tokens.pmids, expected[file]):
+                    raise TokenFileError(
+                        f"{lake.path(tokens_key(spec.key, file))}: stale: its {len(tokens)} "
+                        f"PMIDs differ from the corpus's {len(expected[file])} quotable ones; "
+                        f"materialise embedding_tokens[{file}] again"
+                    )
+            except TokenFileError as exc:
+                verified[file] = ShardStatus(file, False, f"tokens refused: {exc}")
+                results[file] = ShardResult(file, 0, False, verified[file].reason)
+                continue
+            yield tokens
+
     stats = FeederStats()
-    for rec, vectors in _embed_by_file(encoder, todo, settings, stats):
-        verified[rec.file] = write_shard(lake, rec.file, rec.pmids, vectors, encoder.fingerprint)
-        results[rec.file] = ShardResult(rec.file, len(rec.pmids), True, "embedded")
+    for tokens, vectors in _embed_by_file(encoder, token_files(), settings, stats):
+        file = tokens.file
+        verified[file] = write_shard(lake, file, tokens.pmids, vectors, encoder.fingerprint)
+        results[file] = ShardResult(file, len(tokens), True, "embedded")
     return ShardRun(
         shards=tuple(results[f] for f in files),
         seconds=time.perf_counter() - started,
@@ -236,33 +284,84 @@ def embed_shards(
 
 def _embed_by_file(
     encoder: Encoder,
-    todo: list[QuotableRecords],
+    token_files: Iterator[TokenFile],
     settings: FeederSettings | None,
     stats: FeederStats,
-) -> Iterator[tuple[QuotableRecords, np.ndarray]]:
-    """Feed every file's texts as one stream; hand back each file as soon as it is whole."""
-    # files without quotable records never enter the stream
-    for rec in todo:
-        if not rec.texts:
-            yield rec, np.zeros((0, encoder.dim), dtype=np.float16)
-    todo = [rec for rec in todo if rec.texts]
-    if not todo:
-        return
-    stream = embed_stream(encoder, (t for rec in todo for t in rec.texts), settings, stats)
-    current = 0
+) -> Iterator[tuple[TokenFile, np.ndarray]]:
+    """Feed every file's ids as one stream; hand back each file as soon as it is whole."""
+    pending: deque[TokenFile] = deque()  # read, vectors not complete, in stream order
+
+    def parts() -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        for tokens in token_files:
+            pending.append(tokens)
+            yield tokens.ids, tokens.lengths
+
+    def empties() -> Iterator[tuple[TokenFile, np.ndarray]]:
+        # files without quotable records: an empty shard, in their place in the stream
+        while pending and len(pending[0]) == 0:
+            yield pending.popleft(), np.zeros((0, encoder.dim), dtype=np.float16)
+
+    buffer: np.ndarray | None = None
     filled = 0
-    buffer = np.empty((len(todo[0].texts), encoder.dim), dtype=np.float16)
-    for block in stream:
+    for block in embed_tokens(encoder, parts(), settings, stats):
         taken = 0
         while taken < len(block):
-            rec = todo[current]
-            n = min(len(rec.texts) - filled, len(block) - taken)
+            yield from empties()
+            tokens = pending[0]
+            if buffer is None:
+                buffer, filled = np.empty((len(tokens), encoder.dim), dtype=np.float16), 0
+            n = min(len(tokens) - filled, len(block) - taken)
             buffer[filled : filled + n] = block[taken : taken + n]
             filled += n
             taken += n
-            if filled == len(rec.texts):
-                yield rec, buffer
-                current += 1
-                filled = 0
-                if current < len(todo):
-                    buffer = np.empty((len(todo[current].texts), encoder.dim), dtype=np.float16)
+            if filled == len(tokens):
+                yield pending.popleft(), buffer
+                buffer = None
+    yield from empties()
+
+
+@dataclass(frozen=True)
+class TokenBuild:
+    """One file's token file, written (staged) and read back, with its check outcomes."""
+
+    file: str
+    rows: int
+    tokens: int
+    bytes: int
+    seconds: float
+    tokenise_seconds: float
+    outcomes: list[CheckOutcome]
+    digest: str  # sha256 of the file's flat ids, as its metadata seals them
+
+    @property
+    def passed(self) -> bool:
+        return all(o.passed for o in self.outcomes)
+
+
+def build_tokens(lake: Lake, spec: TokenizerSpec, file: str) -> TokenBuild:
+    """Tokenise the quotable records of ``file`` into its token file for ``spec``, read it
+    back from the lake and judge it (contracts.TOKEN_CHECKS); called inside the asset's
+    lake transaction, so a file that fails a check is never published."""
+    started = time.perf_counter()
+    records = read_quotable(lake, [file])[file]
+    tokenised = time.perf_counter()
+    made = make_token_file(spec, file, records.pmids, records.texts)
+    tokenise_seconds = time.perf_counter() - tokenised
+    written = lake.write_bytes(tokens_key(spec.key, file), to_parquet_bytes(made))
+    back: TokenFile | None = None
+    error = None
+    try:
+        back = read_tokens(lake, spec, file)
+    except TokenFileError as exc:
+        error = str(exc)
+    outcomes = token_checks(back, error, spec, records.pmids, records.texts)
+    return TokenBuild(
+        file,
+        len(made),
+        int(made.offsets[-1]),
+        written,
+        time.perf_counter() - started,
+        tokenise_seconds,
+        outcomes,
+        str(made.meta["ids_sha256"]),
+    )

@@ -6,6 +6,7 @@ import dagster as dg
 
 if TYPE_CHECKING:
     from kg_platform.embeddings.encoder import Encoder
+    from kg_platform.embeddings.tokenising import TokenizerSpec
 
 
 class EncoderResource(dg.ConfigurableResource):
@@ -21,3 +22,12 @@ class EncoderResource(dg.ConfigurableResource):
         from kg_platform.embeddings.encoder import Encoder
 
         return Encoder(self.model_path, device=self.device, batch_size=self.batch_size)
+
+    def tokenizer_spec(self) -> TokenizerSpec:
+        """The model's tokenizer alone (``tokenizers``: no torch, no weights loaded), for
+        the CPU step that makes token files."""
+        from kg_platform.embeddings.encoder import read_model_layout
+        from kg_platform.embeddings.tokenising import spec_from_folder
+
+        layout = read_model_layout(self.model_path)
+        return spec_from_folder(layout.path, layout.max_length)

@@ -10,6 +10,7 @@ key area              routed to                                   partition
 corpus/               corpus/<release>/                           release
 embeddings/index/     embeddings/index/<release>/                 release
 embeddings/shards/    embeddings/shards/<release>/                release of the file
+embeddings/tokens/    embeddings/tokens/<release>/                release of the file
 mesh/                 mesh/<mesh_year>/                           MeSH year
 grounding/            grounding/<mesh_year>/                      MeSH year
 embeddings/concepts/  embeddings/concepts/<mesh_year>/            MeSH year
@@ -26,7 +27,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-RELEASE_AREAS = ("corpus", "embeddings/index", "embeddings/shards")
+RELEASE_AREAS = ("corpus", "embeddings/index", "embeddings/shards", "embeddings/tokens")
 MESH_AREAS = ("mesh", "grounding", "embeddings/concepts")
 GRAPH_AREAS = ("graph",)
 REPORTS = "reports"

@@ -27,6 +27,7 @@ from kg_platform.retrieval.dense import DenseIndex
 from kg_platform.storage.lake import Lake
 from kg_platform_tests.answer.graph_fixture import FILE, build_question_graph
 from kg_platform_tests.conftest import require_reference
+from kg_platform_tests.embeddings.corpus import write_tokens
 from kg_platform_tests.embeddings.models import packaged_encoder
 
 # graph article -> SciFact doc_id of the abstract it carries
@@ -65,6 +66,7 @@ def dense_lake(tmp_path_factory) -> Lake:
         files={300: UNEMBEDDED_FILE},
     )
     encoder = packaged_encoder()
+    write_tokens(lake, encoder, [FILE])
     embed_shards(lake, encoder, [FILE], FeederSettings(workers=0))
     build = build_index(lake, encoder.fingerprint)
     assert (build.vectors, build.gap, build.missing_files) == (6, 1, (UNEMBEDDED_FILE,))

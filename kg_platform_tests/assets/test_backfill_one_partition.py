@@ -17,7 +17,7 @@ from kg_platform.resources.encoder import EncoderResource
 from kg_platform.resources.lake import LakeResource
 from kg_platform.storage.lake import Lake
 from kg_platform_tests.conftest import require_reference
-from kg_platform_tests.embeddings.corpus import write_corpus
+from kg_platform_tests.embeddings.corpus import write_corpus, write_tokens
 from kg_platform_tests.embeddings.models import tiny_encoder
 
 
@@ -41,6 +41,7 @@ def test_one_release_and_one_mesh_year_of_the_embedding_indexes(tmp_path) -> Non
     releases = {"pubmed25": ("pubmed25n0001", "pubmed25n0002"), "pubmed26": ("pubmed26n0001",)}
     for release, files in releases.items():
         write_corpus(root.scoped(release=release), n=8, files=files)
+        write_tokens(root.scoped(release=release), tiny_encoder(), files)
     terms = build_mesh_tables(str(require_reference("mesh", "xml")))["terms"]
     for year in ("2019", "2020"):
         root.scoped(mesh_year=year).write_parquet(MESH_TERMS, terms)

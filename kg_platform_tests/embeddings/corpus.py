@@ -43,3 +43,14 @@ def write_corpus(lake: Lake, n: int = 18, files: tuple[str, ...] = FILES) -> pl.
     )
     write_corpus_table(lake, "articles", frame.to_arrow())
     return frame
+
+
+def write_tokens(lake: Lake, encoder, files: tuple[str, ...] | list[str] = FILES) -> None:
+    """The token files of ``files`` for ``encoder``'s tokenizer (what embedding_tokens
+    makes), each passing its checks."""
+    from kg_platform.embeddings.shards import build_tokens
+
+    spec = encoder.tokenizer_spec()
+    for file in files:
+        built = build_tokens(lake, spec, file)
+        assert built.passed, built.outcomes

@@ -5,14 +5,14 @@ import dagster as dg
 import numpy as np
 import polars as pl
 
-from kg_platform.assets.embeddings import embedding_index, embedding_shards
+from kg_platform.assets.embeddings import embedding_index, embedding_shards, embedding_tokens
 from kg_platform.cli import main
 from kg_platform.embeddings.index import INDEX_PMIDS, index_hash_problems
 from kg_platform.orchestration.instance import write_instance_yaml
 from kg_platform.resources.encoder import EncoderResource
 from kg_platform.resources.lake import LakeResource
 from kg_platform.storage.lake import Lake
-from kg_platform_tests.embeddings.corpus import FILES, write_corpus
+from kg_platform_tests.embeddings.corpus import FILES, write_corpus, write_tokens
 from kg_platform_tests.embeddings.models import tiny_encoder
 
 RELEASE = "pubmed26"  # the release of every file in FILES
@@ -35,12 +35,31 @@ def test_shards_then_index_materialise_with_passing_checks_and_search_finds_a_ti
     instance.add_dynamic_partitions("pubmed_files", list(FILES))
     instance.add_dynamic_partitions("pubmed_releases", [RELEASE])
     for file in FILES[:2]:
+        # the CPU step's token file, then the GPU step reading it: one run, two steps
         result = dg.materialize(
-            [embedding_shards], partition_key=file, resources=resources, instance=instance
+            [embedding_tokens, embedding_shards],
+            partition_key=file,
+            resources=resources,
+            instance=instance,
         )
         assert result.success
         checks = result.get_asset_check_evaluations()
-        assert [c.passed for c in checks] == [True]
+        assert sorted((c.asset_key.to_user_string(), c.check_name, c.passed) for c in checks) == [
+            ("embedding_shards", "one_vector_per_quotable_record", True),
+            ("embedding_tokens", "ids_inside_vocabulary", True),
+            ("embedding_tokens", "lengths_at_most_max", True),
+            ("embedding_tokens", "one_row_per_quotable_record", True),
+            ("embedding_tokens", "sample_matches_tokenizer", True),
+        ]
+        tokens = result.get_asset_materialization_events()[0].materialization
+        assert tokens.asset_key == dg.AssetKey("embedding_tokens")
+        quotable = corpus.filter(pl.col("file") == file, pl.col("has_abstract")).height
+        assert tokens.metadata["records"].value == quotable
+        spec = resources["encoder"].tokenizer_spec()
+        assert tokens.metadata["tokenizer"].value == spec.key
+        assert tokens.metadata["path"].value == str(
+            tmp_path / "lake/embeddings/tokens" / RELEASE / spec.key / f"{file}.parquet"
+        )
     # backfilling one shard again keeps its verified shard and touches no other file
     shards = tmp_path / "lake" / "embeddings" / "shards" / RELEASE
     before = {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in sorted(shards.iterdir())}
@@ -154,6 +173,7 @@ def test_a_range_of_files_is_one_run_recording_each_file(tmp_path) -> None:
     vectors sha256) and check row."""
     root = Lake(str(tmp_path / "lake"))
     write_corpus(root.scoped(release=RELEASE), n=12)
+    write_tokens(root.scoped(release=RELEASE), tiny_encoder())
     resources = {
         "lake": LakeResource(root=root.root),
         "encoder": EncoderResource(

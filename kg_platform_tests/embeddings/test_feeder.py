@@ -37,7 +37,8 @@ def test_feeder_matches_plain_encode_in_input_order(workers):
     assert stats.super_batches == 2  # whole chunks of 3 gather to at least 5 texts: 6 + 2
 
 
-def test_padding_follows_length_sorted_batches_within_each_super_batch():
+@pytest.mark.parametrize("step", [1, 16])
+def test_padding_follows_length_sorted_batches_within_each_super_batch(step):
     encoder = tiny_encoder()
     texts = _texts(16)
     lengths = np.array(
@@ -49,17 +50,23 @@ def test_padding_follows_length_sorted_batches_within_each_super_batch():
         ]
     )
     stats = FeederStats()
-    settings = FeederSettings(batch_size=3, super_batch=8, chunk=8, workers=0)
+    settings = FeederSettings(batch_size=3, super_batch=8, chunk=8, workers=0, width_step=step)
     embed_texts(encoder, texts, settings, stats)
+
+    def width(longest: int) -> int:
+        # rounded up to the step, never past the model's maximum (64 for the tiny BERT)
+        return min(-(-longest // step) * step, encoder.max_length)
+
     expected_padded = 0
     for start in (0, 8):
         sorted_lengths = np.sort(lengths[start : start + 8])[::-1]
         expected_padded += sum(
-            int(sorted_lengths[i : i + 3].max()) * len(sorted_lengths[i : i + 3])
+            width(int(sorted_lengths[i : i + 3].max())) * len(sorted_lengths[i : i + 3])
             for i in range(0, 8, 3)
         )
     assert stats.tokens == int(lengths.sum())
     assert stats.padded_tokens == expected_padded
+    assert expected_padded == {1: 816, 16: 832}[step]
     # unsorted batches of three in input order would pad far more
     unsorted = sum(int(lengths[i : i + 3].max()) * len(lengths[i : i + 3]) for i in range(0, 16, 3))
     assert expected_padded < unsorted

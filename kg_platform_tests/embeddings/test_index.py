@@ -21,7 +21,7 @@ from kg_platform.embeddings.shards import (
 )
 from kg_platform.storage.corpus import write_corpus_table
 from kg_platform.storage.lake import Lake
-from kg_platform_tests.embeddings.corpus import FILES, write_corpus
+from kg_platform_tests.embeddings.corpus import FILES, write_corpus, write_tokens
 from kg_platform_tests.embeddings.models import tiny_encoder
 
 SETTINGS = FeederSettings(batch_size=4, super_batch=8, chunk=4, workers=0)
@@ -30,6 +30,7 @@ SETTINGS = FeederSettings(batch_size=4, super_batch=8, chunk=4, workers=0)
 def _lake_with_shards(tmp_path, files=FILES):
     lake = Lake(str(tmp_path / "lake"))
     corpus = write_corpus(lake, n=24)
+    write_tokens(lake, tiny_encoder(), files)
     embed_shards(lake, tiny_encoder(), list(files), SETTINGS)
     return lake, corpus
 
@@ -65,6 +66,7 @@ def test_duplicate_pmids_across_shards_stop_the_build(tmp_path):
     twin = corpus.filter(pl.col("file") == FILES[0], pl.col("has_abstract")).head(1)
     broken = pl.concat([corpus, twin.with_columns(pl.lit(FILES[1]).alias("file"))]).sort("pmid")
     write_corpus_table(lake, "articles", broken.to_arrow())
+    write_tokens(lake, tiny_encoder())
     embed_shards(lake, tiny_encoder(), list(FILES), SETTINGS)
     with pytest.raises(
         IndexBuildError, match=rf"PMIDs in more than one shard, e.g. \[{twin['pmid'][0]}\]"

@@ -18,7 +18,7 @@ from kg_platform.embeddings.shards import (
 )
 from kg_platform.storage.corpus import write_corpus_table
 from kg_platform.storage.lake import Lake
-from kg_platform_tests.embeddings.corpus import FILES, write_corpus
+from kg_platform_tests.embeddings.corpus import FILES, write_corpus, write_tokens
 from kg_platform_tests.embeddings.models import packaged_encoder, tiny_encoder
 
 SETTINGS = FeederSettings(batch_size=4, super_batch=5, chunk=2, workers=0)
@@ -28,6 +28,7 @@ def test_a_shard_holds_the_quotable_records_of_its_file_in_pmid_order(tmp_path):
     lake = Lake(str(tmp_path / "lake"))
     corpus = write_corpus(lake, n=8, files=("pubmed26n0001", "pubmed26n0002"))
     encoder = packaged_encoder()
+    write_tokens(lake, encoder, ("pubmed26n0001", "pubmed26n0002"))
     run = embed_shards(lake, encoder, ["pubmed26n0001", "pubmed26n0002"], SETTINGS)
     assert [r.embedded for r in run.shards] == [True, True]
     for file in ("pubmed26n0001", "pubmed26n0002"):
@@ -47,6 +48,7 @@ def test_a_verified_shard_is_kept_and_a_half_written_or_damaged_one_is_redone(tm
     lake = Lake(str(tmp_path / "lake"))
     write_corpus(lake)
     encoder = tiny_encoder()
+    write_tokens(lake, encoder)
     first = embed_shards(lake, encoder, list(FILES), SETTINGS)
     assert all(r.embedded for r in first.shards)
     sealed = {f: lake.read_bytes(meta_key(f)) for f in FILES}
@@ -73,6 +75,7 @@ def test_a_shard_is_redone_when_the_corpus_or_the_model_changes(tmp_path):
     lake = Lake(str(tmp_path / "lake"))
     corpus = write_corpus(lake, n=8, files=("pubmed26n0001", "pubmed26n0002"))
     tiny = tiny_encoder()
+    write_tokens(lake, tiny, ("pubmed26n0001", "pubmed26n0002"))
     embed_shards(lake, tiny, ["pubmed26n0001", "pubmed26n0002"], SETTINGS)
     # an update file now holds the current version of one record of pubmed26n0001
     moved = int(corpus.filter(pl.col("file") == "pubmed26n0001", pl.col("has_abstract"))["pmid"][0])
@@ -86,6 +89,14 @@ def test_a_shard_is_redone_when_the_corpus_or_the_model_changes(tmp_path):
             .alias("file")
         ).to_arrow(),
     )
+    # the token files still hold the old records: both files are refused, naming why
+    stale = embed_shards(lake, tiny, ["pubmed26n0001", "pubmed26n0002"], SETTINGS)
+    assert [r.embedded for r in stale.shards] == [False, False]
+    assert [s.reason.split(": ")[0] for s in stale.unverified] == ["tokens refused"] * 2
+    assert "pubmed26n0001.parquet: stale: its 4 PMIDs differ from the corpus's 3" in (
+        stale.unverified[0].reason
+    )
+    write_tokens(lake, tiny, ("pubmed26n0001", "pubmed26n0002"))
     run = embed_shards(lake, tiny, ["pubmed26n0001", "pubmed26n0002"], SETTINGS)
     assert [r.embedded for r in run.shards] == [True, True]
     assert moved in lake.read_npy(pmids_key("pubmed26n0002")).tolist()
@@ -101,6 +112,7 @@ def test_a_file_without_quotable_records_gets_an_empty_verified_shard(tmp_path):
     write_corpus(lake, n=4, files=("pubmed26n0001",))
     records = read_quotable(lake, ["pubmed26n0001", "pubmed26n0009"])
     assert len(records["pubmed26n0009"].pmids) == 0
+    write_tokens(lake, tiny_encoder(), ("pubmed26n0009",))
     run = embed_shards(lake, tiny_encoder(), ["pubmed26n0009"], SETTINGS)
     assert run.shards[0].vectors == 0
     assert lake.read_npy(vectors_key("pubmed26n0009")).shape == (0, 32)
@@ -124,6 +136,7 @@ class _DamagingLake(Lake):
 
 def test_each_shard_is_read_back_and_verified_after_the_run(tmp_path):
     write_corpus(Lake(str(tmp_path / "lake")))
+    write_tokens(Lake(str(tmp_path / "lake")), tiny_encoder())
     good = embed_shards(Lake(str(tmp_path / "lake")), tiny_encoder(), list(FILES), SETTINGS)
     assert [(s.file, s.done, s.reason) for s in good.verified] == [
         (f, True, "verified") for f in FILES
@@ -131,6 +144,7 @@ def test_each_shard_is_read_back_and_verified_after_the_run(tmp_path):
     assert good.unverified == ()
 
     write_corpus(Lake(str(tmp_path / "damaged")))
+    write_tokens(Lake(str(tmp_path / "damaged")), tiny_encoder())
     damaged = embed_shards(
         _DamagingLake(str(tmp_path / "damaged")), tiny_encoder(), list(FILES), SETTINGS
     )

@@ -16,6 +16,9 @@ def test_routes_each_area_to_its_partition() -> None:
     assert scope.route("graph/abc/pmids.npy") == "graph/pubmed26/2024/abc/pmids.npy"
     assert scope.route("grounding/surfaces.parquet") == "grounding/2024/surfaces.parquet"
     assert scope.route("embeddings/index/pmids.npy") == "embeddings/index/pubmed26/pmids.npy"
+    assert scope.route("embeddings/tokens/tok-1-L256/f.parquet") == (
+        "embeddings/tokens/pubmed26/tok-1-L256/f.parquet"
+    )
     assert scope.route("embeddings/concepts/x.npy") == "embeddings/concepts/2024/x.npy"
     assert (
         scope.route("reports/grounding/report.md")
