@@ -233,7 +233,7 @@ def measure_build(root: str, parallel: bool, csr: str = "fused") -> dict:
 
     kernels_s = _load_kernels()
     if csr == "sorting":
-        from kg_platform_tests.graph.sorting_csr import sorting_csr
+        from kg_platform_tests.support.sorting_csr import sorting_csr
 
         build_module._make_csr = sorting_csr
     lake = Lake(root)
@@ -306,6 +306,11 @@ def measure_build(root: str, parallel: bool, csr: str = "fused") -> dict:
         if phase.split(": ")[-1] in ("sort, dedup", "reverse sort", "cut")
     }
     edge_bytes = (s.array_bytes - ARTICLE_BYTES * s.n_articles) / s.edges
+
+    def per(x: float, y: float, digits: int | None = None) -> float | None:
+        """x / y, None when y rounds to nothing (a smoke-sized run times no phase)"""
+        return round(x / y, digits) if y > 0 else None
+
     at_reference_bytes = ARTICLE_BYTES * REFERENCE_ARTICLES + edge_bytes * REFERENCE_EDGES
     return {
         "articles": s.n_articles,
@@ -316,11 +321,11 @@ def measure_build(root: str, parallel: bool, csr: str = "fused") -> dict:
         "parallel": parallel,
         "build_s": round(build_s, 2),
         "build_cpu_s": round(build_cpu_s, 2),
-        "build_edges_per_s": round(s.edges / build_s),
-        "build_edges_per_cpu_s": round(s.edges / build_cpu_s),
+        "build_edges_per_s": per(s.edges, build_s),
+        "build_edges_per_cpu_s": per(s.edges, build_cpu_s),
         "np_sort_s": round(sort_s, 2),
-        "np_sort_keys_per_s": round(s.edges / sort_s),
-        "build_over_np_sort": round(build_s / sort_s, 2),
+        "np_sort_keys_per_s": per(s.edges, sort_s),
+        "build_over_np_sort": per(build_s, sort_s, 2),
         "kernels_load_s": round(kernels_s, 2),
         "phase_seconds": build.phase_seconds,
         "phase_cpu_seconds": build.phase_cpu_seconds,
@@ -328,8 +333,8 @@ def measure_build(root: str, parallel: bool, csr: str = "fused") -> dict:
         # threads and hashing and writing on the writer thread
         "cpu_outside_phases_s": round(build_cpu_s - phases_cpu, 2),
         "csr_cpu_s": round(sum(csr_cpu.values()), 2),
-        "csr_edges_per_cpu_s": round(s.edges / sum(csr_cpu.values())) if csr_cpu else None,
-        "csr_cpu_over_np_sort": round(sum(csr_cpu.values()) / sort_s, 2),
+        "csr_edges_per_cpu_s": per(s.edges, sum(csr_cpu.values())),
+        "csr_cpu_over_np_sort": per(sum(csr_cpu.values()), sort_s, 2),
         "array_sha256": {name: a.sha256 for name, a in build.arrays.items()},
         "array_bytes": s.array_bytes,
         "build_peak_rss_bytes": build_rss,
@@ -379,7 +384,7 @@ def _child(phase: str, root: str, *flags: str) -> tuple[dict, int]:
     proc = subprocess.run(
         [sys.executable, __file__, "--phase", phase, "--root", root, *flags],
         check=True,
-        capture_output=True,
+        stdout=subprocess.PIPE,  # the child's errors reach this process's stderr
         text=True,
     )
     child_rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
@@ -456,13 +461,14 @@ def main() -> int:
         if not args.no_reference:
             ref, _ = _child("reference", root)
             result.update(ref)
-            result["scipy_citation_edges_per_s"] = round(
-                ref["scipy_citation_edges"] / ref["scipy_seconds"]
-            )
-            # same-run ratio: both build both directions of every edge they keep
-            result["speedup_vs_scipy"] = round(
-                result["build_edges_per_s"] / result["scipy_citation_edges_per_s"], 2
-            )
+            if ref["scipy_seconds"] > 0:  # 0.0 at a smoke size
+                result["scipy_citation_edges_per_s"] = round(
+                    ref["scipy_citation_edges"] / ref["scipy_seconds"]
+                )
+                # same-run ratio: both build both directions of every edge they keep
+                result["speedup_vs_scipy"] = round(
+                    result["build_edges_per_s"] / result["scipy_citation_edges_per_s"], 2
+                )
         print(json.dumps(result))
     finally:
         if not args.keep and not args.lake:

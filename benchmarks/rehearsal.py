@@ -483,7 +483,7 @@ def ui(env: dict, work: Path, files: list[str]) -> dict:
     from playwright.sync_api import Error as PlaywrightError
     from playwright.sync_api import sync_playwright
 
-    from kg_platform_tests.e2e.platform import Platform, free_port, wait_for_code_location
+    from kg_platform_tests.support.platform import Platform, free_port, wait_for_code_location
 
     if not os.path.exists(CHROMIUM):
         return {"skipped": f"{CHROMIUM} is missing"}

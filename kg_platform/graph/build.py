@@ -12,7 +12,7 @@ more pass cut the reverse direction, each list ascending. numpy's 64-bit sort is
 vectorised: it beat a counting scatter (numba, 3x slower per key: a cache miss per edge), a
 stable argsort and scipy's csr->csc counting sort. The numpy-only way the arrays were
 made before is kept as the tests' and the benchmark's reference, the same bytes
-(``kg_platform_tests/graph/sorting_csr.py``).
+(``kg_platform_tests/support/sorting_csr.py``).
 
 What keeps it fast and small:
 - Parquet is read in record batches; the next batch is decoded on a worker thread while this
@@ -484,7 +484,7 @@ def _fused_csr(
 
 
 # how both directions of an edge kind are made (the tests and benchmarks/graph.py swap in
-# the numpy passes the compiled ones replaced, kg_platform_tests/graph/sorting_csr.py)
+# the numpy passes the compiled ones replaced, kg_platform_tests/support/sorting_csr.py)
 _make_csr = _fused_csr
 
 # -- writing ------------------------------------------------------------------------------

@@ -23,7 +23,7 @@ from kg_platform.graph import layout
 from kg_platform.grounding.index import build_grounding_index
 from kg_platform.storage.lake import Lake
 from kg_platform_tests.answer.graph_fixture import build_question_graph
-from kg_platform_tests.e2e.platform import browser_page
+from kg_platform_tests.support.platform import browser_page
 
 ANSWERED = "Does aspirin prevent myocardial infarction?"
 NOT_QUOTABLE = "Does heparin prevent pulmonary embolism?"

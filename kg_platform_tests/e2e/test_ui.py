@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from kg_platform_tests.conftest import require_reference
-from kg_platform_tests.e2e.platform import ARTIFACTS, DONE, browser_page, running_platform
 from kg_platform_tests.sources.mirror_server import serve_mirror
+from kg_platform_tests.support.platform import ARTIFACTS, DONE, browser_page, running_platform
 
 pytestmark = pytest.mark.slow
 

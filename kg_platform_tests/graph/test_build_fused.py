@@ -17,7 +17,7 @@ from kg_platform.mesh.tsv import read_descriptor_tsv
 from kg_platform.storage.corpus import read_corpus
 from kg_platform.storage.lake import Lake
 from kg_platform_tests.conftest import require_reference
-from kg_platform_tests.graph.sorting_csr import sorting_csr
+from kg_platform_tests.support.sorting_csr import sorting_csr
 
 
 def _both(lake: Lake, monkeypatch: pytest.MonkeyPatch) -> tuple[GraphBuild, GraphBuild]:

@@ -14,8 +14,8 @@ from kg_platform.graph import build as build_module
 from kg_platform.graph import layout
 from kg_platform.graph.build import GraphInputError, build_graph
 from kg_platform.storage.lake import Lake
-from kg_platform_tests.graph import sorting_csr as sorting
 from kg_platform_tests.graph.corpus import write_corpus, write_mesh
+from kg_platform_tests.support import sorting_csr as sorting
 
 
 def test_true_reads_bitmaps_with_nulls_and_offsets() -> None:

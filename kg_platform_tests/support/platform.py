@@ -23,7 +23,9 @@ import pytest
 import requests
 
 from kg_platform.orchestration import dagster_internals as internals
-from kg_platform_tests.conftest import REPO_ROOT
+
+# the checkout (kg_platform_tests/support/platform.py -> two folders up)
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 BIN = Path(sys.executable).parent
 REPOSITORY = {"repositoryLocationName": "kg_platform", "repositoryName": "__repository__"}
