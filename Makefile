@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 export DAGSTER_HOME := $(CURDIR)/.kg/dagster
 
-.PHONY: demo ui test lint format bench clean
+.PHONY: demo ui test lint format bench bench-smoke clean
 
 # setup.py and the C source too: pip install -e . compiles the reader next to its source
 $(STAMP): pyproject.toml setup.py kg_platform/pubmed/_reader.c
@@ -42,7 +42,10 @@ format: $(STAMP)
 	$(BIN)/ruff format .
 
 bench: $(STAMP)  ## benchmarks print JSON; never part of the tests
-	for b in benchmarks/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+	for b in benchmarks/[!_]*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+
+bench-smoke: $(STAMP)  ## every benchmark at a tiny size (CI runs it): each must end with one JSON line
+	$(BIN)/python benchmarks/smoke.py
 
 clean:
 	rm -rf .kg

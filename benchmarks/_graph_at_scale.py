@@ -2,7 +2,8 @@
 
 The MeSH tables and the load-ready grounding index are copied from a built lake (the demo's,
 say), so grounding, roles and names are the real ones; the corpus tables of one release are
-written straight as Parquet in the order the fold writes them (rows ascending by PMID), with
+written straight as Parquet parts the way the fold lays them out (``storage.corpus``: one part
+per PMID bucket and table, rows ascending by PMID), with
 the columns the graph build reads and the titles; then ``kg_platform.graph.build.build_graph``
 builds the graph as the ``graph`` asset does, ``graph_invariants`` checks it and
 ``layout.publish`` points readers at it. `kg ask --lake` and `kg serve --lake` then answer
@@ -48,6 +49,13 @@ from kg_platform.graph.build import build_graph  # noqa: E402
 from kg_platform.graph.checks import check_invariants  # noqa: E402
 from kg_platform.graph.store import KGStore  # noqa: E402
 from kg_platform.pubmed.synthetic import by_popularity  # noqa: E402
+from kg_platform.storage.corpus import (  # noqa: E402
+    CORPUS_TABLES,
+    bucket_of,
+    corpus_folder,
+    corpus_parts,
+    part_key,
+)
 from kg_platform.storage.lake import Lake  # noqa: E402
 
 CHUNK_ARTICLES = 400_000  # titles of a chunk stay within the word pool (96 MiB)
@@ -88,28 +96,71 @@ SCHEMAS = {
 }
 
 
-def write_corpus(folder: str, n_articles: int, descriptor_uis: list[str], seed: int = SEED) -> dict:
-    """The five corpus tables the graph reads, under ``folder``; their rows and bytes."""
+def write_corpus(lake: Lake, n_articles: int, descriptor_uis: list[str], seed: int = SEED) -> dict:
+    """The five corpus tables the graph reads, as the fold lays them out (one Parquet part per
+    PMID bucket and table, ``kg_platform.storage.corpus``; every bucket holding an article has
+    a part in every table, a child's possibly empty); their rows, bytes and parts."""
     rng = np.random.default_rng(seed)
     vocab = _Vocabulary(rng)
     uis = pa.array(descriptor_uis, pa.string())
     n_desc = len(descriptor_uis)
     pmids = np.cumsum(rng.integers(1, 4, n_articles, dtype=np.int64))  # gaps, like PubMed
     beyond = int(pmids[-1]) + 1
-    os.makedirs(folder, exist_ok=True)
-    writers = {t: _writer(os.path.join(folder, f"{t}.parquet"), s) for t, s in SCHEMAS.items()}
+    parts = _Parts(lake)
     rows = dict.fromkeys(SCHEMAS, 0)
     try:
         for start in range(0, n_articles, CHUNK_ARTICLES):
             index = np.arange(start, min(start + CHUNK_ARTICLES, n_articles), dtype=np.int64)
             for table, frame in _chunk(rng, vocab, uis, n_desc, pmids, index, beyond).items():
-                writers[table].write_table(frame, row_group_size=ROW_GROUP)
+                parts.write(table, frame)
                 rows[table] += frame.num_rows
     finally:
-        for w in writers.values():
-            w.close()
-    sizes = {t: os.path.getsize(os.path.join(folder, f"{t}.parquet")) for t in SCHEMAS}
-    return {"rows": rows, "bytes": sizes}
+        parts.close()
+    sizes = {t: sum(os.path.getsize(lake.path(k)) for k in corpus_parts(lake, t)) for t in SCHEMAS}
+    return {"rows": rows, "bytes": sizes, "parts": len(corpus_parts(lake, "articles"))}
+
+
+class _Parts:
+    """One open writer per table for the bucket being written; rows arrive in PMID order,
+    so a bucket's part is closed once a later bucket's rows come."""
+
+    def __init__(self, lake: Lake) -> None:
+        self.lake = lake
+        self.open: dict[str, tuple[int, pq.ParquetWriter]] = {}
+        self.buckets: set[int] = set()
+        for table in SCHEMAS:
+            os.makedirs(lake.path(corpus_folder(table)), exist_ok=True)
+
+    def write(self, table: str, frame: pa.Table) -> None:
+        keys = bucket_of(frame.column(CORPUS_TABLES[table]).to_numpy())
+        if table == "articles":
+            self.buckets.update(np.unique(keys).tolist())
+        cuts = np.flatnonzero(np.diff(keys)) + 1
+        for lo, hi in zip([0, *cuts.tolist()], [*cuts.tolist(), keys.size], strict=True):
+            if hi > lo:
+                self._writer(table, int(keys[lo])).write_table(
+                    frame.slice(lo, hi - lo), row_group_size=ROW_GROUP
+                )
+
+    def _writer(self, table: str, bucket: int) -> pq.ParquetWriter:
+        current = self.open.get(table)
+        if current is not None and current[0] == bucket:
+            return current[1]
+        if current is not None:
+            current[1].close()
+        writer = _writer(self.lake.path(part_key(table, bucket)), SCHEMAS[table])
+        self.open[table] = (bucket, writer)
+        return writer
+
+    def close(self) -> None:
+        for _, writer in self.open.values():
+            writer.close()
+        self.open.clear()
+        for table, schema in SCHEMAS.items():  # an empty part where a bucket has no rows
+            for bucket in self.buckets:
+                path = self.lake.path(part_key(table, bucket))
+                if not os.path.exists(path):
+                    pq.write_table(schema.empty_table(), path, compression="zstd")
 
 
 def _chunk(
@@ -216,7 +267,7 @@ def lake_at_scale(reference: Lake, work: str, n_articles: int) -> tuple[str, dic
     for area in ("mesh", "grounding"):
         shutil.copytree(reference.path(area), lake.path(area))
     t = time.perf_counter()
-    corpus = write_corpus(lake.path("corpus"), n_articles, _vocabulary(lake))
+    corpus = write_corpus(lake, n_articles, _vocabulary(lake))
     write_s = time.perf_counter() - t
     t = time.perf_counter()
     build = build_graph(lake)

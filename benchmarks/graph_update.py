@@ -175,7 +175,7 @@ def main(argv: list[str] | None = None) -> dict:
         "ratio_this_over_reference": ratio,
         "loadavg_1m": [round(x, 1) for x in loads],
     }
-    print(json.dumps(result, indent=1))
+    print(json.dumps(result))
     return result
 
 

@@ -4,7 +4,7 @@ tree categories whose descriptors may BRIDGE (``RoleConfig.bridge_categories``).
 
 Uses the MeSH tables cached by ``benchmarks/grounding_versions.py`` (run it first). Writes
 ``--out`` (JSON, one row per setting and fold) and, with matplotlib, ``--plot`` (PNG); the
-last line printed is one JSON object (the rows for the full DEV 400).
+last line printed is one JSON object (``rows``: the rows for the full DEV 400).
 
     .venv/bin/python benchmarks/grounding_frontier.py --plot /tmp/grounding_frontier.png
 """
@@ -80,7 +80,11 @@ def main() -> None:
     Path(args.out).write_text(json.dumps(rows, indent=1))
     if args.plot:
         plot(rows, args.plot)
-    print(json.dumps([r for r in rows if r["fold"] == "dev400"]))
+    print(
+        json.dumps(
+            {"benchmark": "grounding_frontier", "rows": [r for r in rows if r["fold"] == "dev400"]}
+        )
+    )
 
 
 def plot(rows: list[dict], path: str) -> None:
