@@ -14,7 +14,7 @@ from pathlib import Path
 import requests
 
 from kg_platform.commands.build_plan import BuildKeys
-from kg_platform.commands.build_run import QUIET
+from kg_platform.commands.build_run import QUIET, Reporter
 from kg_platform.settings import NLM_MESH_URL, NLM_PUBMED_URL, Settings, reference_data_dir
 
 DEMO_RECORDS = 20_000
@@ -277,7 +277,9 @@ def run_backfill(instance, asset_graph, todo: set, keys, settings, args, log_pat
             run_config=build_run.run_config_for(settings.executor),
         )
         print(f"backfill {backfill_id} submitted (it shows in the UI under Runs > Backfills)")
-        return build_run.wait_for_backfill(instance, process_context, backfill_id, progress.on_run)
+        return build_run.wait_for_backfill(
+            instance, process_context, backfill_id, progress.on_run, reporter=progress
+        )
 
 
 def file_run_environment(n_files: int, jobs: int) -> dict[str, str]:
@@ -329,10 +331,12 @@ def choose_selection(args: argparse.Namespace):
     return selection
 
 
-class Progress:
-    """One line per finished run, a bar over the files, failures' tracebacks to a log file."""
+class Progress(Reporter):
+    """One line per finished run, a bar over the files, failures' tracebacks to a log file;
+    before that, each run as it starts and each file as a run records it (Reporter)."""
 
     def __init__(self, files: list[str], log_path: Path, verbose: bool) -> None:
+        super().__init__(say=lambda line: print(line, flush=True))
         self.files = set(files)
         self.files_done: set[str] = set()
         self.n = 0
@@ -345,6 +349,10 @@ class Progress:
         width = 20
         filled = round(width * len(self.files_done) / len(self.files))
         return f"  files [{'#' * filled}{'.' * (width - filled)}] {len(self.files_done)}/{len(self.files)}"
+
+    def on_files(self, files: list[str]) -> None:
+        self.files_done |= set(files) & self.files
+        self.say(f"  recorded {', '.join(files)}{self.bar()}")
 
     def on_run(self, run) -> None:
         self.n += 1
@@ -362,10 +370,10 @@ class Progress:
                 line += f", {len(run.files_failed)} failed"
         if checks:
             line += f", checks {run.checks_passed}/{checks} passed"
-        print(line + self.bar(), flush=True)
+        self.say(line + self.bar())
         if run.failure is not None:
             for cause in list(run.files_failed.values()) or [run.failure]:
-                print(f"  error: {cause}", flush=True)
+                self.say(f"  error: {cause}")
             self.log_path.parent.mkdir(parents=True, exist_ok=True)
             with self.log_path.open("a") as log:
                 log.write(f"== run {run.run_id} {run.label}: {run.status}\n{run.traceback}\n")

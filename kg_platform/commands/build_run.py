@@ -5,7 +5,8 @@ pools hold across runs). The runs are the ones the UI shows.
 
 When no daemon serves the instance (`make ui` is not up), the CLI hosts Dagster's own
 backfill and run-queue iterations for as long as the build lasts, on a short tick; with a
-daemon up it only submits and waits."""
+daemon up it submits and waits, saying so, and takes the loops over when the daemon stops
+beating (`make ui` stopped while the build waits)."""
 
 from __future__ import annotations
 
@@ -95,10 +96,31 @@ def workspace(instance, log_path: Path, env: dict[str, str] | None = None):
                     os.environ[key] = value
 
 
-def daemon_serves(instance) -> bool:
-    """True when a live dagster-daemon (e.g. `make ui`) runs backfills and the run queue."""
-    statuses = instance.get_daemon_statuses(["BACKFILL", "QUEUED_RUN_COORDINATOR"])
-    return all(s.healthy for s in statuses.values())
+# the daemons that run an asset backfill: the backfill planner and the run queue
+DAEMON_TYPES = ("BACKFILL", "QUEUED_RUN_COORDINATOR")
+# a live dagster-daemon writes each heartbeat every 30 s (Dagster's
+# DEFAULT_HEARTBEAT_INTERVAL_SECONDS); one silent for three intervals is gone. Dagster's own
+# health check tolerates 1,800 s more, so a stopped `make ui` would look alive for 30 minutes
+HEARTBEAT_S = 30
+LIVE_S = 3 * HEARTBEAT_S
+DAGSTER_TOLERANCE_S = 1800 + HEARTBEAT_S
+
+
+def heartbeat_age(instance, now: float | None = None) -> float | None:
+    """Seconds since the daemon that runs backfills last beat (the older of its backfill and
+    run-queue heartbeats), or None when either never beat on this instance."""
+    beats = instance.get_daemon_heartbeats()
+    if not all(t in beats for t in DAEMON_TYPES):
+        return None
+    now = time.time() if now is None else now
+    return max(now - beats[t].timestamp for t in DAEMON_TYPES)
+
+
+def daemon_serves(instance, now: float | None = None) -> bool:
+    """True while a live dagster-daemon (e.g. `make ui`) runs backfills and the run queue:
+    both beat within LIVE_S (errors or not: a daemon that reports errors still runs)."""
+    age = heartbeat_age(instance, now)
+    return age is not None and age <= LIVE_S
 
 
 def run_config_for(executor: str) -> dict:
@@ -286,11 +308,14 @@ def backfill_runs(instance, backfill_id: str) -> list:
 class Watched:
     """What a backfill waits on, read in a few queries: its status, its runs' statuses and the
     materialisations its unfinished runs have recorded (a run's step can finish what the next
-    run needs before the run itself ends: the corpus step, before corpus_profile)."""
+    run needs before the run itself ends: the corpus step, before corpus_profile), with the
+    file partitions each run has recorded so far (for the progress lines)."""
 
     def __init__(self, instance, backfill_id: str) -> None:
         self.instance, self.backfill_id = instance, backfill_id
         self.materialised: dict[str, tuple[str | None, int]] = {}  # run -> (cursor, count)
+        # run -> file asset -> the file partitions it recorded so far
+        self.file_partitions: dict[str, dict[str, set[str]]] = {}
 
     def materialisations(self, run_id: str) -> int:
         import dagster as dg
@@ -301,8 +326,23 @@ class Watched:
         )
         if found.records:
             cursor, count = found.cursor, count + len(found.records)
+            recorded = self.file_partitions.setdefault(run_id, {})
+            for r in found.records:
+                event = r.event_log_entry.dagster_event
+                name = event.asset_key.to_user_string()
+                if name in FILE_ASSETS and event.partition:
+                    recorded.setdefault(name, set()).add(event.partition)
         self.materialised[run_id] = (cursor, count)
         return count
+
+    def files_recorded(self, run) -> set[str]:
+        """The files an unfinished run has recorded so far: materialised for every file asset
+        it runs."""
+        assets = FILE_ASSETS & {k.to_user_string() for k in run.asset_selection or ()}
+        recorded = self.file_partitions.get(run.run_id, {})
+        if not assets or not all(a in recorded for a in assets):
+            return set()
+        return set.intersection(*(recorded[a] for a in assets))
 
     def read(self) -> tuple:
         """(the backfill, its run records, a value that changes whenever any of the three does)."""
@@ -321,6 +361,51 @@ class Watched:
         return backfill, records, (backfill.status, runs)
 
 
+class Reporter:
+    """What a build prints while it waits, beside each finished run (``on_run``): each run as
+    it starts, each file as a run records it, who drives the backfill (this process or a
+    daemon) and, after ``quiet_s`` without a line, what it still waits for."""
+
+    def __init__(self, say: Callable[[str], None] = print, quiet_s: float = 10.0) -> None:
+        self.say_line, self.quiet_s = say, quiet_s
+        self.last = time.monotonic()
+
+    def say(self, line: str) -> None:
+        self.say_line(line)
+        self.last = time.monotonic()
+
+    def on_started(self, label: str) -> None:
+        self.say(f"  started: {label}")
+
+    def on_files(self, files: list[str]) -> None:
+        self.say(f"  recorded: {', '.join(files)}")
+
+    def waiting(self, records, driver: str) -> None:
+        """A line when nothing was said for ``quiet_s``: the runs running and queued."""
+        if time.monotonic() - self.last < self.quiet_s:
+            return
+        running = [r.dagster_run for r in records if r.dagster_run.status.value in ACTIVE]
+        queued = sum(r.dagster_run.status.value in QUEUED for r in records)
+        if running:
+            what = f"running {', '.join(run_label(r) for r in running[:3])}"
+            what += f" (+{len(running) - 3})" if len(running) > 3 else ""
+        elif queued:
+            what = "runs queued"
+        else:
+            what = "the backfill to launch its next runs"
+        self.say(f"  waiting: {what}; {queued} queued; {driver}")
+
+
+ACTIVE = {"STARTING", "STARTED"}
+QUEUED = {"QUEUED", "NOT_STARTED"}
+
+
+def run_label(run) -> str:
+    assets = sorted(k.to_user_string() for k in run.asset_selection or ())
+    where = partition_label(run.tags)
+    return "+".join(assets) + (f" [{where}]" if where else "")
+
+
 def wait_for_backfill(
     instance,
     process_context,
@@ -328,27 +413,39 @@ def wait_for_backfill(
     on_run: Callable[[RunOutcome], None],
     tick_s: float = 0.5,
     idle_s: float = 10.0,
+    reporter: Reporter | None = None,
 ) -> BuildResult:
-    """Drive (or, with a daemon up, watch) the backfill until it ends; ``on_run`` gets each
-    run as it finishes. Watching is a few queries a tick; Dagster's backfill and run-queue
-    iterations (each reads and rewrites the backfill: ~0.15 s CPU at 10M records, most of what
-    this process spent while the runs ran) are driven when what the backfill waits on changed
-    (Watched), while an iteration still changes it, and at least every ``idle_s``."""
+    """Drive (or, while a daemon serves the instance, watch) the backfill until it ends;
+    ``on_run`` gets each run as it finishes, ``reporter`` what happens before. Who drives is
+    judged again every tick from the daemon's heartbeats: a daemon that stops beating (the
+    UI stopped) is taken over, one that starts is left to drive. Watching is a few queries a
+    tick; Dagster's backfill and run-queue iterations (each reads and rewrites the backfill:
+    ~0.15 s CPU at 10M records, most of what this process spent while the runs ran) are
+    driven when what the backfill waits on changed (Watched), while an iteration still
+    changes it, and at least every ``idle_s``."""
     from kg_platform.orchestration.dagster_internals import (
         BulkActionStatus,
         QueuedRunCoordinatorDaemon,
         execute_backfill_iteration,
     )
 
-    host = not daemon_serves(instance)
+    reporter = reporter or Reporter(say=lambda line: None)
     logger = logging.getLogger("kg.build")
     logger.setLevel(logging.WARNING)
-    queue = QueuedRunCoordinatorDaemon(interval_seconds=1) if host else None
+    queue = QueuedRunCoordinatorDaemon(interval_seconds=1)
     watched = Watched(instance, backfill_id)
     seen: dict[str, RunOutcome] = {}
+    started: set[str] = set()
+    files_said: set[str] = set()
     result = BuildResult(backfill_id, "REQUESTED")
     driven_at, driven_on = float("-inf"), None
+    host: bool | None = None
     while True:
+        age = heartbeat_age(instance)
+        serves = age is not None and age <= LIVE_S
+        if host is None or host == serves:
+            say_driver(reporter, backfill_id, age, serves, first=host is None)
+            host, driven_on = not serves, None
         backfill, records, state = watched.read()
         if host and (state != driven_on or time.monotonic() - driven_at >= idle_s):
             # the state before this iteration: if the iteration changes it, drive again
@@ -360,7 +457,16 @@ def wait_for_backfill(
             backfill, records, _ = watched.read()
         for record in records:
             run = record.dagster_run
-            if run.run_id not in seen and run.status.value in TERMINAL:
+            status = run.status.value
+            if run.run_id not in started and (status in ACTIVE or status in TERMINAL):
+                started.add(run.run_id)
+                reporter.on_started(run_label(run))
+            if status not in TERMINAL:
+                new = sorted(watched.files_recorded(run) - files_said)
+                if new:
+                    files_said.update(new)
+                    reporter.on_files(new)
+            if run.run_id not in seen and status in TERMINAL:
                 seen[run.run_id] = run_outcome(instance, record)
                 result.runs.append(seen[run.run_id])
                 on_run(seen[run.run_id])
@@ -369,8 +475,35 @@ def wait_for_backfill(
             result.status = backfill.status.value
             result.backfill = backfill
             break
+        reporter.waiting(records, "this build runs the backfill" if host else DAEMON_DRIVES)
         time.sleep(tick_s)
     return result
+
+
+DAEMON_DRIVES = "the Dagster daemon (`make ui`) runs the backfill"
+
+
+def say_driver(reporter: Reporter, backfill_id: str, age, serves: bool, first: bool) -> None:
+    """One line when the driver of the backfill is chosen or changes."""
+    if serves:
+        reporter.say(
+            f"waiting for the Dagster daemon (`make ui`; its last heartbeat {age:.0f}s ago) "
+            f"to run backfill {backfill_id}: it looks at backfills every 30 s; if it stops "
+            f"beating for {LIVE_S}s, this build runs the backfill itself"
+        )
+    elif not first:
+        reporter.say(
+            f"the Dagster daemon has not beaten for {age:.0f}s (stopped): "
+            "this build runs the backfill itself"
+            if age is not None
+            else "the Dagster daemon's heartbeats are gone: this build runs the backfill itself"
+        )
+    elif age is not None and age <= DAGSTER_TOLERANCE_S:
+        # what Dagster's own health check would still call a healthy daemon
+        reporter.say(
+            f"the Dagster daemon last beat {age:.0f}s ago (stopped): this build runs the "
+            "backfill itself"
+        )
 
 
 def failure_message(result) -> str:
@@ -400,17 +533,31 @@ def materialise_in_order(
     from kg_platform.resources.lake import LakeResource
 
     configs = configs or {}
-    for asset, partition in steps:
+    for n, (asset, partition) in enumerate(steps, 1):
+        # progress on stderr: stdout keeps the command's figures (a --json line last)
+        print(f"[{n}/{len(steps)}] {asset} [{partition}] ...", file=sys.stderr, flush=True)
+        started = time.perf_counter()
         result = dg.materialize(
             assets,
             selection=[asset],
             partition_key=partition,
             instance=instance,
             resources={"lake": LakeResource(root=lake_root), **(resources or {})},
-            run_config={"ops": {asset: {"config": configs[asset]}}} if asset in configs else None,
+            # Dagster's console log stays in the instance (and the UI): the command prints
+            run_config={**QUIET, "ops": {asset: {"config": configs[asset]}}}
+            if asset in configs
+            else QUIET,
             tags={"kg/command": command, **owner_tags()},  # see orchestration/recovery.py
             raise_on_error=False,
         )
         if not result.success:
             return f"{asset}[{partition}] failed: {failure_message(result)}"
+        checks = result.get_asset_check_evaluations()
+        passed = sum(c.passed for c in checks)
+        print(
+            f"[{n}/{len(steps)}] {asset}: ok in {time.perf_counter() - started:.1f}s"
+            + (f", checks {passed}/{len(checks)} passed" if checks else ""),
+            file=sys.stderr,
+            flush=True,
+        )
     return ""

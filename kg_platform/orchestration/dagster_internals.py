@@ -28,6 +28,14 @@ _MODULES = {
     "dagster._core.utils": ["make_new_backfill_id"],
     "dagster._daemon.backfill": ["execute_backfill_iteration"],
     "dagster._daemon.run_coordinator.queued_run_coordinator_daemon": ["QueuedRunCoordinatorDaemon"],
+    # how often a dagster-daemon looks at backfills (the e2e tests' daemon shortens it) and
+    # writes each heartbeat, and how long Dagster's health check trusts the last one
+    # (build_run.daemon_serves)
+    "dagster._daemon.controller": [
+        "DEFAULT_DAEMON_INTERVAL_SECONDS",
+        "DEFAULT_HEARTBEAT_INTERVAL_SECONDS",
+        "DEFAULT_DAEMON_HEARTBEAT_TOLERANCE_SECONDS",
+    ],
     # fresh, stale or missing, as the UI says (freshness.py), and the provenance a step
     # writes on the events it yields itself (assets/versions.py)
     "dagster._core.asset_graph_view.asset_graph_view": ["AssetGraphView", "TemporalContext"],
@@ -44,12 +52,13 @@ _MODULES = {
     "dagster._core.launcher": ["CheckRunHealthResult", "WorkerStatus"],
     "dagster._core.execution.retries": ["RetryMode"],
     # the tests': the pid a run worker reports, the run monitoring dagster-daemon runs, the
-    # process's defs-state storage, an error as a step reports it, the daemon's wake interval
+    # process's defs-state storage, an error as a step reports it
     "dagster._core.events": ["EngineEventData"],
     "dagster._daemon.monitoring.run_monitoring": ["monitor_started_run"],
     "dagster._core.storage.defs_state.base": ["set_defs_state_storage"],
     "dagster._utils.error": ["serializable_error_info_from_exc_info"],
-    "dagster._daemon.controller": ["DEFAULT_DAEMON_INTERVAL_SECONDS"],
+    # the heartbeat a daemon writes, as the tests write one a stopped daemon left
+    "dagster._daemon.types": ["DaemonHeartbeat"],
 }
 # private methods the platform overrides, by class (freshness.BulkStaleStatusResolver answers
 # them from records read in bulk) and the queryer method it calls: an upgrade that renames or

@@ -27,6 +27,9 @@ def test_repository_dagster_yaml_sets_the_ncbi_pool(tmp_path: Path) -> None:
         assert (pool.default_pool_limit, pool.pool_granularity.value) == (4, "op")
         info = instance.event_log_storage.get_concurrency_info("ncbi")
         assert (info.limit, info.using_default_limit) == (4, True)
+        # the UI's daemon looks for queued runs every second (Dagster's default: 5 s)
+        assert instance.run_coordinator.dequeue_interval_seconds == 1
+        assert instance.get_concurrency_config().run_queue_config.max_concurrent_runs == 8
 
 
 @pytest.mark.slow  # twelve Python processes (a run and its step each): ~100 s on 2 cores
