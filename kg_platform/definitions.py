@@ -15,8 +15,8 @@ from kg_platform.settings import Settings
 # Dagster's default executor: steps in their own processes (multiprocess) unless a run's
 # config asks for `in_process`. `kg build` asks for it: its backfill's runs are one partition
 # each with a linear chain of steps (download -> tables; fold -> profile), so its parallelism
-# is the run queue's, and a step process would only add its start-up (about 10 s a step on
-# this 2-core machine: a fresh interpreter loading the definitions).
+# is the run queue's, and a step process would only add its start-up (a fresh interpreter
+# loading the definitions, for every step).
 EXECUTOR = dg.multi_or_in_process_executor
 
 

@@ -32,8 +32,8 @@ def _graph_version(build) -> str:
 def _judged(the_lake, store, delta) -> list:
     """The graph's checks of the staged build ``store``: its invariants, and the recount
     against the corpus (``delta``: an update's), whose aggregates run under the fold's memory
-    limit, spilling past it (counting every row of 2.52M records peaked at 1,769-2,572 MiB
-    unbounded, 1,132 MiB under 1GB)."""
+    limit, spilling past it: unbounded, DuckDB's peak follows its threads and the RAM it sees
+    (benchmarks/recount_memory.py; docs/BENCHMARKS.md, *The graph recount's memory*)."""
     from kg_platform.graph.checks import check_invariants, recount
     from kg_platform.pubmed.fold import FOLD_MEMORY_LIMIT_ENV, fold_memory_limit
 

@@ -69,7 +69,7 @@ def files_per_run() -> int:
     """Files per run of a backfill (BackfillPolicy.multi_run): a run's start-up (a fresh
     interpreter, the definitions, the parse pool) is paid once for this many files.
     ``KG_FILES_PER_RUN`` (read where the definitions load: the code server, the daemon and
-    each run must agree) else 16; docs/OPERATING.md "Batched file runs" has the measurement."""
+    each run must agree) else 16 (docs/BENCHMARKS.md, *File runs*: why 16)."""
     value = os.environ.get("KG_FILES_PER_RUN", "").strip() or "16"
     if not value.isdigit() or int(value) < 1:
         raise ValueError(f"KG_FILES_PER_RUN={value!r}: must be a whole number of at least 1")

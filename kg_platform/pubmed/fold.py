@@ -61,15 +61,16 @@ CHILD_TABLES = [t for t in CORPUS_TABLES if t != "articles"]
 
 # DuckDB's memory for the fold; past it the sorts and joins spill to the fold's staging folder.
 # The articles sort carries every abstract (~60 GB for a 40M-record baseline), so without a
-# limit it grows to DuckDB's default of 80% of RAM. Measured by benchmarks/build.py
-# --fold-records: at 1M records a 1 GB limit held RSS at 1.2 GiB for 1.4x the CPU.
+# limit it grows to DuckDB's default of 80% of RAM; a limit holds the RSS for some more CPU
+# (benchmarks/build.py --fold-records; docs/BENCHMARKS.md, *The fold*).
 FOLD_MEMORY_LIMIT_ENV = "KG_FOLD_MEMORY_LIMIT"
 DEFAULT_FOLD_MEMORY_LIMIT = "4GB"
 # The corpus tables are written sorted by PMID one PMID range at a time, each range holding
 # at most this many surviving records: one range's articles (~1.5 KB of abstract each, ~1.5
 # GB) sort within the memory limit, so no sort spills; the ranges are written in order, cut
-# into one Parquet part per PMID bucket (kg_platform.storage.corpus). Sorting all 40M at once spilled ~60 GB of abstracts: at 5M records this
-# halved the fold's CPU seconds (benchmarks/build.py --fold-records). Each range re-reads the
+# into one Parquet part per PMID bucket (kg_platform.storage.corpus). Sorting a whole release
+# at once spills every abstract and costs about twice the CPU (benchmarks/build.py
+# --fold-records; docs/BENCHMARKS.md, *The fold*). Each range re-reads the
 # files whose PMIDs overlap it (with the footers cached), so fewer, larger ranges read less.
 FOLD_RANGE_RECORDS = 1_000_000
 # rows per row group of the other corpus tables (DuckDB's own default)

@@ -300,11 +300,10 @@ def pair_evidence(
 
 # A pair whose candidates (DIRECT articles plus the citations of its cheaper side) number
 # at most this many is found by the numpy passes in a process that has not loaded the
-# compiled ones: loading them costs ~0.5-2 s once (numba's import and cached overloads),
-# more than the numpy passes take below this size. On a 10M-article graph the numpy passes
-# took 67-218 ms for bounds of 0.35-1.2M candidates (the largest BRIDGE pairs; compiled:
-# 64-112 ms, plus 1.5-1.8 s to load them): ~100-180 ns a candidate, even at ~8M
-# (benchmarks/ask_at_scale.py, benchmarks/cold_ask.py measure the cold path).
+# compiled ones: loading them (numba's import and cached overloads) costs more than the numpy
+# passes take below this size, which run at about the compiled passes' speed per candidate
+# (benchmarks/ask_at_scale.py and benchmarks/cold_ask.py measure the cold path;
+# docs/BENCHMARKS.md, *Asking at 10M articles*).
 NUMPY_MAX_CANDIDATES = 5_000_000
 _PATH_PASSES = "kg_platform.graph.path_passes"
 

@@ -65,7 +65,7 @@ class ProbeRecipe:
 
     encoder: str = ""
     # the defaults are the variant chosen by out-of-fold accuracy on DEV (the first 200
-    # DEV400 questions by PMID; docs/OPERATING.md has the sweep)
+    # DEV400 questions by PMID; docs/BENCHMARKS.md, *Readers*, has the sweep)
     pooling: str = "max"
     features: tuple[str, ...] = ("t",)
     C: float = 0.03
