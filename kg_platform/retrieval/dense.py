@@ -21,6 +21,7 @@ from kg_platform.embeddings.index import (
     index_problem,
 )
 from kg_platform.storage.lake import Lake
+from kg_platform.storage.mapped import load_npy
 
 BACKENDS = ("auto", "numpy", "torch")
 
@@ -190,7 +191,7 @@ class DenseIndex:
 
 def _open_array(lake: Lake, key: str) -> np.ndarray:
     try:
-        return lake.read_npy(key)
+        return load_npy(lake.local_path(key))  # mapped (`kg serve`: recorded, or copied)
     except (ValueError, OSError) as exc:
         raise DenseIndexError(
             f"{lake.path(key)}: the embedding index cannot be opened ({exc})"

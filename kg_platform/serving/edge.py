@@ -153,39 +153,53 @@ class Supervisor(Multiprocess):
         if self.should_exit.is_set():
             return
         now = time.monotonic()
-        for idx, process in enumerate(self.processes):
-            if idx in self.waiting:
-                if now >= self.waiting[idx]:
-                    del self.waiting[idx]
-                    replacement = Process(self.config, self.sockets)
-                    replacement.start()
-                    self.processes[idx] = replacement
-                    self.restarts += 1
-                    self._write(None)
-                continue
-            if process.is_alive(timeout=self.config.timeout_worker_healthcheck):
-                continue
-            process.kill()
-            process.join()
-            if self.should_exit.is_set():
-                return
-            cause = death_cause(process.exitcode)
-            if process.exitcode == STARTUP_FAILURE:  # the application cannot start at all
-                print(f"kg serve: worker {process.pid} could not start; stopping", file=sys.stderr)
-                self.should_exit.set()
-                return
-            self.deaths.append(now)
-            delay = self.backoff(now)
-            self.last_death = {
-                "pid": process.pid,
-                "cause": cause,
-                "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            }
-            self.waiting[idx] = now + delay
-            self._write(delay)
-            print(
-                f"kg serve: worker {process.pid} {cause}; starting another in {delay:g} s "
-                f"({len(self.deaths)} death(s) in the last minute)",
-                file=sys.stderr,
-                flush=True,
-            )
+        for idx in list(self.waiting):
+            if now >= self.waiting[idx]:
+                del self.waiting[idx]
+                replacement = Process(self.config, self.sockets)
+                replacement.start()
+                self.processes[idx] = replacement
+                self.restarts += 1
+                self._write(None)
+        # the dead first (no waiting on anyone), then a health check of the living, whose
+        # answer can take a while from a worker still warming up
+        for hung in (False, True):
+            for idx, process in enumerate(self.processes):
+                if idx in self.waiting or self.should_exit.is_set():
+                    continue
+                if hung:
+                    if process.is_alive(timeout=self.config.timeout_worker_healthcheck):
+                        continue
+                elif process.process.is_alive():
+                    continue
+                self._replace(idx, process, now, hung)
+
+    def _replace(self, idx: int, process: Process, now: float, hung: bool) -> None:
+        process.kill()
+        process.join()
+        if self.should_exit.is_set():
+            return
+        if process.exitcode == STARTUP_FAILURE:  # the application cannot start at all
+            print(f"kg serve: worker {process.pid} could not start; stopping", file=sys.stderr)
+            self.should_exit.set()
+            return
+        cause = (
+            f"did not answer the health check within {self.config.timeout_worker_healthcheck} s"
+            if hung
+            else death_cause(process.exitcode)
+        )
+        self.deaths.append(now)
+        delay = self.backoff(now)
+        self.last_death = {
+            "pid": process.pid,
+            "cause": cause,
+            "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        }
+        self.waiting[idx] = now + delay
+        self._write(delay)
+        print(
+            f"kg serve: worker {process.pid} {cause}; starting another in {delay:g} s "
+            f"({len(self.deaths)} death(s) in the last minute)",
+            file=sys.stderr,
+            flush=True,
+        )

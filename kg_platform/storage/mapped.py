@@ -78,9 +78,10 @@ def _copies(size: int) -> bool:
     return bool(_policy["watch"]) and size < int(_policy["copy_below"])
 
 
-def load_npy(path: str, owner: object) -> np.ndarray:
+def load_npy(path: str, owner: object | None = None) -> np.ndarray:
     """The ``.npy`` array at ``path``, read-only: memory-mapped, or read into memory under
-    the serving policy when small; recorded for ``damage()`` while ``owner`` lives."""
+    the serving policy when small; recorded for ``damage()`` while ``owner`` (default: the
+    array itself) lives."""
     with open(path, "rb") as f:
         size = os.fstat(f.fileno()).st_size
         copied = _copies(size)
@@ -89,7 +90,7 @@ def load_npy(path: str, owner: object) -> np.ndarray:
             array.flags.writeable = False
         else:
             array = np.load(path, mmap_mode="r", allow_pickle=False)
-        _record(path, f, size, copied, owner)
+        _record(path, f, size, copied, array if owner is None else owner)
     return array
 
 
