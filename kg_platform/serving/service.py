@@ -35,8 +35,8 @@ import os
 import threading
 import time
 import urllib.parse
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager, nullcontext
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -707,9 +707,20 @@ def build_app(
             status_code=500,
         )
 
+    @asynccontextmanager
+    async def warm(app: Starlette) -> AsyncIterator[None]:
+        """Before the server listens: one question through the path a request takes (the
+        thread pool, the JSON), so the first client's answer costs what any other does."""
+        served = service._current
+        if served is not None and served.example is not None:
+            answer = await run_in_threadpool(served.kg.ask, served.example)
+            Json({**answer.to_json(), "partition": served.partition})
+        yield
+
     app = Starlette(
         routes=routes,
         exception_handlers={HTTPException: http_error, Exception: server_error},
+        lifespan=warm,
     )
     return RequestLog(app)
 
