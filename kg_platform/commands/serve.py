@@ -34,7 +34,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--workers",
         type=int,
         default=1,
-        help="processes answering questions (default 1); each maps the same build, and "
+        help="processes answering questions (default 1), under one supervisor; each opens "
+        "the same build (files over --copy-below-mib mapped, their pages shared), and "
         "POST /reload in any of them makes every one serve the new build",
     )
     parser.add_argument(

@@ -81,6 +81,17 @@ class TimedHttp(HttpToolsProtocol):
         os.write(2, line.encode("ascii", "backslashreplace"))
 
 
+# a worker's death counts towards the back-off for this long; the back-off never exceeds
+WINDOW_S = 60.0
+MAX_BACKOFF_S = 60.0
+
+
+def backoff_after(deaths: int) -> float:
+    """Seconds before a dead worker is replaced, given the deaths within ``WINDOW_S`` (this
+    one included): none for the first, then 1, 2, 4 .. ``MAX_BACKOFF_S``."""
+    return 0.0 if deaths <= 1 else min(MAX_BACKOFF_S, 2.0 ** (deaths - 2))
+
+
 def death_cause(exitcode: int | None) -> str:
     """How a worker process ended, in words."""
     if exitcode is None:
@@ -121,9 +132,6 @@ class Supervisor(Multiprocess):
     again at once never crash-loops; each death is logged with its cause and written to the
     ``WorkerRecord`` the surviving workers report in /healthz."""
 
-    WINDOW_S = 60.0
-    MAX_BACKOFF_S = 60.0
-
     def __init__(self, config: Config, sockets: list[socket], record: WorkerRecord) -> None:
         super().__init__(config, sockets)
         self.record = record
@@ -144,10 +152,9 @@ class Supervisor(Multiprocess):
         )
 
     def backoff(self, now: float) -> float:
-        while self.deaths and now - self.deaths[0] > self.WINDOW_S:
+        while self.deaths and now - self.deaths[0] > WINDOW_S:
             self.deaths.popleft()
-        n = len(self.deaths)
-        return 0.0 if n <= 1 else min(self.MAX_BACKOFF_S, 2.0 ** (n - 2))
+        return backoff_after(len(self.deaths))
 
     def keep_subprocess_alive(self) -> None:
         if self.should_exit.is_set():

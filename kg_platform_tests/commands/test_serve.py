@@ -610,3 +610,14 @@ def test_copied_files_keep_serving_the_last_good_build(lake, tmp_path) -> None:
         assert cite in doc["error"]
         assert _post(base + "/ask", {"question": ANSWERED})[0] == 200
         assert process.poll() is None
+
+
+def test_the_supervisor_backs_off_when_deaths_repeat() -> None:
+    from kg_platform.serving.edge import backoff_after, death_cause
+
+    assert [backoff_after(n) for n in range(1, 10)] == [0, 1, 2, 4, 8, 16, 32, 60, 60]
+    assert (death_cause(-7), death_cause(1), death_cause(None)) == (
+        "killed by SIGBUS",
+        "exited with code 1",
+        "did not answer the supervisor's health check",
+    )
