@@ -51,6 +51,8 @@ STEP_MODULES = (
     "pyarrow.parquet",
     "numpy",
     "duckdb",
+    # the lake's local filesystem (a transaction's digest reads through it)
+    "fsspec",
     # mesh
     "kg_platform.mesh.checks",
     "kg_platform.mesh.source",
