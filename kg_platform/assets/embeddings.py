@@ -34,7 +34,7 @@ TOKENS_CODE_VERSION = "1"
     deps=[dg.AssetDep("corpus", partition_mapping=FILES_TO_RELEASE)],
     code_version=TOKENS_CODE_VERSION,
     group_name="embeddings",
-    kinds={"parquet"},
+    kinds={"arrow"},
     # CPU work: no GPU pool, the default queue (any executor's CPU workers, Celery included)
     check_specs=check_specs("embedding_tokens", TOKEN_CHECKS, pubmed_files),
 )
@@ -44,7 +44,7 @@ def embedding_tokens(
     """The token ids (uint16), lengths and PMIDs of the quotable records whose current
     version lives in one file, made once on a CPU worker with the model's tokenizer
     (`tokenizers`; no torch, no weights) for the GPU step to read. Stored per tokenizer
-    fingerprint and maximum length (embeddings/tokens/<release>/<tok-…-L256>/<file>.parquet),
+    fingerprint and maximum length (embeddings/tokens/<release>/<tok-…-L256>/<file>.arrow),
     so a model with the same tokenizer reuses them. Partitioned by **file**; published only
     when its four checks pass."""
     from kg_platform.embeddings.shards import build_tokens

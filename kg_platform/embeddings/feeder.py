@@ -273,10 +273,11 @@ class _PendingResult:
         if self.event is not None:
             self.event.synchronize()
         sorted_rows = self.host.numpy() if hasattr(self.host, "numpy") else self.host
-        # back from length order to input order
-        out = np.empty_like(sorted_rows)
-        out[self.order] = sorted_rows
-        return out
+        # back from length order to input order: a gather by the inverse permutation (half
+        # the CPU of scattering rows into their places)
+        inverse = np.empty_like(self.order)
+        inverse[self.order] = np.arange(len(self.order))
+        return np.take(sorted_rows, inverse, axis=0)
 
 
 class _DeviceStage:
@@ -289,7 +290,7 @@ class _DeviceStage:
       short batch is filled up to ``batch_size`` rows with one-token dummies whose vectors
       are dropped: no shape is ever new in the middle of the stream.
     - A batch is gathered straight from the flat ids (one row copy each, through a sliding
-      window view) into a pinned host buffer on CUDA, copied asynchronously, and its padding
+      window view, copied into a pinned host buffer on CUDA), copied asynchronously, and its padding
       (the ids past each row's length) is blanked on the device, where the mask is built
       from the lengths. A buffer is reused only after the copy that read it finished, so the
       host runs ``staging_buffers`` batches ahead of the device and neither waits on the
@@ -334,9 +335,9 @@ class _DeviceStage:
         """(ids, lengths) of one batch on the device: rows of ``windows`` at ``starts``."""
         torch = self.torch
         rows, width = len(starts), windows.shape[1]
+        # fancy indexing copies each row's window; np.take would copy the whole view first
         if not self.cuda:
-            ids = np.take(windows, starts, axis=0).astype(np.int64)
-            return torch.from_numpy(ids), torch.from_numpy(lengths.astype(np.int64))
+            return torch.from_numpy(windows[starts]), torch.from_numpy(lengths)
         slot = self.next_buffer
         self.next_buffer = (slot + 1) % len(self.buffers)
         pinned, pinned_lengths, event = self.buffers[slot]
@@ -344,7 +345,7 @@ class _DeviceStage:
             event.synchronize()  # the copy that last read this buffer has finished
         # a contiguous prefix of the flat buffer, so the copy stays one pinned DMA
         view = pinned[: rows * width].view(rows, width)
-        np.take(windows, starts, axis=0, out=view.numpy())
+        view.numpy()[...] = windows[starts]
         pinned_lengths[:rows].numpy()[...] = lengths
         device = self.encoder.device
         on_device = view.to(device, non_blocking=True)
@@ -362,11 +363,12 @@ class _DeviceStage:
         lengths = lengths.astype(np.int64, copy=False)
         offsets = np.zeros(n + 1, dtype=np.int64)
         np.cumsum(lengths, out=offsets[1:])
-        # the ids as int32 with a tail of pad ids, so every row's window of the widest width
-        # stays inside the array; the dummy rows start in that tail
+        # the ids (their own dtype: uint16 from token files) with a tail of pad ids, so every
+        # row's window of the widest width stays inside the array; dummy rows start there
         pad_id = self.encoder.pad_id
-        padded = np.full(len(flat) + self.widths[-1], pad_id, dtype=np.int32)
+        padded = np.empty(len(flat) + self.widths[-1], dtype=flat.dtype)
         padded[: len(flat)] = flat
+        padded[len(flat) :] = pad_id
         dummy_start = len(flat)
         # longest first, so the largest batch allocates device memory first
         order = np.argsort(-lengths, kind="stable")
@@ -384,10 +386,10 @@ class _DeviceStage:
             width = self._width(int(row_lengths[0]))
             windows = np.lib.stride_tricks.sliding_window_view(padded, width)
             ids, lengths_device = self._to_device(windows, starts, row_lengths)
-            mask = self.arange[:width][None, :] < lengths_device[:, None]
+            beyond = self.arange[:width][None, :] >= lengths_device[:, None]
             # the window ran on into the next texts' ids: blank them to the pad id
-            ids = ids.masked_fill(~mask, pad_id).to(torch.int64)
-            vectors = self.encoder.embed_token_batch(ids, mask.to(torch.int64))
+            ids = ids.to(torch.int64).masked_fill_(beyond, pad_id)
+            vectors = self.encoder.embed_token_batch(ids, beyond.logical_not().to(torch.int64))
             result[start : start + real] = vectors[:real]
             stats.padded_tokens += len(starts) * width
         stats.texts += n

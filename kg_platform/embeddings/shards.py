@@ -34,7 +34,7 @@ from kg_platform.embeddings.tokens import (
     TokenFileError,
     make_token_file,
     read_tokens,
-    to_parquet_bytes,
+    to_bytes,
     token_checks,
     tokens_key,
 )
@@ -347,7 +347,7 @@ def build_tokens(lake: Lake, spec: TokenizerSpec, file: str) -> TokenBuild:
     tokenised = time.perf_counter()
     made = make_token_file(spec, file, records.pmids, records.texts)
     tokenise_seconds = time.perf_counter() - tokenised
-    written = lake.write_bytes(tokens_key(spec.key, file), to_parquet_bytes(made))
+    written = lake.write_bytes(tokens_key(spec.key, file), to_bytes(made))
     back: TokenFile | None = None
     error = None
     try:

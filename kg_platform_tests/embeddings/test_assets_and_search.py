@@ -58,7 +58,7 @@ def test_shards_then_index_materialise_with_passing_checks_and_search_finds_a_ti
         spec = resources["encoder"].tokenizer_spec()
         assert tokens.metadata["tokenizer"].value == spec.key
         assert tokens.metadata["path"].value == str(
-            tmp_path / "lake/embeddings/tokens" / RELEASE / spec.key / f"{file}.parquet"
+            tmp_path / "lake/embeddings/tokens" / RELEASE / spec.key / f"{file}.arrow"
         )
     # backfilling one shard again keeps its verified shard and touches no other file
     shards = tmp_path / "lake" / "embeddings" / "shards" / RELEASE

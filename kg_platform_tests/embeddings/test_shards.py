@@ -93,7 +93,7 @@ def test_a_shard_is_redone_when_the_corpus_or_the_model_changes(tmp_path):
     stale = embed_shards(lake, tiny, ["pubmed26n0001", "pubmed26n0002"], SETTINGS)
     assert [r.embedded for r in stale.shards] == [False, False]
     assert [s.reason.split(": ")[0] for s in stale.unverified] == ["tokens refused"] * 2
-    assert "pubmed26n0001.parquet: stale: its 4 PMIDs differ from the corpus's 3" in (
+    assert "pubmed26n0001.arrow: stale: its 4 PMIDs differ from the corpus's 3" in (
         stale.unverified[0].reason
     )
     write_tokens(lake, tiny, ("pubmed26n0001", "pubmed26n0002"))

@@ -6,7 +6,7 @@ import io
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
+import pyarrow.ipc as ipc
 import pytest
 
 from kg_platform.embeddings.feeder import FeederSettings, FeederStats, embed_texts, embed_tokens
@@ -103,7 +103,7 @@ def test_a_token_file_feeds_its_shard_and_another_tokenizers_file_is_refused(tmp
     with pytest.raises(TokenFileError) as refused:
         read_tokens(lake, packaged_spec, "pubmed26n0001")
     assert (
-        f"pubmed26n0001.parquet: made by tokenizer {tiny_spec.fingerprint} (max length 64); "
+        f"pubmed26n0001.arrow: made by tokenizer {tiny_spec.fingerprint} (max length 64); "
         f"the model's tokenizer is {packaged_spec.fingerprint} (max length 96)"
     ) in str(refused.value)
     run = embed_shards(lake, packaged, ["pubmed26n0001"], FeederSettings(batch_size=4, workers=0))
@@ -133,9 +133,10 @@ class _CorruptingLake(Lake):
 
     def write_bytes(self, key: str, data: bytes) -> int:
         if key.startswith("embeddings/tokens/") and self.how is not None:
-            table = pq.read_table(io.BytesIO(data))
+            table = type(self).how(ipc.open_file(pa.BufferReader(data)).read_all())
             sink = io.BytesIO()
-            pq.write_table(type(self).how(table), sink)
+            with ipc.new_file(sink, table.schema) as writer:
+                writer.write_table(table)
             data = sink.getvalue()
         return super().write_bytes(key, data)
 
@@ -233,3 +234,27 @@ def test_token_files_hold_one_row_per_quotable_record_in_pmid_order(tmp_path):
         assert [tokens.row(i) for i in range(len(tokens))] == expected
         assert tokens.lengths.tolist() == [len(e) for e in expected]
         assert tokens.ids.dtype == np.uint16 and tokens.lengths.dtype == np.uint16
+
+
+def test_the_benchmark_reads_token_files_without_dagster_or_polars():
+    # benchmarks/embed.py runs on a bare GPU machine: numpy, torch, transformers, tokenizers
+    # and pyarrow; what it imports from the project must not pull in the platform's stack
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    probe = (
+        "import sys, runpy; sys.argv = ['embed']; "
+        "module = runpy.run_path('benchmarks/embed.py', run_name='probe'); "
+        "import kg_platform.embeddings.encoder, kg_platform.embeddings.feeder, "
+        "kg_platform.embeddings.tokenising, kg_platform.embeddings.tokens; "
+        "print(sorted(m for m in ('dagster', 'polars', 'pandas', 'pandera', 'duckdb', "
+        "'fsspec', 'torch') if m in sys.modules))"
+    )
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        [sys.executable, "-c", probe], cwd=root, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    # torch too is imported only when main() runs
+    assert done.stdout.strip() == "[]"
