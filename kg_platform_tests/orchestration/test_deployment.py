@@ -163,6 +163,12 @@ def test_asset_steps_carry_their_queue() -> None:
     # whatever serves `gpu` now: the executor routes a step as it submits it
     for asset in (embeddings.embedding_shards, embeddings.embedding_index):
         assert asset.op.tags[QUEUE_TAG] == "gpu"
+    # the token files are made on CPU workers: the default queue, outside the GPU pool
+    assert QUEUE_TAG not in embeddings.embedding_tokens.op.tags
+    assert (embeddings.embedding_tokens.op.pool, embeddings.embedding_shards.op.pool) == (
+        None,
+        "gpu",
+    )
 
 
 def test_every_pool_the_assets_declare_is_initialised(tmp_path: Path) -> None:
