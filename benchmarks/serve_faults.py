@@ -14,7 +14,7 @@ meanwhile); each with every ``--workers`` value, and with every ``--options`` se
 status and error of /ask after the damage, /healthz's, whether the answer was the last good
 build's (same build, same verdict), whether the process lived, and /ask after the repair.
 
-    KG_HOME=.kg .venv/bin/python benchmarks/serve_faults.py --question "Is X associated with Y?"
+    KG_HOME=.kg .venv/bin/python benchmarks/serve_faults.py [--question "Is X associated with Y?"]
 
 The machine's load is printed with the rows (``loadavg``). The last line is one JSON object.
 """
@@ -73,7 +73,9 @@ def short(doc: object) -> object:
     return doc
 
 
-def one_fault(lake: str, fault: str, workers: int, options: list[str], question: str) -> dict:
+def one_fault(
+    lake: str, fault: str, workers: int, options: list[str], question: str | None, sizes: dict
+) -> dict:
     port = free_port()
     log = tempfile.TemporaryFile()  # noqa: SIM115 (closed in the finally below)
     server = subprocess.Popen(
@@ -89,6 +91,10 @@ def one_fault(lake: str, fault: str, workers: int, options: list[str], question:
                 log.seek(0)
                 raise RuntimeError(f"kg serve did not start: {log.read()[-1500:]!r}")
             time.sleep(0.2)
+        if question is None:  # the question the server made from its graph and answers
+            question = call(port, "GET", "/status")[1].get("example_question")
+            if question is None:
+                raise RuntimeError("the server names no example question: pass --question")
         status, good = call(port, "POST", "/ask", {"question": question}, timeout=120)
         assert status == 200, good
         pointer_path = next(_files(lake, "graph", "current.json"))
@@ -99,7 +105,7 @@ def one_fault(lake: str, fault: str, workers: int, options: list[str], question:
                 "fault": fault,
                 "workers": workers,
                 "options": " ".join(options),
-                **EDGE[fault](port, server.pid, question),
+                **EDGE[fault](port, server.pid, question, **sizes.get(fault, {})),
                 "server_alive": server.poll() is None,
             }
         target = {
@@ -255,13 +261,24 @@ def _files(root: str, under: str, name: str):
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lake", default=None, help="default: the lake `kg build` recorded")
-    parser.add_argument("--question", required=True, help="a question the build answers")
+    parser.add_argument(
+        "--question",
+        default=None,
+        help="a question the build answers (default: the one `kg serve` made from the graph)",
+    )
     parser.add_argument(
         "--faults", nargs="+", default=["array", "index", "sigbus", "bodies", "half_sent"]
     )
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--options", nargs="+", default=[""], help="`kg serve` option sets")
+    parser.add_argument("--body-mb", type=int, default=200, help="bodies: MB each (200)")
+    parser.add_argument("--connections", type=int, default=1000, help="half_sent: how many")
+    parser.add_argument("--hold-s", type=float, default=15.0, help="half_sent: held this long")
     args = parser.parse_args()
+    sizes = {
+        "bodies": {"mb": args.body_mb},
+        "half_sent": {"n": args.connections, "hold_s": args.hold_s},
+    }
     source = args.lake or Settings.load().lake
     rows = []
     with tempfile.TemporaryDirectory(prefix="serve-faults-") as scratch:
@@ -269,7 +286,9 @@ def main() -> int:
         for options in args.options:
             for workers in args.workers:
                 for fault in args.faults:
-                    row = one_fault(lake, fault, workers, shlex.split(options), args.question)
+                    row = one_fault(
+                        lake, fault, workers, shlex.split(options), args.question, sizes
+                    )
                     print(json.dumps(row), flush=True)
                     rows.append(row)
     print(json.dumps({"lake": source, "loadavg": os.getloadavg(), "rows": rows}))

@@ -70,6 +70,8 @@ SMOKE: dict[str, list[str] | str] = {
     "scifact_split.py": ["--out", "{work}/scifact", "--folds", "2"],
     "serve.py": ["--lake", "{built}", "--clients", "2", "--requests", "6", "--questions", "1"]
     + ["--workers", "1"],
+    "serve_faults.py": ["--lake", "{built}", "--faults", "array", "sigbus", "bodies", "half_sent"]
+    + ["--workers", "1", "--body-mb", "2", "--connections", "20", "--hold-s", "1"],
     "status_verify.py": "needs a KG home built by `kg build` (a Dagster instance)",
     "titles.py": ["--rows", "5000", "--lookups", "5", "--per-answer", "4"],
 }
