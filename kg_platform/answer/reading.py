@@ -36,8 +36,8 @@ NO_READER, REFUSED, NO_READABLE_EVIDENCE, READER_ERROR = (
 NOT_IN_CORPUS, NO_TEXT = "not_in_corpus", "no_text"
 
 READER_HINT = (
-    "no reader: pass `kg ask --reader DIR` or set KG_READER=DIR (a saved reader folder, e.g. "
-    "<lake>/readers/models/<hash>/ that `kg eval pubmedqa --dev FILE --test FILE` trains)"
+    "no reader loaded: `kg eval pubmedqa` makes one from the reference data's PubMedQA DEV "
+    "questions and prints its folder; then pass `kg ask --reader DIR` or set KG_READER=DIR"
 )
 
 

@@ -1,7 +1,10 @@
-"""`kg eval pubmedqa --dev FILE --test FILE [--reader NAME] [--json]`: train a reader on DEV,
-cache its posteriors on DEV (cross-fitted) and TEST, select on DEV and score TEST once,
+"""`kg eval pubmedqa [--dev FILE] [--test FILE] [--reader NAME] [--json]`: train a reader on
+DEV, cache its posteriors on DEV (cross-fitted) and TEST, select on DEV and score TEST once,
 materialising reader_model, posterior_cache and pubmedqa_report through the persistent
-Dagster instance, so the runs and their checks show in the UI."""
+Dagster instance, so the runs and their checks show in the UI. Without --test, a stratified,
+reproducible part of DEV (--held-out questions, --seed) is held out as TEST and the reader
+trains and selects on the rest; the reader's saved folder is printed, for `kg ask --reader`.
+DEV defaults to the reference data's <KG_REFERENCE_DATA>/pubmedqa/pqal_dev400.json."""
 
 from __future__ import annotations
 
@@ -14,16 +17,34 @@ from kg_platform.evaluation.pubmedqa.candidates import MAX_CANDIDATES, TRUNCATIO
 from kg_platform.evaluation.pubmedqa.reader_configs import ReaderConfig
 
 READERS = ("cues", "minilm", "probe")
+HELD_OUT = 100
 
 
 def add_eval_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "pubmedqa",
-        help="train a reader on DEV, select on DEV, score TEST once (PubMedQA PQA-L files)",
-        description=__doc__.splitlines()[0],
+        help="train a reader on DEV, select on DEV, score TEST (or a held-out part of DEV) once",
+        description=" ".join(__doc__.split("`: ", 1)[1].split()).replace("``", "`"),
     )
-    parser.add_argument("--dev", required=True, help="PubMedQA JSON the reader trains on")
-    parser.add_argument("--test", required=True, help="PubMedQA JSON scored once (labels unused)")
+    parser.add_argument(
+        "--dev",
+        default=None,
+        help="PubMedQA JSON the reader trains on (default: the reference data's "
+        "pubmedqa/pqal_dev400.json, under KG_REFERENCE_DATA)",
+    )
+    parser.add_argument(
+        "--test",
+        default=None,
+        help="PubMedQA JSON scored once (default: --held-out questions of DEV, kept out of "
+        "training and selection)",
+    )
+    parser.add_argument(
+        "--held-out",
+        type=int,
+        default=HELD_OUT,
+        metavar="N",
+        help=f"without --test: DEV questions held out, stratified by label (default {HELD_OUT})",
+    )
     parser.add_argument(
         "--reader",
         default="cues",
@@ -89,24 +110,39 @@ def reader_config(args: argparse.Namespace, dev_key: str) -> ReaderConfig:
 
 
 def run_eval_pubmedqa(args: argparse.Namespace) -> int:
+    from kg_platform.commands.build import PUBMEDQA_DEV
     from kg_platform.evaluation.common.question_sets import question_set_key
     from kg_platform.evaluation.pubmedqa.answering import check_split
-    from kg_platform.settings import Settings
+    from kg_platform.settings import Settings, reference_data_dir
     from kg_platform.storage.lake import Lake
 
+    settings = Settings.load()
+    if args.dev is None:
+        args.dev = str(reference_data_dir() / PUBMEDQA_DEV)
     try:
-        check_split(args.dev, args.test)
-        config = reader_config(args, question_set_key(args.dev))
+        dev, test = args.dev, args.test
+        if test is None:
+            from kg_platform.evaluation.pubmedqa.split import split_dev
+
+            dev, test = split_dev(args.dev, settings.home / "questions", args.held_out, args.seed)
+            if not args.json:
+                print(
+                    f"no --test: {args.held_out} questions of {args.dev} held out (stratified by "
+                    f"label, seed {args.seed}): training and selection use {dev}; {test} is "
+                    "scored once",
+                    flush=True,
+                )
+        check_split(dev, test)
+        config = reader_config(args, question_set_key(dev))
     except (OSError, ValueError) as error:
         print(f"kg eval pubmedqa: {error}", file=sys.stderr)
         return 2
-    settings = Settings.load()
     lake = Lake(args.lake or settings.lake)
-    failure, report = materialise(settings, lake, config, args.dev, args.test)
+    failure, report = materialise(settings, lake, config, str(dev), str(test))
     if failure:
         print(f"kg eval pubmedqa: {failure}", file=sys.stderr)
         return 1
-    print_report(report, args.json)
+    print_report(report, args.json, held_out=args.test is None)
     return 0
 
 
@@ -119,6 +155,7 @@ def materialise(settings, lake, config: ReaderConfig, dev: str, test: str) -> tu
     from kg_platform.assets.partitions import pubmedqa_sets, reader_configs
     from kg_platform.commands.build_run import materialise_in_order
     from kg_platform.evaluation.common.question_sets import register_question_set
+    from kg_platform.evaluation.common.trained import read_trained_reader
     from kg_platform.evaluation.pubmedqa.answering import read_report
     from kg_platform.evaluation.pubmedqa.reader_configs import register_reader_config
     from kg_platform.orchestration.instance import prepare_instance
@@ -143,13 +180,20 @@ def materialise(settings, lake, config: ReaderConfig, dev: str, test: str) -> tu
     if error:
         return error, {}
     report = read_report(lake, dev_key, test_key, key)
-    return "", report | {"partition": {"reader_config": key, "dev": dev_key, "test": test_key}}
+    record = read_trained_reader(lake, key)
+    return "", report | {
+        "partition": {"reader_config": key, "dev": dev_key, "test": test_key},
+        "reader_folder": lake.path(record["model_prefix"]),
+    }
 
 
-def print_report(report: dict, as_json: bool) -> None:
+def print_report(report: dict, as_json: bool, held_out: bool = False) -> None:
     from kg_platform.evaluation.pubmedqa.answering import report_summary
 
-    summary = report_summary(report) | {"partition": report["partition"]}
+    summary = report_summary(report) | {
+        "partition": report["partition"],
+        "reader_folder": report["reader_folder"],
+    }
     if as_json:
         print(json.dumps(summary))
         return
@@ -157,8 +201,8 @@ def print_report(report: dict, as_json: bool) -> None:
     lo, hi = test["ci95"]
     print(f"selected on DEV: {summary['selected']}")
     print(
-        f"TEST n={test['n']} ({test['setting']}): accuracy {test['accuracy']:.3f} "
-        f"[{lo:.3f}, {hi:.3f}], macro-F1 {test['macro_f1']:.3f}"
+        f"{'held-out DEV' if held_out else 'TEST'} n={test['n']} ({test['setting']}): "
+        f"accuracy {test['accuracy']:.3f} [{lo:.3f}, {hi:.3f}], macro-F1 {test['macro_f1']:.3f}"
     )
     for name, figures in summary["settings"].items():
         lo, hi = figures["ci95"]
@@ -168,6 +212,9 @@ def print_report(report: dict, as_json: bool) -> None:
         f"shuffled-label best of {controls['shuffled_label_n']} "
         f"{_figure(controls['shuffled_label_best'])}"
     )
+    folder = summary["reader_folder"]
+    print(f"reader saved in {folder}; `kg ask --reader` takes it, or KG_READER:")
+    print(f"export KG_READER={folder}")
 
 
 def _figure(value: float | None) -> str:

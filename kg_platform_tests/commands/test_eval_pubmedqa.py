@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+from collections import Counter
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -13,6 +14,7 @@ import dagster as dg
 import pytest
 
 from kg_platform.answer.readers.base import load_pubmedqa, training_set_hash
+from kg_platform.answer.readers.loading import load_reader
 from kg_platform.cli import main
 from kg_platform.evaluation.common.trained import read_trained_reader
 from kg_platform.storage.lake import Lake
@@ -36,11 +38,11 @@ def sorted_pmids() -> list[str]:
 
 @pytest.fixture(scope="module")
 def evaluated(tmp_path_factory):
-    """One `kg eval pubmedqa --json` run: DEV = the 40 lowest PMIDs, TEST = the next 30."""
+    """One `kg eval pubmedqa --json` run on the 70 lowest PMIDs without --test: 30 of them
+    held out (stratified by label), the reader trained and selected on the other 40."""
     folder = tmp_path_factory.mktemp("eval_pubmedqa")
     pmids = sorted_pmids()
-    dev = write_questions(folder / "dev.json", pmids[:DEV_N])
-    test = write_questions(folder / "test.json", pmids[DEV_N : DEV_N + TEST_N])
+    given = write_questions(folder / "dev70.json", pmids[: DEV_N + TEST_N])
     home = folder / "kg"
     stdout = io.StringIO()
     with pytest.MonkeyPatch.context() as mp:
@@ -48,18 +50,33 @@ def evaluated(tmp_path_factory):
         # prepare_instance sets DAGSTER_HOME for the process: restore it afterwards
         mp.setenv("DAGSTER_HOME", str(home / "dagster"))
         with contextlib.redirect_stdout(stdout):
-            code = main(["eval", "pubmedqa", "--dev", str(dev), "--test", str(test), "--json",
-                         *OPTIONS])  # fmt: skip
+            code = main(["eval", "pubmedqa", "--dev", str(given), "--held-out", str(TEST_N),
+                         "--json", *OPTIONS])  # fmt: skip
     lines = stdout.getvalue().strip().splitlines()
-    return SimpleNamespace(code=code, home=home, dev=dev, test=test, lines=lines)
+    dev = home / "questions" / f"dev70-fit{DEV_N}-seed0.json"
+    test = home / "questions" / f"dev70-heldout{TEST_N}-seed0.json"
+    return SimpleNamespace(code=code, home=home, given=given, dev=dev, test=test, lines=lines)
+
+
+def test_without_test_a_stratified_part_of_dev_is_held_out(evaluated) -> None:
+    given = {q.qid: q.label for q in load_pubmedqa(evaluated.given)}
+    dev = {q.qid: q.label for q in load_pubmedqa(evaluated.dev)}
+    test = {q.qid: q.label for q in load_pubmedqa(evaluated.test)}
+    assert (len(dev), len(test)) == (DEV_N, TEST_N)
+    assert set(dev).isdisjoint(test) and set(dev) | set(test) == set(given)
+    # 39 yes, 25 no, 6 maybe of 70: 30 held out in proportion, largest remainders
+    assert Counter(given.values()) == {"yes": 39, "no": 25, "maybe": 6}
+    assert Counter(test.values()) == {"yes": 17, "no": 11, "maybe": 2}
+    # with --json the JSON line is all stdout holds
+    assert len(evaluated.lines) == 1
 
 
 def test_last_line_is_the_json_contract(evaluated) -> None:
     assert evaluated.code == 0
     summary = json.loads(evaluated.lines[-1])
     assert summary["test"]["n"] == TEST_N
-    assert summary["test"]["setting"] == "retrieved"
-    assert summary["selected"] == "cues|retrieved|t3000|mean@3"
+    assert summary["test"]["setting"] == "leak_free"
+    assert summary["selected"] == "cues|leak_free|t3000|mean@1"
     lo, hi = summary["test"]["ci95"]
     assert lo <= summary["test"]["accuracy"] <= hi
     assert set(summary["test"]) == {"n", "setting", "accuracy", "ci95", "macro_f1"}
@@ -67,14 +84,23 @@ def test_last_line_is_the_json_contract(evaluated) -> None:
     for figures in summary["settings"].values():
         assert set(figures) == {"accuracy", "ci95", "macro_f1"} and len(figures["ci95"]) == 2
     # the selected configuration's own setting is the headline
-    assert summary["settings"]["retrieved"]["accuracy"] == summary["test"]["accuracy"]
+    assert summary["settings"]["leak_free"]["accuracy"] == summary["test"]["accuracy"]
     controls = summary["controls"]
     assert set(controls) == {"majority", "blind", "shuffled_label_best", "shuffled_label_n"}
     # 2 seeds x 2 selectable settings x 1 truncation x 3 rules
     assert controls["shuffled_label_n"] == 12
-    # the DEV majority label (yes) on TEST: 15 of the 30 TEST questions are yes
+    # the DEV majority label (yes) on TEST: 17 of the 30 TEST questions are yes
     test_labels = [q.label for q in load_pubmedqa(evaluated.test)]
-    assert controls["majority"] == test_labels.count("yes") / TEST_N == 0.5
+    assert controls["majority"] == test_labels.count("yes") / TEST_N == 17 / 30
+    # the trained reader's folder, for `kg ask --reader`
+    partition = summary["partition"]
+    record = read_trained_reader(Lake(str(evaluated.home / "lake")), partition["reader_config"])
+    assert summary["reader_folder"] == str(evaluated.home / "lake" / record["model_prefix"])
+    folder = Path(summary["reader_folder"])
+    saved = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
+    assert saved == record["files"]
+    # and it is a reader `kg ask --reader` loads
+    assert load_reader(str(folder)).name == "cues"
 
 
 def test_runs_are_on_the_persistent_instance(evaluated) -> None:
@@ -104,6 +130,29 @@ def test_the_reader_trains_on_dev_only(evaluated) -> None:
     assert record["training_set_hash"] == training_set_hash(load_pubmedqa(evaluated.dev))
     assert record["training_set_hash"] != training_set_hash(load_pubmedqa(evaluated.test))
     assert record["n_train"] == DEV_N
+
+
+def test_the_held_out_part_of_the_reference_dev_is_stratified_and_reproducible(tmp_path) -> None:
+    from kg_platform.evaluation.pubmedqa.split import split_dev
+
+    dev400 = require_reference("pubmedqa", "pqal_dev400.json")
+    fit, held_out = split_dev(dev400, tmp_path / "a", 100)
+    assert (fit.name, held_out.name) == (
+        "pqal_dev400-fit300-seed0.json",
+        "pqal_dev400-heldout100-seed0.json",
+    )
+    labels = {p: Counter(q.label for q in load_pubmedqa(p)) for p in (fit, held_out)}
+    # 232 yes, 120 no, 48 maybe: a quarter of each held out
+    assert labels[held_out] == {"yes": 58, "no": 30, "maybe": 12}
+    assert labels[fit] == {"yes": 174, "no": 90, "maybe": 36}
+    again = split_dev(dev400, tmp_path / "b", 100)
+    assert [p.read_bytes() for p in again] == [fit.read_bytes(), held_out.read_bytes()]
+    other = split_dev(dev400, tmp_path / "c", 100, seed=1)[1]
+    shared = {q.qid for q in load_pubmedqa(other)} & {q.qid for q in load_pubmedqa(held_out)}
+    assert len(shared) < 100
+    for n in (0, 400):
+        with pytest.raises(ValueError, match=f"--held-out {n}: must be at least 1 and fewer "):
+            split_dev(dev400, tmp_path / "d", n)
 
 
 def bad_inputs(folder: Path) -> dict[str, tuple[list[str], str]]:
@@ -150,6 +199,18 @@ def test_bad_inputs_get_one_line_naming_them(case, tmp_path, kg_home, capsys) ->
     assert captured.err.count("\n") == 1
     assert captured.err.startswith(f"kg eval pubmedqa: {message}")
     # nothing was registered: no lake written, no instance created
+    assert not (kg_home / "dagster").exists()
+
+
+def test_without_dev_the_reference_dev_file_is_read(tmp_path, kg_home, capsys, monkeypatch) -> None:
+    monkeypatch.setenv("KG_REFERENCE_DATA", str(tmp_path / "absent"))
+    assert main(["eval", "pubmedqa", "--json"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err == (
+        f"kg eval pubmedqa: --dev {tmp_path / 'absent' / 'pubmedqa' / 'pqal_dev400.json'}: "
+        "no such question file\n"
+    )
     assert not (kg_home / "dagster").exists()
 
 
