@@ -12,20 +12,28 @@ $(STAMP): pyproject.toml setup.py kg_platform/pubmed/_reader.c
 	@command -v $(PYTHON) >/dev/null || { echo "needs $(PYTHON) on PATH"; exit 1; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q -U pip wheel
-	$(BIN)/pip install -q -e '.[ml,test]'
+	@echo "installing kg-platform and its dependencies into $(VENV) (about 90 s on 2 cores; pip names each package)"
+	$(BIN)/pip install --progress-bar on -e '.[ml,test]'
 	touch $(STAMP)
 
 venv: $(STAMP)
 
 demo: $(STAMP)  ## set up and run the main job end to end on the embedded default (.kg/)
 	$(BIN)/kg build
+	@echo "kg is $(CURDIR)/$(BIN)/kg: run '. $(BIN)/activate' to put it on PATH; from any folder it uses this checkout's .kg (or KG_HOME)"
 
 ui: $(STAMP)  ## the Dagster UI on 127.0.0.1:3000 over the same instance and lake
 	mkdir -p $(DAGSTER_HOME)
 	# the instance's own dagster.yaml when there is one (kg build's, or Postgres from kg workers)
 	test -f $(DAGSTER_HOME)/dagster.yaml || cp dagster.yaml $(DAGSTER_HOME)/dagster.yaml
-	# dagster dev = webserver + daemon, so backfills, the update sensor and the schedule run
-	$(BIN)/dagster dev -h 127.0.0.1 -p 3000 -w workspace.yaml
+	# dagster dev = webserver + daemon, so backfills, the update sensor and the schedule run.
+	# Started in DAGSTER_HOME: in the checkout it warns that the template dagster.yaml there
+	# "will not be used". SIGINT back to its default first: a script that starts `make ui &`
+	# starts it with SIGINT ignored, and dagster dev maps SIGTERM onto SIGINT's handler, so it
+	# would ignore SIGTERM too
+	cd $(DAGSTER_HOME) && exec $(CURDIR)/$(BIN)/python -c 'import os, signal, sys; \
+	  signal.signal(signal.SIGINT, signal.SIG_DFL); os.execv(sys.argv[1], sys.argv[1:])' \
+	  $(CURDIR)/$(BIN)/dagster dev -h 127.0.0.1 -p 3000 -w $(CURDIR)/workspace.yaml
 
 test: $(STAMP)  ## the whole test suite (CI runs this with CI=true)
 	# two workers, a test file per worker at a time (its module fixtures are built once):

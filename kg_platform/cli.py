@@ -64,7 +64,9 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except (ValueError, FileNotFoundError, PermissionError) as exc:
         # domain errors already name the input; a traceback adds nothing for the user
-        print(f"kg {args.command}: {exc}", file=sys.stderr)
+        from kg_platform.settings import home_hint
+
+        print(f"kg {args.command}: {exc}{home_hint(exc)}", file=sys.stderr)
         return 2
 
 

@@ -197,7 +197,9 @@ def run_ask(args: argparse.Namespace) -> int:
         else:
             answer = kg.ask(args.question, as_of=args.as_of, top_k=args.top_k)
     except (QuestionError, FileNotFoundError, ValueError) as error:
-        print(f"kg ask: {error}", file=sys.stderr)
+        from kg_platform.settings import home_hint
+
+        print(f"kg ask: {error}{home_hint(error)}", file=sys.stderr)
         return 2
     answer = answer.with_start_up(
         {

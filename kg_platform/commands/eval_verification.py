@@ -26,7 +26,7 @@ def add_eval_parser(subparsers: argparse._SubParsersAction) -> argparse.Argument
         "verification",
         help="train and report the evidence verifier on SciFact claims, and the refusal report "
         "with it as gate 7, through the Dagster instance",
-        description=__doc__.splitlines()[0],
+        description=" ".join(__doc__.split("`: ", 1)[1].split()).replace("``", "`"),
     )
     parser.add_argument("--claims", required=True, help="SciFact claims CSV the verifier trains on")
     parser.add_argument(

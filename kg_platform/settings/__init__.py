@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kg_platform.settings.workers import load_deployment
+from kg_platform.storage import local
 from kg_platform.storage.local import kg_home, write_text_atomically
 
 NLM_PUBMED_URL = "https://ftp.ncbi.nlm.nih.gov/pubmed/"
@@ -105,3 +106,21 @@ def reference_data_dir() -> Path:
     return Path(
         os.environ.get("KG_REFERENCE_DATA") or REPOSITORY.parent / "shared" / "data"
     ).absolute()
+
+
+def home_hint(error: Exception) -> str:
+    """For something missing from the home's lake (a `kg` command run outside the checkout
+    that built it): which home was used, and how to choose another; "" for anything else."""
+    settings = Settings.load()
+    if not isinstance(error, FileNotFoundError) or not str(error).startswith(settings.lake):
+        return ""
+    if "KG_HOME" in os.environ:
+        how = "from KG_HOME"
+    elif settings.home.is_dir():
+        how = "the nearest .kg folder"
+    else:
+        how = f"no .kg folder here, above here or in the checkout {local.CHECKOUT}"
+    return (
+        f"\n  (home {settings.home}: {how}; build one with `kg build`, or set KG_HOME to "
+        "the .kg folder of a build, e.g. `export KG_HOME=/path/to/kg-platform/.kg`)"
+    )

@@ -6,9 +6,25 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+HOME_NAME = ".kg"
+# the checkout this package runs from, when installed editable (`make venv`): the `.kg` that
+# `make demo` builds there is found from any folder
+CHECKOUT = Path(__file__).resolve().parents[2]
+
 
 def kg_home() -> Path:
-    return Path(os.environ.get("KG_HOME", ".kg")).absolute()
+    """KG_HOME when set; else the nearest `.kg` folder in the current folder or one of its
+    parents (as git finds `.git`); else the checkout's own `.kg` when it has one (`make demo`
+    builds it); else `.kg` in the current folder (where a first `kg build` writes)."""
+    if "KG_HOME" in os.environ:
+        return Path(os.environ["KG_HOME"]).absolute()
+    here = Path.cwd()
+    for folder in (here, *here.parents):
+        if (folder / HOME_NAME).is_dir():
+            return folder / HOME_NAME
+    if (CHECKOUT / HOME_NAME).is_dir():
+        return CHECKOUT / HOME_NAME
+    return here / HOME_NAME
 
 
 def write_text_atomically(path: Path, text: str) -> None:

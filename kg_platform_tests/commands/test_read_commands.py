@@ -79,3 +79,63 @@ def test_status_leaves_the_instance_configuration_as_it_is(
             pool: storage.get_concurrency_info(pool).slot_count for pool in (GPU_POOL, NCBI_POOL)
         }
     assert slots == {GPU_POOL: 2, NCBI_POOL: 5}
+
+
+def test_the_home_is_kg_home_else_the_nearest_kg_else_the_checkouts(
+    tmp_path: Path, monkeypatch
+) -> None:
+    from kg_platform.storage import local
+
+    assert not any((p / ".kg").exists() for p in tmp_path.parents), "a .kg above the tmp folder"
+    monkeypatch.delenv("KG_HOME", raising=False)
+    checkout, work = tmp_path / "checkout", tmp_path / "work" / "deep"
+    work.mkdir(parents=True)
+    monkeypatch.setattr(local, "CHECKOUT", checkout)
+    monkeypatch.chdir(work)
+    # nothing anywhere: .kg here, where a first `kg build` writes
+    assert local.kg_home() == work / ".kg"
+    # the checkout's .kg (what `make demo` built), from any folder
+    (checkout / ".kg").mkdir(parents=True)
+    assert local.kg_home() == checkout / ".kg"
+    # the nearest .kg in this folder or a parent wins over the checkout's
+    (tmp_path / "work" / ".kg").mkdir()
+    assert local.kg_home() == tmp_path / "work" / ".kg"
+    monkeypatch.setenv("KG_HOME", str(tmp_path / "elsewhere"))
+    assert local.kg_home() == tmp_path / "elsewhere"
+
+
+def test_ask_outside_any_home_says_which_home_and_how_to_choose(
+    tmp_path: Path, monkeypatch, capsys
+) -> None:
+    from kg_platform.storage import local
+
+    assert not any((p / ".kg").exists() for p in tmp_path.parents), "a .kg above the tmp folder"
+    for var in ("KG_HOME", "KG_LAKE", "DAGSTER_HOME"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setattr(local, "CHECKOUT", tmp_path / "checkout")
+    monkeypatch.chdir(tmp_path)
+    assert main(["ask", "Does aspirin help?"]) == 2
+    home = tmp_path / ".kg"
+    assert capsys.readouterr().err == (
+        f"kg ask: {home}/lake/graph: no published graph for release any, MeSH any (published: "
+        "none); materialise `graph` for that partition\n"
+        f"  (home {home}: no .kg folder here, above here or in the checkout "
+        f"{tmp_path / 'checkout'}; build one with `kg build`, or set KG_HOME to the .kg folder "
+        "of a build, e.g. `export KG_HOME=/path/to/kg-platform/.kg`)\n"
+    )
+    assert not home.exists()
+
+
+@pytest.mark.parametrize(
+    ("command", "ending"),
+    [
+        ("pubmedqa", "DEV defaults to the reference data's <KG_REFERENCE_DATA>/pubmedqa/"),
+        ("verification", "trained on another claim set (`evaluation/scifact/transfer.py`)."),
+    ],
+)
+def test_eval_help_is_whole(command: str, ending: str, capsys) -> None:
+    with pytest.raises(SystemExit):
+        main(["eval", command, "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    description = out.split("options:")[0]
+    assert ending in description, description
