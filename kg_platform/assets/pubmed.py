@@ -31,6 +31,7 @@ from kg_platform.pubmed.source import (
     SourceFile,
     current_release,
     parse_source_name,
+    pending_key,
     raw_key,
 )
 from kg_platform.resources.catalog import CatalogResource
@@ -141,6 +142,7 @@ class FileBatch:
         self.download = "pubmed_xml" in selected
         self.parse = "pubmed_tables" in selected
         self.failed: dict[str, str] = {}
+        self.parsed_from: dict[str, str] = {}  # file -> the raw key its parse reads
 
     def run(self) -> Iterator:
         pending: dict = {}
@@ -154,6 +156,7 @@ class FileBatch:
                     self.failed[name] = _one_line(error)
                     continue
                 if self.parse:
+                    self.parsed_from[name] = raw
                     pending[pool.submit(self.lake, raw, name)] = name
                 yield from self.finished(pending, wait=False)
             yield from self.finished(pending, wait=True)
@@ -167,11 +170,13 @@ class FileBatch:
         """Download (or find) one file; yields its pubmed_xml materialisation, returns its
         raw key."""
         if not self.download:
-            return raw_key(downloaded_file(self.lake, name))
+            return parse_input(self.lake, name)
         if name not in listed:
             raise ValueError(f"{name}: not in the listing of {self.source!r}")
         wanted = listed[name]
-        result = self.source.fetch(wanted, self.lake, raw_key(wanted))
+        # a new version of a file already in the lake waits at its pending key until it
+        # parses: the raw key keeps the last version that did
+        result = self.source.fetch(wanted, self.lake, raw_key(wanted), pending_key(wanted))
         observed = versions.latest(
             self.context.instance, "pubmed_source_file", name, observation=True
         )
@@ -218,6 +223,7 @@ class FileBatch:
         instance = self.context.instance
         target = None
         if published.digest is not None:
+            promote(self.lake, self.parsed_from.get(name))
             xml = versions.latest(instance, "pubmed_xml", name)
             yield dg.AssetMaterialization(
                 "pubmed_tables",
@@ -261,11 +267,29 @@ def downloaded_file(lake, name: str) -> SourceFile:
     """The SourceFile of a partition, from where pubmed_xml put it in the lake's raw/."""
     for sub_dir in SUB_DIRS:
         f = parse_source_name(f"{name}.xml.gz", sub_dir)
-        if f is not None and lake.exists(raw_key(f)):
+        if f is not None and (lake.exists(raw_key(f)) or lake.exists(pending_key(f))):
             return f
     raise FileNotFoundError(
         f"{name}: no raw file in the lake; materialise pubmed_xml[{name}] first"
     )
+
+
+def parse_input(lake, name: str) -> str:
+    """The raw key a parse of ``name`` reads: its latest download, waiting at its pending
+    key (not parsed yet) or at its raw key."""
+    f = downloaded_file(lake, name)
+    waiting = pending_key(f)
+    return waiting if lake.exists(waiting) else raw_key(f)
+
+
+def promote(lake, parsed: str | None) -> None:
+    """A pending download whose tables were just published replaces the raw file it waited
+    beside (pubmed/source.py pending_key); nothing for a raw key."""
+    if parsed is None or "/pending/" not in parsed:
+        return
+    f = downloaded_file(lake, parsed.rsplit("/", 1)[1].removesuffix(".xml.gz"))
+    if parsed == pending_key(f):
+        lake.rename(parsed, raw_key(f))
 
 
 def release_files(lake, release: str, names: list[str]) -> list[str]:

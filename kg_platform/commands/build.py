@@ -38,6 +38,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="runs at once (Dagster's run queue limit; default: the cores)",
     )
     p.add_argument("--force", action="store_true", help="redo the selection even where fresh")
+    p.add_argument(
+        "--verify",
+        action="store_true",
+        help="hash every published file of the selection before planning, as `kg status "
+        "--verify` does, and redo what differs (without it: sizes, listings and stamps, "
+        "and what the last `kg status --verify` found)",
+    )
     p.add_argument("--wait", action="store_true", help="wait for a build already running here")
     p.add_argument(
         "--verbose", action="store_true", help="print failures' tracebacks, not only the log path"
@@ -157,6 +164,16 @@ def build_holding_lock(args: argparse.Namespace) -> int:
     if args.jobs < 1:
         raise ValueError(f"--jobs {args.jobs}: must be at least 1")
     settings, names, mesh_spec = choose_sources(args)
+    from kg_platform.orchestration.lock import lake_writer
+
+    # one writer per lake too: a build of another home on the same lake says who and exits 2
+    with lake_writer(settings.lake, settings.dagster_home):
+        return build_holding_lake(args, settings, names, mesh_spec, started)
+
+
+def build_holding_lake(
+    args, settings: Settings, names: list[str], mesh_spec, started: float
+) -> int:
     import dagster as dg
 
     from kg_platform.definitions import build_definitions
@@ -239,14 +256,17 @@ def register_build(instance, settings: Settings, names: list[str], year: str, se
 
 
 def plan_build(instance, asset_graph, selected: set, keys: BuildKeys, lake: str, args) -> set:
-    """The selection's partitions for these keys that are not fresh (all with --force)."""
+    """The selection's partitions for these keys that are not fresh, or whose published
+    objects are damaged (integrity.py; a line each), all with --force."""
     from kg_platform.commands.build_plan import partitions_to_redo, requested_partitions
-    from kg_platform.commands.integrity import damaged
+    from kg_platform.commands.integrity import damaged, recorded_findings
 
     requested = requested_partitions(asset_graph, selected, keys.for_partitions)
-    todo = partitions_to_redo(
-        instance, asset_graph, requested, force=args.force, damaged=damaged(lake)
-    )
+    findings = recorded_findings(Settings.load().dagster_home, lake)
+    judge = damaged(lake, verify=getattr(args, "verify", False), findings=findings)
+    todo = partitions_to_redo(instance, asset_graph, requested, force=args.force, damaged=judge)
+    for line in judge.found:
+        print(f"damaged: {line}")
     print(
         f"{len(todo)} of {len(requested)} asset partitions to materialise"
         + (" (--force)" if args.force else "; the rest are fresh")

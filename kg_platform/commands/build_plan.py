@@ -78,8 +78,8 @@ def partitions_to_redo(
     instance, asset_graph, requested: set, force: bool = False, damaged=None
 ) -> set:
     """The requested partitions that are not fresh (or fresh in the instance, but
-    ``damaged(partition, instance)``: their published files no longer match what was
-    published, integrity.py), with, inside the request:
+    ``damaged(partition, instance, resolver)``: their published files no longer match what
+    was published, integrity.py), with, inside the request:
     - the parents of the same partition (a file's download is redone with its tables, so a
       source file restored after a failure is fetched again);
     - everything downstream of a partition redone (its input is about to change)."""
@@ -101,7 +101,8 @@ def partitions_to_redo(
             for ap in requested
             if ap.asset_key == key
             and (
-                states[ap.partition_key] != FRESH or (damaged is not None and damaged(ap, instance))
+                states[ap.partition_key] != FRESH
+                or (damaged is not None and damaged(ap, instance, resolver))
             )
         }
     with dg.partition_loading_context(dynamic_partitions_store=instance):

@@ -295,7 +295,58 @@ def run_failure(instance, run_id: str) -> tuple[str, str]:
             if error is None:
                 continue
             return one_line(innermost(error)), error.to_string()
-    return "run failed (see the run in the UI)", ""
+    cause = worker_death(instance, run_id)
+    return cause or "run failed (see the run in the UI)", cause or ""
+
+
+# the code server's engine event when a run's process ends before the run does (Dagster's
+# get_run_crash_explanation: "... was terminated by signal 9 (SIGKILL)." or "...
+# unexpectedly exited with code 3.")
+CRASH_PREFIX = "Run execution process for "
+
+
+def worker_death(instance, run_id: str) -> str | None:
+    """Why a run failed with no error of its own: its process died. The signal or exit code
+    (the code server's crash event, else the run's failure message, e.g. recovery's
+    "process gone"), its worker's pid and the last event the run logged; None when neither
+    event says more."""
+    from kg_platform.orchestration.recovery import run_worker
+
+    records = instance.get_records_for_run(run_id, ascending=False, limit=500).records
+    crash = failure = last = None
+    for record in records:
+        entry = record.event_log_entry
+        event = entry.dagster_event
+        message = " ".join((entry.message or "").split())
+        kind = event.event_type_value if event is not None else "LOG"
+        at = message.find(f"{CRASH_PREFIX}{run_id} ")  # after the server's "[name] "
+        if crash is None and at >= 0:
+            crash = message[at + len(f"{CRASH_PREFIX}{run_id} ") :].split(". ")[0].rstrip(".")
+        elif failure is None and kind == "PIPELINE_FAILURE" and message:
+            failure = message
+        elif last is None and message and kind not in IGNORED_EVENTS:
+            last = message
+    if crash is None and (failure is None or failure.startswith("This run has been marked")):
+        return None
+    worker = run_worker(instance, run_id)
+    who = f"run worker (pid {worker[0]})" if worker else "run worker"
+    cause = f"{who} {crash}" if crash is not None else failure
+    return f"{cause}; its last event: {last}" if last else cause
+
+
+# what says nothing of where a run was: the run's own bookkeeping
+IGNORED_EVENTS = {
+    "ENGINE_EVENT",
+    "LOGS_CAPTURED",
+    "PIPELINE_FAILURE",
+    "PIPELINE_START",
+    "PIPELINE_STARTING",
+    "PIPELINE_ENQUEUED",
+    "PIPELINE_DEQUEUED",
+    "PIPELINE_CANCELED",
+    "PIPELINE_CANCELING",
+    "RUN_FAILURE",
+}
 
 
 def backfill_runs(instance, backfill_id: str) -> list:

@@ -2,30 +2,46 @@
 partition is fresh while its files were truncated or overwritten since. `kg status` reports
 such a partition as `corrupt`, naming the object, and `kg build` redoes it without --force.
 
+Every published object is checked: the raw file (pubmed_xml), a file's seven tables
+(pubmed_tables), the MeSH tables, the corpus parts, the graph build and its pointer, the
+embedding index and the grounding index. A published object that is gone is `corrupt`,
+named with ": missing".
+
 Three levels, cheapest first:
-- the cheap check, on every status and every build plan (listings, Parquet footers, headers;
-  no full read): the graph build (its pointer, manifest and every array's size against the
-  manifest), the corpus tables (a readable footer), the embedding index (its two arrays'
-  sizes against its manifest), the grounding index (both files' sizes against its manifest,
-  the index file against its own header);
+- the cheap check, on every status and every build plan (one listing per folder, the
+  manifests and headers; no full read): each object is there at the size its
+  materialisation or manifest records (the raw file, a file's tables in all, each MeSH
+  table, each corpus part, the graph's pointer, manifest and arrays, the embedding index's
+  two arrays, the grounding index's two files and the index's own header);
 - the stamp: a file written after its partition's latest materialisation (its mtime, an S3
   object's LastModified, later than the instance's event) was changed since it was
   published, at any size. Files are published inside the asset's lake transaction, before
   Dagster records the materialisation, so a file the build wrote is never later than it.
   Such a partition's content is then hashed to confirm (a file copied or touched with the
   same bytes is not corrupt);
-- the hashes (``verify``, `kg status --verify`: every byte read): each array or file
-  against the sha256 its manifest records (the graph, the embedding index, the grounding
-  index), the corpus tables against the data version of their materialisation (the digest
-  of their bytes)."""
+- the hashes (``verify``, `kg status --verify`, `kg build --verify`: every byte read): each
+  array or file against the sha256 its manifest records (the graph, the embedding index,
+  the grounding index), the tables against the data version of their materialisation (the
+  digest of their bytes), the raw file against its md5.
+
+`kg status --verify` records what the hashes found (FINDINGS, beside the instance), so a
+plain `kg build` redoes it: a byte changed in place with its modification time put back is
+seen only by the hashes, and hashing every published byte on every build would read the
+whole lake (GBs at 10M records). The build hashes again only the partitions recorded there
+whose materialisation is still the one judged, and redoes those that still differ."""
 
 from __future__ import annotations
 
 import importlib
+import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 
 from kg_platform.storage.lake import Lake
+
+# beside the instance: what the last `kg status --verify` (or `kg build --verify`) found
+FINDINGS = "verify_findings.json"
 
 
 @dataclass(frozen=True)
@@ -36,6 +52,18 @@ class Materialised:
     partition: str
     timestamp: float
     data_version: str | None
+    metadata: dict = field(default_factory=dict, compare=False)
+
+
+def _materialised(asset: str, partition: str, record) -> Materialised:
+    event = record.asset_materialization
+    tags = (event.tags or {}) if event is not None else {}
+    metadata = (
+        {k: getattr(v, "value", v) for k, v in (event.metadata or {}).items()} if event else {}
+    )
+    return Materialised(
+        asset, partition, record.timestamp, tags.get("dagster/data_version"), metadata
+    )
 
 
 def last_materialised(instance, asset: str, partition: str) -> Materialised | None:
@@ -49,11 +77,7 @@ def last_materialised(instance, asset: str, partition: str) -> Materialised | No
         ),
         limit=1,
     ).records
-    if not found:
-        return None
-    event = found[0].asset_materialization
-    version = (event.tags or {}).get("dagster/data_version") if event is not None else None
-    return Materialised(asset, partition, found[0].timestamp, version)
+    return _materialised(asset, partition, found[0]) if found else None
 
 
 def _dimensions(partition: str) -> dict[str, str]:
@@ -63,15 +87,34 @@ def _dimensions(partition: str) -> dict[str, str]:
     return dict(found)
 
 
+class Listings:
+    """Each folder's objects (bytes, when written), listed once per check of many
+    partitions: 335 files' tables are seven listings, not 2,345 requests."""
+
+    def __init__(self) -> None:
+        self._found: dict[str, dict[str, tuple[int, float]]] = {}
+
+    def of(self, lake: Lake, folder: str) -> dict[str, tuple[int, float]]:
+        path = lake.path(folder)
+        if path not in self._found:
+            self._found[path] = lake.entries(folder)
+        return self._found[path]
+
+    def entry(self, lake: Lake, key: str) -> tuple[int, float] | None:
+        folder, _, name = key.rpartition("/")
+        return self.of(lake, folder).get(name)
+
+
 @dataclass(frozen=True)
 class Published:
     """How one asset's published object is checked, each function given the lake scoped to
-    the partition."""
+    the partition, the partition's latest materialisation (None when not known) and the
+    listings."""
 
     scope: Callable[[Lake, str], Lake]
-    cheap: Callable[[Lake], str | None]
-    files: Callable[[Lake], list[str]]  # the keys the stamp compares
-    hashed: Callable[[Lake, Materialised | None], str | None]
+    cheap: Callable[[Lake, Materialised | None, Listings], str | None]
+    files: Callable[[Lake, Materialised | None, Listings], list[str]]  # what the stamp compares
+    hashed: Callable[[Lake, Materialised | None, Listings], str | None]
 
 
 def _deferred(function: str, first: bool = False, **kwargs) -> Callable[..., str | None]:
@@ -87,19 +130,43 @@ def _deferred(function: str, first: bool = False, **kwargs) -> Callable[..., str
     return call
 
 
-def _listed(module: str, manifest: str, *others: str) -> Callable[[Lake], list[str]]:
+def _listed(module: str, manifest: str, *others: str) -> Callable[..., list[str]]:
     """The keys named ``manifest`` and ``others`` in ``module``, when the manifest is
     published (none before)."""
 
-    def keys(lake: Lake) -> list[str]:
+    def keys(lake: Lake, *_) -> list[str]:
         found = [getattr(importlib.import_module(module), n) for n in (manifest, *others)]
         return found if lake.exists(found[0]) else []
 
     return keys
 
 
+def _digest_problem(lake: Lake, keys: list[str], m: Materialised | None, what: str) -> str | None:
+    """The objects' content digest (Lake.digest, as the asset computed its data version)
+    against the materialisation's data version; None when they agree or none is recorded."""
+    if m is None or not m.data_version:
+        return None
+    digest = lake.digest(keys)[: len(m.data_version)]
+    if digest == m.data_version:
+        return None
+    return (
+        f"{what}: no longer hash to the data version of {m.asset}[{m.partition}] "
+        f"({digest} != {m.data_version})"
+    )
+
+
 # -- the graph build -----------------------------------------------------------------------
-def _graph_files(lake: Lake) -> list[str]:
+def _graph_cheap(lake: Lake, *_) -> str | None:
+    """The pointer is there (a materialised graph without one answers nothing), then the
+    build it points at against its manifest."""
+    from kg_platform.graph.layout import CURRENT_POINTER, published_problem
+
+    if not lake.exists(CURRENT_POINTER):
+        return f"{lake.path(CURRENT_POINTER)}: missing"
+    return published_problem(lake)
+
+
+def _graph_files(lake: Lake, *_) -> list[str]:
     from kg_platform.graph.layout import (
         CURRENT_POINTER,
         array_key,
@@ -116,20 +183,20 @@ def _graph_files(lake: Lake) -> list[str]:
 
 
 # -- the corpus tables ---------------------------------------------------------------------
-def _corpus_cheap(lake: Lake) -> str | None:
+def _corpus_cheap(lake: Lake, *_) -> str | None:
     """Every part the fold's manifest records is there at its size, and no other."""
     from kg_platform.pubmed.fold import parts_problem
 
     return parts_problem(lake)
 
 
-def _corpus_files(lake: Lake) -> list[str]:
+def _corpus_files(lake: Lake, *_) -> list[str]:
     from kg_platform.storage.corpus import CORPUS_TABLES, corpus_parts
 
     return [key for table in CORPUS_TABLES for key in corpus_parts(lake, table)]
 
 
-def _corpus_hashed(lake: Lake, materialised: Materialised | None) -> str | None:
+def _corpus_hashed(lake: Lake, materialised: Materialised | None, *_) -> str | None:
     """The parts against their materialisation's data version: the first 16 hex digits of
     fold.corpus_version over every part's bytes (assets/pubmed.py's corpus)."""
     from kg_platform.pubmed.fold import corpus_version
@@ -146,10 +213,165 @@ def _corpus_hashed(lake: Lake, materialised: Materialised | None) -> str | None:
     )
 
 
+# -- the MeSH tables -----------------------------------------------------------------------
+def _mesh_keys(m: Materialised | None) -> dict[str, int | None]:
+    """key -> the bytes its materialisation records (``bytes_<table>``; None when not
+    recorded), for each table of the MeSH year, in the order the data version hashed them."""
+    from kg_platform.schemas import MESH_TABLES
+
+    recorded = {
+        k.removeprefix("bytes_"): v
+        for k, v in (m.metadata if m else {}).items()
+        if k.startswith("bytes_")
+    }
+    names = sorted(recorded) or sorted(MESH_TABLES)
+    return {f"mesh/{name}.parquet": recorded.get(name) for name in names}
+
+
+def _sized_problem(lake: Lake, seen: Listings, keys: dict[str, int | None], who: str) -> str | None:
+    """The first key missing, or of another size than recorded."""
+    for key, size in keys.items():
+        entry = seen.entry(lake, key)
+        if entry is None:
+            return f"{lake.path(key)}: missing"
+        if size is not None and entry[0] != int(size):
+            return f"{lake.path(key)}: {entry[0]} bytes, {who} wrote {size}"
+    return None
+
+
+def _mesh_cheap(lake: Lake, m: Materialised | None, seen: Listings) -> str | None:
+    return _sized_problem(lake, seen, _mesh_keys(m), f"mesh_tables[{m.partition if m else ''}]")
+
+
+def _mesh_hashed(lake: Lake, m: Materialised | None, seen: Listings) -> str | None:
+    keys = _mesh_keys(m)
+    problem = _sized_problem(lake, seen, keys, f"mesh_tables[{m.partition if m else ''}]")
+    return problem or _digest_problem(lake, list(keys), m, f"{lake.path('mesh')}: the tables")
+
+
+# -- a file's tables -----------------------------------------------------------------------
+def _file_table_keys(m: Materialised) -> list[str]:
+    from kg_platform.pubmed.tables import table_key
+    from kg_platform.schemas import PUBMED_TABLES
+
+    # the tables the parse wrote (rows_<table>), in the order their digest hashed them
+    written = sorted(k.removeprefix("rows_") for k in m.metadata if k.startswith("rows_"))
+    return [table_key(t, m.partition) for t in written or sorted(PUBMED_TABLES)]
+
+
+def _tables_cheap(lake: Lake, m: Materialised | None, seen: Listings) -> str | None:
+    """Each of the file's tables is there, and together they are the bytes the parse wrote;
+    when they are not, the first whose Parquet footer is cut is named."""
+    if m is None:
+        return None
+    keys = _file_table_keys(m)
+    total = 0
+    for key in keys:
+        entry = seen.entry(lake, key)
+        if entry is None:
+            return f"{lake.path(key)}: missing"
+        total += entry[0]
+    recorded = m.metadata.get("bytes_total")
+    if recorded is None or total == int(recorded):
+        return None
+    for key in keys:
+        size = seen.entry(lake, key)[0]  # type: ignore[index]
+        with lake.open(key) as f:
+            f.seek(max(0, size - 4))
+            if size < 12 or f.read(4) != b"PAR1":
+                return f"{lake.path(key)}: {size} bytes, cut short (no Parquet footer)"
+    names = ", ".join(k.rsplit("/", 2)[1] for k in keys)
+    return (
+        f"{lake.path('tables')}/*/{m.partition}.parquet ({names}): {total} bytes in all, "
+        f"pubmed_tables[{m.partition}] wrote {recorded}"
+    )
+
+
+def _tables_files(lake: Lake, m: Materialised | None, *_) -> list[str]:
+    return _file_table_keys(m) if m is not None else []
+
+
+def _tables_hashed(lake: Lake, m: Materialised | None, seen: Listings) -> str | None:
+    problem = _tables_cheap(lake, m, seen)
+    if problem is not None or m is None:
+        return problem
+    return _digest_problem(
+        lake, _file_table_keys(m), m, f"{lake.path('tables')}/*/{m.partition}.parquet"
+    )
+
+
+# -- the raw file --------------------------------------------------------------------------
+def _raw_key(lake: Lake, m: Materialised | None, seen: Listings) -> str | None:
+    """Where the file's latest download is: its pending key (a download not parsed yet,
+    pubmed/source.py) when there is one, else its raw key; None when it is in neither."""
+    from kg_platform.pubmed.source import SUB_DIRS, parse_source_name, pending_key, raw_key
+
+    if m is None:
+        return None
+    for sub_dir in SUB_DIRS:
+        f = parse_source_name(f"{m.partition}.xml.gz", sub_dir)
+        if f is None:
+            continue
+        for key in (pending_key(f), raw_key(f)):
+            if seen.entry(lake, key) is not None:
+                return key
+    return None
+
+
+def _raw_cheap(lake: Lake, m: Materialised | None, seen: Listings) -> str | None:
+    from kg_platform.pubmed.source import SUB_DIRS, parse_source_name, raw_key
+
+    if m is None:
+        return None
+    key = _raw_key(lake, m, seen)
+    if key is None:
+        f = next(
+            (f for d in SUB_DIRS if (f := parse_source_name(f"{m.partition}.xml.gz", d))), None
+        )
+        where = lake.path(raw_key(f)) if f is not None else m.partition
+        if m.metadata.get("key"):
+            where = lake.path(m.metadata["key"])
+        return f"{where}: missing"
+    recorded = m.metadata.get("bytes")
+    size = seen.entry(lake, key)[0]  # type: ignore[index]
+    if recorded is not None and size != int(recorded):
+        return f"{lake.path(key)}: {size} bytes, the download was {recorded}"
+    return None
+
+
+def _raw_files(lake: Lake, m: Materialised | None, seen: Listings) -> list[str]:
+    key = _raw_key(lake, m, seen)
+    return [key] if key else []
+
+
+def _raw_hashed(lake: Lake, m: Materialised | None, seen: Listings) -> str | None:
+    import hashlib
+
+    problem = _raw_cheap(lake, m, seen)
+    if problem is not None or m is None or not m.data_version:
+        return problem
+    key = _raw_key(lake, m, seen)
+    digest = hashlib.md5(usedforsecurity=False)
+    with lake.open(key) as f:
+        while chunk := f.read(1 << 22):
+            digest.update(chunk)
+    if digest.hexdigest() == m.data_version:
+        return None
+    return f"{lake.path(key)}: md5 {digest.hexdigest()}, the download verified {m.data_version}"
+
+
 CHECKED: dict[str, Published] = {
+    "pubmed_xml": Published(lambda lake, p: lake, _raw_cheap, _raw_files, _raw_hashed),
+    "pubmed_tables": Published(lambda lake, p: lake, _tables_cheap, _tables_files, _tables_hashed),
+    "mesh_tables": Published(
+        lambda lake, p: lake.scoped(mesh_year=p),
+        _mesh_cheap,
+        lambda lake, m, *_: list(_mesh_keys(m)),
+        _mesh_hashed,
+    ),
     "graph": Published(
         lambda lake, p: lake.scoped(**_dimensions(p)),
-        _deferred("kg_platform.graph.layout:published_problem"),
+        _graph_cheap,
         _graph_files,
         _deferred("kg_platform.graph.layout:published_problem", verify=True),
     ),
@@ -171,12 +393,20 @@ CHECKED: dict[str, Published] = {
 }
 
 
-def changed_since(lake: Lake, files: list[str], materialised: Materialised) -> str | None:
+def changed_since(
+    lake: Lake, files: list[str], materialised: Materialised, seen: Listings | None = None
+) -> str | None:
     """The files written after the materialisation, in one line with its time; None when
     none was."""
     import time
 
-    later = [key for key in files if lake.modified(key) > materialised.timestamp]
+    seen = seen or Listings()
+    later = []
+    for key in files:
+        entry = seen.entry(lake, key)
+        when = entry[1] if entry is not None else lake.modified(key)
+        if when > materialised.timestamp:
+            later.append(key)
     if not later:
         return None
     when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(materialised.timestamp))
@@ -187,43 +417,124 @@ def changed_since(lake: Lake, files: list[str], materialised: Materialised) -> s
     )
 
 
+class Integrity:
+    """Checks published objects against what the instance recorded, sharing the listings
+    and (with a BulkStaleStatusResolver, orchestration/freshness.py) reading every
+    partition's latest materialisation of an asset in one pass."""
+
+    def __init__(self, lake: Lake | str, instance=None, resolver=None, verify: bool = False):
+        self.lake = lake if isinstance(lake, Lake) else Lake(lake)
+        self.instance, self.resolver, self.verify = instance, resolver, verify
+        self.seen = Listings()
+
+    def materialised(self, asset: str, partition: str) -> Materialised | None:
+        if self.instance is None:
+            return None
+        bulk = getattr(self.resolver, "latest_records", None)
+        if bulk is None:
+            return last_materialised(self.instance, asset, partition)
+        import dagster as dg
+
+        records = bulk(
+            dg.AssetKey.from_user_string(asset), dg.DagsterEventType.ASSET_MATERIALIZATION
+        )
+        record = records.get(partition)
+        return _materialised(asset, partition, record) if record is not None else None
+
+    def problem(self, asset: str, partition: str | None, verify: bool | None = None) -> str | None:
+        """One line naming what of ``asset``'s published ``partition`` no longer matches what
+        was published; None when it matches or the asset is not checked. A file written
+        after the partition's latest materialisation has its content hashed; with
+        ``verify``, every published file is hashed."""
+        checks = CHECKED.get(asset)
+        if checks is None or partition is None:
+            return None
+        verify = self.verify if verify is None else verify
+        try:
+            scoped = checks.scope(self.lake, partition)
+            materialised = self.materialised(asset, partition)
+            problem = checks.cheap(scoped, materialised, self.seen)
+            if problem is not None:
+                return problem
+            if verify:
+                return checks.hashed(scoped, materialised, self.seen)
+            if materialised is None:
+                return None
+            files = checks.files(scoped, materialised, self.seen)
+            changed = changed_since(scoped, files, materialised, self.seen)
+            if changed is None:
+                return None
+            problem = checks.hashed(scoped, materialised, self.seen)
+            return None if problem is None else f"{problem} ({changed})"
+        except (ValueError, OSError) as exc:
+            return str(exc)
+
+
 def published_problem(
     lake: Lake, asset: str, partition: str | None, verify: bool = False, instance=None
 ) -> str | None:
-    """One line naming what of ``asset``'s published ``partition`` no longer matches what was
-    published; None when it matches or the asset is not checked. With ``instance``, a file
-    written after the partition's latest materialisation has its content hashed; with
-    ``verify``, every published file is hashed."""
-    checks = CHECKED.get(asset)
-    if checks is None or partition is None:
-        return None
+    """Integrity.problem for one partition (``instance``: compared with its latest
+    materialisation)."""
+    return Integrity(lake, instance, verify=verify).problem(asset, partition)
+
+
+# -- what the hashes found, for the next build ----------------------------------------------
+def record_findings(dagster_home: Path, lake_root: str, found: list[tuple[Materialised, str]]):
+    """Write what a verify found (each partition's judged materialisation and its line),
+    replacing the previous record: a verify judges every partition."""
+    from kg_platform.storage.local import write_text_atomically
+
+    entries = [
+        {
+            "asset": m.asset,
+            "partition": str(m.partition),
+            "materialised_at": m.timestamp,
+            "problem": line,
+        }
+        for m, line in found
+    ]
+    record = {"lake": lake_root, "found": entries}
+    write_text_atomically(dagster_home / FINDINGS, json.dumps(record, indent=1) + "\n")
+
+
+def recorded_findings(dagster_home: Path, lake_root: str) -> dict[tuple[str, str], float]:
+    """(asset, partition) -> the materialisation time a verify judged, for this lake."""
     try:
-        scoped = checks.scope(lake, partition)
-        problem = checks.cheap(scoped)
+        record = json.loads((dagster_home / FINDINGS).read_text())
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(record, dict) or record.get("lake") != lake_root:
+        return {}
+    return {
+        (e["asset"], e["partition"]): float(e["materialised_at"])
+        for e in record.get("found", [])
+        if isinstance(e, dict) and {"asset", "partition", "materialised_at"} <= set(e)
+    }
+
+
+def damaged(lake_root: str, verify: bool = False, findings: dict | None = None) -> Callable:
+    """For the build planner: ``(AssetKeyPartitionKey, instance, resolver) -> bool``, whether
+    the partition's published object is damaged: the cheap check and the stamps always;
+    the hashes with ``verify``, or where ``findings`` (recorded_findings) says a verify found
+    this partition's current materialisation differing."""
+    checks: dict = {}
+    found_lines: list[str] = []
+
+    def judge(ap, instance=None, resolver=None) -> bool:
+        key = (id(instance), id(resolver))
+        if key not in checks:
+            checks[key] = Integrity(lake_root, instance, resolver, verify)
+        integrity = checks[key]
+        asset, partition = ap.asset_key.to_user_string(), ap.partition_key
+        found = (findings or {}).get((asset, str(partition)))
+        again = False
+        if found is not None and not verify:
+            m = integrity.materialised(asset, partition)
+            again = m is not None and abs(m.timestamp - found) < 1e-6
+        problem = integrity.problem(asset, partition, verify=verify or again)
         if problem is not None:
-            return problem
-        materialised = None
-        if instance is not None:
-            materialised = last_materialised(instance, asset, partition)
-        if verify:
-            return checks.hashed(scoped, materialised)
-        if materialised is None:
-            return None
-        changed = changed_since(scoped, checks.files(scoped), materialised)
-        if changed is None:
-            return None
-        problem = checks.hashed(scoped, materialised)
-        return None if problem is None else f"{problem} ({changed})"
-    except (ValueError, OSError) as exc:
-        return str(exc)
+            found_lines.append(f"{asset}[{partition}]: {problem}")
+        return problem is not None
 
-
-def damaged(lake_root: str) -> Callable[..., bool]:
-    """For the build planner: whether an AssetKeyPartitionKey's published object is corrupt
-    (``instance``: the stamps are compared with its materialisations, so a file changed in
-    place since is hashed)."""
-    lake = Lake(lake_root)
-    return lambda ap, instance=None: (
-        published_problem(lake, ap.asset_key.to_user_string(), ap.partition_key, instance=instance)
-        is not None
-    )
+    judge.found = found_lines  # type: ignore[attr-defined]
+    return judge

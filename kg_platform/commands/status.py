@@ -6,6 +6,7 @@ naming that partition."""
 from __future__ import annotations
 
 import argparse
+import os
 from collections import Counter
 
 GONE = "failed (process gone)"
@@ -46,10 +47,11 @@ def partition_states(
     whose published object no longer matches is `corrupt`, its one line in ``problems``
     (``verify``: hashes compared too, where recorded). A partition built from one that is
     not fresh is `stale`, naming it in ``problems``."""
-    from kg_platform.commands.integrity import published_problem
+    from kg_platform.commands.integrity import Integrity
     from kg_platform.orchestration import freshness as f
 
     resolver = f.stale_resolver(instance, asset_graph)
+    integrity = Integrity(lake, instance, resolver, verify) if lake is not None else None
     states: dict[str, dict[str, str]] = {}
     for key in sorted(asset_graph.get_all_asset_keys(), key=lambda k: k.to_user_string()):
         node = asset_graph.get(key)
@@ -64,10 +66,8 @@ def partition_states(
         ).items():
             if state in (f.FAILED, f.IN_PROGRESS) and process_gone(instance, key, partition):
                 state = GONE
-            elif state in (f.FRESH, f.STALE) and lake is not None:
-                problem = published_problem(
-                    lake, key.to_user_string(), partition, verify, instance=instance
-                )
+            elif state in (f.FRESH, f.STALE) and integrity is not None:
+                problem = integrity.problem(key.to_user_string(), partition)
                 if problem is not None:
                     state = "corrupt"
                     if problems is not None:
@@ -138,12 +138,17 @@ def run_status(args: argparse.Namespace) -> int:
     lake = Lake(args.lake)  # a --lake that is no folder is named here; nothing is created
     # a read command reads: the instance as it is, its dagster.yaml and pools untouched
     instance = open_instance(settings.dagster_home)
+    if instance is not None and lake.is_local and not os.path.isdir(lake.root):
+        # every partition would read as missing or corrupt: a mistyped path is not a lake
+        raise FileNotFoundError(f"--lake {args.lake}: no lake there ({lake.root} does not exist)")
     if instance is None:
         print(f"instance {settings.dagster_home}: none yet (nothing built); lake {args.lake}")
         return 0
     asset_graph = build_definitions(settings).resolve_asset_graph()
     problems: dict[tuple[str, str], str] = {}
     states = partition_states(instance, asset_graph, problems, lake, args.verify)
+    if args.verify:
+        record_verified(settings.dagster_home, args.lake, instance, states, problems)
     print(f"instance {settings.dagster_home}; lake {args.lake}")
     for asset, per in states.items():
         counts = Counter(per.values())
@@ -161,4 +166,43 @@ def run_status(args: argparse.Namespace) -> int:
             f"stale: {len(others)} files' tables from another source, no longer partitions "
             f"(first: {', '.join(others[:5])})"
         )
+    bad = not_ok(states)
+    if bad:
+        print(f"not ok: {', '.join(f'{n} {s}' for s, n in bad.items())}")
+        return 1
     return 0
+
+
+# what makes `kg status` exit 1: a published object damaged or gone, a run that failed, or a
+# partition of an asset built before that is not built (a new file, a deleted lake)
+BAD = ("corrupt", "failed", GONE, "missing")
+
+
+def not_ok(states: dict[str, dict[str, str]]) -> dict[str, int]:
+    """state -> how many partitions are in it, of the states in BAD. A `missing` partition
+    counts where its asset has some other partition built: an asset nothing was ever built
+    of (the dense layer without a GPU, the evaluation reports without reference data) is
+    outside what was asked for, not a fault."""
+    counts: Counter = Counter()
+    for per in states.values():
+        built = any(state not in ("missing", "in progress") for state in per.values())
+        for state in per.values():
+            if state in BAD and (state != "missing" or built):
+                counts[state] += 1
+    return {state: counts[state] for state in BAD if counts[state]}
+
+
+def record_verified(home, lake_root: str, instance, states: dict, problems: dict) -> None:
+    """What the hashes found, for the next `kg build` (integrity.record_findings)."""
+    from kg_platform.commands.integrity import last_materialised, record_findings
+
+    found = []
+    for asset, per in states.items():
+        for partition, state in per.items():
+            line = problems.get((asset, partition))
+            if state != "corrupt" or not line or not partition:
+                continue
+            m = last_materialised(instance, asset, partition)
+            if m is not None:
+                found.append((m, line))
+    record_findings(home, lake_root, found)

@@ -114,3 +114,138 @@ def _take(path: Path, wait: bool, on_wait: Callable[[str], None]) -> int:
         if same:
             return fd
         os.close(fd)  # the holder removed the file it locked: lock the one there now
+
+
+# -- one writer per lake ----------------------------------------------------------------------
+# at the lake's root while a build writes it: which home (instance) writes, from which
+# process and machine; removed when the build ends (a killed build's record is taken over)
+WRITER_FILE = ".kg-writer.json"
+# a writer on another machine renews its record this often; older than LEASE_S, it is gone
+LEASE_S = 120.0
+
+
+@dataclass(frozen=True)
+class LakeWriter:
+    home: str  # the writer's instance (its DAGSTER_HOME)
+    host: str
+    pid: int
+    started_at: float
+    renewed_at: float
+
+    def describe(self) -> str:
+        when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(self.started_at))
+        return f"home {self.home}, pid {self.pid} on {self.host}, started at {when}"
+
+    def alive(self) -> bool:
+        from kg_platform.storage.owner import host_name
+
+        if self.host == host_name():
+            return process_alive(self.pid, self.started_at)
+        return time.time() - self.renewed_at < LEASE_S
+
+
+class LakeHeld(ValueError):
+    """A build of another home writes the lake; the message is the line the user sees."""
+
+    def __init__(self, lake_root: str, writer: LakeWriter) -> None:
+        super().__init__(
+            f"lake {lake_root} is being written by a kg build of another home "
+            f"({writer.describe()}); one lake has one writer: wait for it, or build "
+            "into another --lake"
+        )
+        self.writer = writer
+
+
+def read_writer(lake) -> LakeWriter | None:
+    try:
+        raw = json.loads(lake.read_bytes(WRITER_FILE))
+        return LakeWriter(
+            str(raw["home"]),
+            str(raw["host"]),
+            int(raw["pid"]),
+            float(raw["started_at"]),
+            float(raw["renewed_at"]),
+        )
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+@contextmanager
+def lake_writer(lake_root: str, dagster_home: Path) -> Iterator[LakeWriter]:
+    """Hold ``lake_root`` for the build of ``dagster_home`` for the block: raise LakeHeld
+    (one line naming the home that writes it) while a live build of another home does. A
+    local lake is held by the kernel (`flock` on the record, released with the process); an
+    S3 lake by the record, renewed every LEASE_S / 4 while held."""
+    import threading
+
+    from kg_platform.storage.lake import Lake
+    from kg_platform.storage.owner import host_name
+
+    lake = Lake(lake_root)
+    pid = os.getpid()
+    me = LakeWriter(
+        str(dagster_home), host_name(), pid, process_started_at(pid) or time.time(), time.time()
+    )
+    fd = None
+    if lake.is_local:
+        os.makedirs(lake.root, exist_ok=True)
+        fd = _take_writer(lake, Path(lake.root) / WRITER_FILE)
+    else:
+        writer = read_writer(lake)
+        if writer is not None and writer.home != me.home and writer.alive():
+            raise LakeHeld(lake.root, writer)
+    stop = threading.Event()
+
+    def record(who: LakeWriter) -> None:
+        data = json.dumps(who.__dict__).encode()
+        if fd is not None:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, data, 0)
+        else:
+            lake.write_bytes(WRITER_FILE, data)
+
+    def renew() -> None:
+        while not stop.wait(LEASE_S / 4):
+            record(LakeWriter(me.home, me.host, me.pid, me.started_at, time.time()))
+
+    record(me)
+    renewer = None if fd is not None else threading.Thread(target=renew, daemon=True)
+    if renewer is not None:
+        renewer.start()
+    try:
+        yield me
+    finally:
+        stop.set()
+        if renewer is not None:
+            renewer.join()
+        try:
+            found = read_writer(lake)
+            if fd is not None or (found and (found.home, found.pid) == (me.home, me.pid)):
+                lake.remove(WRITER_FILE)
+        finally:
+            if fd is not None:
+                os.close(fd)
+
+
+def _take_writer(lake, path: Path) -> int:
+    """An open descriptor of the local lake's writer record, holding its lock."""
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            writer = None
+            for _ in range(20):  # the holder writes its record just after taking the lock
+                writer = read_writer(lake)
+                if writer is not None:
+                    break
+                time.sleep(0.05)
+            raise LakeHeld(lake.root, writer or LakeWriter("unknown", "?", 0, 0.0, 0.0)) from None
+        try:
+            same = os.fstat(fd).st_ino == os.stat(path).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            return fd
+        os.close(fd)  # the last writer removed the record it locked: lock the one there now

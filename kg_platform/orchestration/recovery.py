@@ -78,15 +78,118 @@ def worker_gone(instance, run) -> str | None:
     return None
 
 
+def orphaned(instance, run) -> tuple[int, float, str] | None:
+    """(worker pid, when it reported, the gone build's pid) of a run whose worker still runs
+    while the kg build that launched it is gone (its CLI killed alone): nobody will read its
+    outcome, and the next build would plan the partitions it is still writing."""
+    owner = run.tags.get(OWNER_TAG)
+    if not owner_gone(owner):
+        return None
+    worker = run_worker(instance, run.run_id)
+    if worker is None or not process_alive(*worker):
+        return None
+    return worker[0], worker[1], owner.split(":")[0]
+
+
+def process_tree(pid: int) -> list[int]:
+    """``pid`` and its descendants (from /proc), parents first: a run worker's parse pool
+    is its children, which write the lake too."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        parent = int(stat.rsplit(")", 1)[-1].split()[1])
+        children.setdefault(parent, []).append(int(entry.name))
+    found, todo = [], [pid]
+    while todo:
+        current = todo.pop(0)
+        found.append(current)
+        todo += children.get(current, [])
+    return found
+
+
+def end_process_tree(pid: int, started_at: float, grace_s: float = 10.0) -> str:
+    """SIGTERM ``pid`` and its descendants (Dagster's run worker then ends its step and
+    discards its lake transaction), SIGKILL whatever still runs after ``grace_s``; returns
+    how it ended."""
+    import signal
+
+    if not process_alive(pid, started_at):
+        return "already gone"
+    tree = process_tree(pid)
+    for member in tree:
+        with _gone_ok():
+            os.kill(member, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline and any(_running(m) for m in tree):
+        time.sleep(0.1)
+    left = [m for m in tree if _running(m)]
+    for member in left:
+        with _gone_ok():
+            os.kill(member, signal.SIGKILL)
+    while any(_running(m) for m in left) and time.monotonic() < deadline + 30:
+        time.sleep(0.1)
+    return f"SIGKILL after {grace_s:.0f} s" if left else "SIGTERM"
+
+
+def _running(pid: int) -> bool:
+    from kg_platform.settings.workers import pid_alive
+
+    return pid_alive(pid)
+
+
+class _gone_ok:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind, *_) -> bool:
+        return kind is not None and issubclass(kind, ProcessLookupError)
+
+
+def end_orphan(instance, run, worker_pid: int, reported: float, owner_pid: str) -> str:
+    """End a run a killed kg build left running (end_process_tree), report it failed as a
+    run whose process is gone (its partitions are redone), and return the line naming it."""
+    how = end_process_tree(worker_pid, reported)
+    run = instance.get_run_by_id(run.run_id) or run
+    instance.add_run_tags(run.run_id, {FAILURE_TAG: PROCESS_GONE})
+    if not run.is_finished:
+        instance.report_run_failed(
+            run,
+            f"{PROCESS_GONE}: the kg build that launched it (pid {owner_pid}) is gone; its "
+            f"worker (pid {worker_pid}) was ended by the next kg build; `kg build` redoes its steps",
+        )
+    assets = "+".join(sorted(k.to_user_string() for k in run.asset_selection or ()))
+    start, end = run.tags.get(_RANGE_START), run.tags.get(_RANGE_END)
+    partition = run.tags.get("dagster/partition") or (
+        start if start == end else f"{start}..{end}" if start else None
+    )
+    where = f" [{partition}]" if partition else ""
+    return (
+        f"ended run {run.run_id[:8]} ({assets}{where}), left running by the killed kg build "
+        f"(pid {owner_pid}): its worker pid {worker_pid} ({how})"
+    )
+
+
+_RANGE_START = "dagster/asset_partition_range_start"
+_RANGE_END = "dagster/asset_partition_range_end"
+
+
 @dataclass
 class Recovered:
     failed_runs: list[str] = field(default_factory=list)
     canceled_runs: list[str] = field(default_factory=list)
     canceled_backfills: list[str] = field(default_factory=list)
     staging_removed: list[str] = field(default_factory=list)
+    ended_runs: list[str] = field(default_factory=list)  # a line each (end_orphan)
 
     def line(self) -> str:
-        """One line for the build's output; "" when there was nothing to recover."""
+        """The lines for the build's output (one per run ended, then one summary); "" when
+        there was nothing to recover."""
+        ended = "".join(f"{line}\n" for line in self.ended_runs)
         parts = []
         if self.failed_runs:
             parts.append(f"{len(self.failed_runs)} runs marked failed ({PROCESS_GONE})")
@@ -96,7 +199,9 @@ class Recovered:
             parts.append(f"backfill {', '.join(self.canceled_backfills)} canceled")
         if self.staging_removed:
             parts.append(f"{len(self.staging_removed)} staging folders removed")
-        return f"recovered from a killed build: {'; '.join(parts)}" if parts else ""
+        if self.ended_runs:
+            parts.append(f"{len(self.ended_runs)} runs it left running ended")
+        return f"{ended}recovered from a killed build: {'; '.join(parts)}" if parts else ""
 
 
 def recover(instance, lake_root: str, daemon_serves: bool) -> Recovered:
@@ -118,6 +223,11 @@ def recover(instance, lake_root: str, daemon_serves: bool) -> Recovered:
         run = record.dagster_run
         why = worker_gone(instance, run)
         if why is None:
+            # a live worker of a build whose CLI was killed alone: ended before this build
+            # plans (unless a daemon drives that build's backfill: then the run is its)
+            left = None if daemon_serves else orphaned(instance, run)
+            if left is not None:
+                done.ended_runs.append(end_orphan(instance, run, *left))
             continue
         instance.add_run_tags(run.run_id, {FAILURE_TAG: PROCESS_GONE})
         instance.report_run_failed(run, f"{PROCESS_GONE}: {why}; `kg build` redoes its steps")

@@ -58,6 +58,7 @@ def _transient() -> tuple[type[Exception], ...]:
 
 # cap on a server-requested Retry-After so one bad header cannot stall a run for hours
 MAX_RETRY_AFTER_S = 120.0
+GZIP_MAGIC = b"\x1f\x8b"
 
 
 @dataclass(frozen=True)
@@ -114,6 +115,13 @@ def parse_source_name(name: str, sub_dir: str) -> SourceFile | None:
 def raw_key(f: SourceFile) -> str:
     """The lake key a downloaded file lands at: ``raw/pubmed/<release>/<sub_dir>/<name>.xml.gz``."""
     return f"raw/pubmed/{f.release}/{f.sub_dir}/{f.xml_filename}"
+
+
+def pending_key(f: SourceFile) -> str:
+    """Where a new version of a file waits until it parses, when the lake holds an earlier
+    one at its raw key: ``raw/pubmed/<release>/pending/<sub_dir>/<name>.xml.gz``. The raw key
+    keeps the last version that parsed until the new one's tables are published."""
+    return f"raw/pubmed/{f.release}/pending/{f.sub_dir}/{f.xml_filename}"
 
 
 def sort_key(f: SourceFile) -> tuple[int, int, int]:
@@ -325,13 +333,16 @@ class PubmedSource:
         return listing_names(text)
 
     # -- download ------------------------------------------------------------------------
-    def fetch(self, f: SourceFile, lake: Lake, key: str) -> FetchResult:
-        """Copy ``f`` into the lake at ``key``, verified against NLM's md5.
+    def fetch(self, f: SourceFile, lake: Lake, key: str, pending: str | None = None) -> FetchResult:
+        """Copy ``f`` into the lake at ``key``, verified against NLM's md5 (and, for a
+        ``.gz`` name, to be gzip); the result's key says where it landed.
 
-        Skips the download when ``key`` already holds a file with the published md5. The
-        download is staged beside ``key`` and renamed over it only after it matched (atomic
-        lake write), so a failed or corrupt download leaves ``key`` as it was: absent, or the
-        last verified download.
+        Skips the download when ``key`` (or ``pending``) already holds a file with the
+        published md5. The download is staged and renamed into place only after it matched
+        (atomic lake write), so a failed or corrupt download leaves ``key`` as it was:
+        absent, or the last verified download. With ``pending``, a new version of a file
+        the lake holds lands there instead, and ``key`` keeps the earlier version until the
+        caller has parsed the new one and renames it over (pending_key).
         """
         started = time.monotonic()
         expected = parse_md5(self._read_md5(f), f)
@@ -339,9 +350,21 @@ class PubmedSource:
             with lake.open(key) as existing:
                 found_md5, size = _md5_of(iter(lambda: existing.read(CHUNK), b""))
             if found_md5 == expected:
+                if pending is not None and lake.exists(pending):
+                    lake.remove(pending)  # the source went back to the version at ``key``
                 return FetchResult(key, size, expected, time.monotonic() - started, True, 0)
             # another version of the file: it stays, byte for byte, until the new download
-            # is verified and renamed over it (a mismatch leaves the last verified one)
+            # is verified (a mismatch leaves the last verified one) and, with ``pending``,
+            # parsed
+            if pending is not None:
+                if lake.exists(pending):
+                    with lake.open(pending) as waiting:
+                        found_md5, size = _md5_of(iter(lambda: waiting.read(CHUNK), b""))
+                    if found_md5 == expected:
+                        return FetchResult(
+                            pending, size, expected, time.monotonic() - started, True, 0
+                        )
+                key = pending
         if self.is_http:
             url = self._url(f, f.xml_filename)
             attempts = 0
@@ -488,9 +511,20 @@ def _write_verified(
     so a mismatching file never appears at ``key``."""
     digest = hashlib.md5(usedforsecurity=False)
     size = 0
+    gzipped = f.xml_filename.endswith(".gz")
     with lake.writer(key) as out:
         try:
             for chunk in chunks:
+                if (
+                    gzipped
+                    and size == 0
+                    and chunk
+                    and not chunk.startswith(GZIP_MAGIC[: len(chunk)])
+                ):
+                    raise PubmedFileError(
+                        f"{f.xml_filename}: not gzip (it starts with {chunk[:16]!r}, not "
+                        "gzip's bytes 1f 8b); the lake keeps what it had"
+                    )
                 digest.update(chunk)
                 out.write(chunk)
                 size += len(chunk)

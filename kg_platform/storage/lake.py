@@ -268,6 +268,33 @@ class Lake:
             if e.get("type") == "file"
         }
 
+    def entries(self, prefix: str) -> dict[str, tuple[int, float]]:
+        """name -> (bytes, when last written) of each published object directly under
+        ``prefix``, in one listing ({} when there is none): what an integrity check compares
+        with what was recorded, without a request per object."""
+        base = self.physical(self.scope.route(_check_key(prefix).rstrip("/")))
+        if self.is_local:
+            try:
+                with os.scandir(base) as found:
+                    stats = {e.name: e.stat() for e in found if e.is_file()}
+            except (FileNotFoundError, NotADirectoryError):
+                return {}
+            return {
+                name: (st.st_size, st.st_mtime) for name, st in stats.items() if ".tmp-" not in name
+            }
+        with self._named(base):
+            if not self.fs.exists(base):
+                return {}
+            listed = self.fs.ls(base, detail=True)
+        found = {}
+        for e in listed:
+            if e.get("type") != "file":
+                continue
+            stamp = e.get("LastModified") or e.get("mtime") or 0
+            when = stamp.timestamp() if hasattr(stamp, "timestamp") else float(stamp)
+            found[posixpath.basename(e["name"].rstrip("/"))] = (int(e.get("size") or 0), when)
+        return {name: v for name, v in found.items() if ".tmp-" not in name}
+
     def list(self, prefix: str, suffix: str = "") -> list[str]:
         """Keys directly under ``prefix`` ending in ``suffix``, sorted."""
         prefix = _check_key(prefix).rstrip("/")
@@ -401,6 +428,20 @@ class Lake:
         if staged:
             self.stage.add(routed)
         return os.path.getsize(target)
+
+    def rename(self, key: str, new_key: str) -> None:
+        """Move a published object to ``new_key``, replacing what is there in one step
+        (os.replace on a local lake, where the object keeps its modification time; a copy
+        then a removal on S3)."""
+        if self.stage is not None:
+            raise ValueError("Lake.rename: not inside a transaction")
+        source, target = self.path(key), self.path(new_key)
+        if self.is_local:
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            os.replace(source, target)
+            return
+        with self._named(source):
+            self.fs.mv(source, target)
 
     def remove(self, key: str) -> None:
         """Remove an object (or a folder of them); inside a transaction, a single object is

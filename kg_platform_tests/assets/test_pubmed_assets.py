@@ -190,3 +190,75 @@ def test_the_source_is_observed_only_where_an_md5_is_new_or_changed(mirror) -> N
 def md5_of(mirror: Path, name: str) -> str:
     [path] = mirror.rglob(f"{name}.xml.gz.md5")
     return path.read_text().split("= ")[1].strip()
+
+
+def repost(mirror: Path, name: str, data: bytes) -> None:
+    """The source publishes new bytes for ``name``, with their md5."""
+    import hashlib
+
+    [path] = mirror.rglob(f"{name}.xml.gz")
+    path.write_bytes(data)
+    Path(f"{path}.md5").write_text(f"MD5({path.name})= {hashlib.md5(data).hexdigest()}\n")
+
+
+def test_a_gz_that_is_not_gzip_is_refused_naming_it(tmp_path, mirror) -> None:
+    """Plain XML under a `.gz` name, with its right md5: the download fails naming the file
+    and what it starts with, and the raw file from before stays as it was."""
+    instance = new_instance()
+    name = "pubmed26n1335"
+    assert run(instance, tmp_path, mirror, ["pubmed_xml", "pubmed_tables"], name).success
+    raw = tmp_path / "lake/raw/pubmed/26/updatefiles/pubmed26n1335.xml.gz"
+    good, before = raw.read_bytes(), raw.stat()
+    plain = gzip.decompress(good)
+    repost(mirror, name, plain)
+    result = run(instance, tmp_path, mirror, ["pubmed_xml", "pubmed_tables"], name)
+    assert not result.success
+    assert failure_message(result) == (
+        f"{name}.xml.gz: not gzip (it starts with {plain[:16]!r}, not gzip's bytes 1f 8b); "
+        "the lake keeps what it had"
+    )
+    assert raw.read_bytes() == good
+    assert (raw.stat().st_ino, raw.stat().st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
+    assert sorted(p.name for p in (tmp_path / "lake/raw").rglob("*") if p.is_file()) == [raw.name]
+
+
+def test_a_repost_that_does_not_parse_keeps_the_last_raw_file_that_did(tmp_path, mirror) -> None:
+    """NLM reposts a file whose md5 matches but which does not parse: the new download waits
+    at its pending key, the raw key keeps the version that parsed (and its tables stay),
+    a second build fails the same way without downloading again, and a later good repost
+    parses and replaces both."""
+    instance = new_instance()
+    name = "pubmed26n1335"
+    assert run(instance, tmp_path, mirror, ["pubmed_xml", "pubmed_tables"], name).success
+    lake = tmp_path / "lake"
+    raw = lake / "raw/pubmed/26/updatefiles/pubmed26n1335.xml.gz"
+    pending = lake / "raw/pubmed/26/pending/updatefiles/pubmed26n1335.xml.gz"
+    articles = lake / "tables/articles/pubmed26n1335.parquet"
+    good, before, tables = raw.read_bytes(), raw.stat(), articles.read_bytes()
+    text = gzip.decompress(good)
+    broken = gzip.compress(text[: len(text) // 2], mtime=0)
+    repost(mirror, name, broken)
+    for attempt in range(2):
+        result = run(instance, tmp_path, mirror, ["pubmed_xml", "pubmed_tables"], name)
+        assert not result.success
+        assert failure_message(result).startswith(f"{name}.xml.gz: ")
+        assert raw.read_bytes() == good
+        assert (raw.stat().st_ino, raw.stat().st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
+        assert pending.read_bytes() == broken
+        assert articles.read_bytes() == tables
+        [xml] = [
+            m
+            for m in result.asset_materializations_for_node("pubmed_file_batch")
+            if m.asset_key == dg.AssetKey("pubmed_xml")
+        ]
+        assert xml.metadata["key"].value == "raw/pubmed/26/pending/updatefiles/pubmed26n1335.xml.gz"
+        assert xml.metadata["skipped_already_verified"].value is (attempt == 1)
+
+    # a good repost: the same records, other bytes
+    fixed = gzip.compress(text, compresslevel=1, mtime=0)
+    assert fixed != good
+    repost(mirror, name, fixed)
+    assert run(instance, tmp_path, mirror, ["pubmed_xml", "pubmed_tables"], name).success
+    assert raw.read_bytes() == fixed
+    assert not pending.exists()
+    assert articles.exists()

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import shutil
 from pathlib import Path
@@ -76,7 +77,7 @@ def test_a_damaged_graph_and_corpus_are_reported_and_rebuilt(built, capsys) -> N
         f"{array}: array art2mesh_indices of graph build {build_id}: sha256 differs from "
         "its manifest"
     )
-    assert main(["status"]) == 0
+    assert main(["status"]) == 1
     assert re.search(
         re.escape(
             f"  2024|pubmed26: corrupt: {hashed} (written after graph[2024|pubmed26] was "
@@ -86,7 +87,7 @@ def test_a_damaged_graph_and_corpus_are_reported_and_rebuilt(built, capsys) -> N
         + re.escape(": art2mesh_indices.npy)\n"),
         capsys.readouterr().out,
     )
-    assert main(["status", "--verify"]) == 0
+    assert main(["status", "--verify"]) == 1
     assert f"  2024|pubmed26: corrupt: {hashed}\n" in capsys.readouterr().out
 
     # half an array: named by status and by ask
@@ -95,7 +96,7 @@ def test_a_damaged_graph_and_corpus_are_reported_and_rebuilt(built, capsys) -> N
         f"{array}: array art2mesh_indices of graph build {build_id} is {len(good) // 2} bytes, "
         f"its manifest says {len(good)} bytes"
     )
-    assert main(["status"]) == 0
+    assert main(["status"]) == 1
     out = capsys.readouterr().out
     assert f"  2024|pubmed26: corrupt: {damage}\n" in out
     assert "graph: 1 corrupt\n" in out
@@ -106,7 +107,7 @@ def test_a_damaged_graph_and_corpus_are_reported_and_rebuilt(built, capsys) -> N
 
     # and a garbage pointer on top: named the same way (it hides the build it pointed at)
     pointer.write_text("{garbage")
-    assert main(["status"]) == 0
+    assert main(["status"]) == 1
     out = capsys.readouterr().out
     assert f"  2024|pubmed26: corrupt: {pointer}: not a graph pointer (" in out
     assert main(["ask", QUESTION]) == 2
@@ -127,7 +128,7 @@ def test_a_damaged_graph_and_corpus_are_reported_and_rebuilt(built, capsys) -> N
     table = min((lake / "corpus" / "pubmed26" / "citations").glob("part-*.parquet"))
     table_bytes = table.read_bytes()
     table.write_bytes(table_bytes[:100])
-    assert main(["status"]) == 0
+    assert main(["status"]) == 1
     out = capsys.readouterr().out
     assert f"  pubmed26: corrupt: {table}: 100 bytes, the fold wrote {len(table_bytes)}\n" in out
     assert "  2024|pubmed26: stale: upstream corpus[pubmed26] corrupt\n" in out
@@ -136,6 +137,93 @@ def test_a_damaged_graph_and_corpus_are_reported_and_rebuilt(built, capsys) -> N
     assert "2 of 7 asset partitions to materialise; the rest are fresh" in out
     assert table.read_bytes() == table_bytes
     assert array.read_bytes() == good
+
+
+def current_arrays(pointer: Path) -> dict[str, bytes]:
+    """array file name -> bytes, of the graph build the pointer names."""
+    build = pointer.parent / json.loads(pointer.read_text())["build_id"]
+    return {p.name: p.read_bytes() for p in build.glob("*.npy")}
+
+
+def test_every_published_object_is_checked_and_a_plain_build_repairs_it(
+    built, tmp_path, capsys
+) -> None:
+    """Four faults at once, none of which `kg status` or `kg build` saw before issue 38: the
+    graph folder deleted (its pointer with it), a MeSH table deleted, a file's articles table
+    cut in half, and a byte of a raw file flipped with its modification time put back
+    (seen only by the hashes). `kg status` names the first three and exits 1; `kg status
+    --verify` names the fourth too and records it; one plain `kg build` (no --force) redoes
+    all four, each named in a `damaged:` line, and every object comes back byte for byte.
+    A --lake that does not exist is refused."""
+    home, mirror = built
+    lake = home / "lake"
+    graph = lake / "graph"
+    pointer = graph / "pubmed26" / "2024" / "current.json"
+    arrays_before = current_arrays(pointer)
+    mesh_table = lake / "mesh" / "2024" / "descriptors.parquet"
+    mesh_good = mesh_table.read_bytes()
+    articles = lake / "tables" / "articles" / "pubmed26n1335.parquet"
+    articles_good = articles.read_bytes()
+    raw = lake / "raw" / "pubmed" / "26" / "baseline" / "pubmed26n1334.xml.gz"
+    raw_good = raw.read_bytes()
+    raw_md5 = hashlib.md5(raw_good).hexdigest()
+    stamp = raw.stat()
+
+    shutil.rmtree(graph)
+    mesh_table.unlink()
+    articles.write_bytes(articles_good[: len(articles_good) // 2])
+    middle = len(raw_good) // 2
+    flipped = raw_good[:middle] + bytes([raw_good[middle] ^ 0xFF]) + raw_good[middle + 1 :]
+    raw.write_bytes(flipped)
+    os.utime(raw, ns=(stamp.st_atime_ns, stamp.st_mtime_ns))
+
+    cut = f"{articles}: {len(articles_good) // 2} bytes, cut short (no Parquet footer)"
+    assert main(["status"]) == 1
+    out = capsys.readouterr().out
+    assert f"graph: 1 corrupt\n  2024|pubmed26: corrupt: {pointer}: missing\n" in out
+    assert f"mesh_tables: 1 corrupt\n  2024: corrupt: {mesh_table}: missing\n" in out
+    assert f"  pubmed26n1335: corrupt: {cut}\n" in out
+    assert "pubmed_xml: 2 fresh\n" in out
+    assert "  pubmed26: stale: upstream pubmed_tables[pubmed26n1335] corrupt\n" in out
+    assert out.endswith("not ok: 3 corrupt\n")
+
+    flipped_md5 = hashlib.md5(flipped).hexdigest()
+    hashed = f"{raw}: md5 {flipped_md5}, the download verified {raw_md5}"
+    assert main(["status", "--verify"]) == 1
+    out = capsys.readouterr().out
+    assert f"pubmed_xml: 1 fresh, 1 corrupt\n  pubmed26n1334: corrupt: {hashed}\n" in out
+    assert out.endswith("not ok: 4 corrupt\n")
+
+    assert build(mirror) == 0
+    out = capsys.readouterr().out
+    for line in (
+        f"damaged: pubmed_xml[pubmed26n1334]: {hashed}\n",
+        f"damaged: pubmed_tables[pubmed26n1335]: {cut}\n",
+        f"damaged: mesh_tables[2024]: {mesh_table}: missing\n",
+        f"damaged: graph[2024|pubmed26]: {pointer}: missing\n",
+        "7 of 7 asset partitions to materialise; the rest are fresh",
+    ):
+        assert line in out, out
+    # a new build id (its inputs were rewritten), the same arrays
+    assert current_arrays(pointer) == arrays_before
+    assert mesh_table.read_bytes() == mesh_good
+    assert articles.read_bytes() == articles_good
+    assert raw.read_bytes() == raw_good
+    # the new download of n1334 waited at its pending key until it parsed, then replaced it
+    assert not [p for p in (lake / "raw").rglob("*") if p.is_file() and "pending" in p.parts]
+    assert main(["status", "--verify"]) == 0
+    out = capsys.readouterr().out
+    assert "corrupt" not in out and "stale" not in out and "not ok" not in out
+    assert build(mirror) == 0
+    assert "0 of 7 asset partitions to materialise" in capsys.readouterr().out
+
+    missing = tmp_path / "nonexistent"
+    assert main(["status", "--lake", str(missing)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert (
+        captured.err == f"kg status: --lake {missing}: no lake there ({missing} does not exist)\n"
+    )
 
 
 def test_a_table_changed_in_place_at_its_size_is_found_and_rebuilt(built, capsys) -> None:
@@ -154,7 +242,7 @@ def test_a_table_changed_in_place_at_its_size_is_found_and_rebuilt(built, capsys
 
     middle = len(good) // 2
     table.write_bytes(good[:middle] + bytes([good[middle] ^ 0xFF]) + good[middle + 1 :])
-    assert main(["status"]) == 0
+    assert main(["status"]) == 1
     out = capsys.readouterr().out
     assert re.search(
         re.escape(f"  pubmed26: corrupt: {lake / 'corpus' / 'pubmed26'}: the parts ")
@@ -202,7 +290,7 @@ def test_a_failed_file_leaves_what_is_built_from_it_stale(built, capsys) -> None
     assert resolver.get_status(tables, "pubmed26n1334") == StaleStatus.FRESH
     assert resolver.get_status(corpus, "pubmed26") == StaleStatus.FRESH
 
-    assert main(["status"]) == 0
+    assert main(["status"]) == 1
     out = capsys.readouterr().out
     cause = "upstream pubmed_tables[pubmed26n1335] failed"
     assert "pubmed_tables: 1 fresh, 1 failed\n" in out

@@ -138,3 +138,64 @@ def test_wait_waits_for_the_holder(tmp_path: Path) -> None:
     )
     started = time.gmtime(read_holder(home / LOCK_FILE).started_at)
     assert started.tm_year >= 2024
+
+
+def lake_holder(tmp_path: Path, lake: Path, home: Path) -> subprocess.Popen:
+    """A process that writes ``lake`` for ``home`` until a line comes on its stdin."""
+    script = (
+        "import sys\nfrom pathlib import Path\n"
+        "from kg_platform.orchestration.lock import lake_writer\n"
+        "with lake_writer(sys.argv[1], Path(sys.argv[2])):\n"
+        "    print('held', flush=True)\n    sys.stdin.readline()\n"
+    )
+    holder = subprocess.Popen(
+        [sys.executable, "-c", script, str(lake), str(home)],
+        env=kg_env(tmp_path),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert holder.stdout.readline() == "held\n"
+    return holder
+
+
+def test_two_homes_on_one_lake_refuse_each_other(tmp_path: Path, monkeypatch, capsys) -> None:
+    """A build of another home writes the lake: `kg build` of this home says which home,
+    process and machine, exits 2 and writes nothing; once that writer is gone (killed, its
+    record left behind) the lake is taken over, and a build that ends leaves no record."""
+    from kg_platform.cli import main
+    from kg_platform.orchestration.lock import WRITER_FILE, LakeHeld, lake_writer, read_writer
+    from kg_platform.storage.lake import Lake
+    from kg_platform.storage.owner import host_name
+    from kg_platform_tests.conftest import use_kg_home
+
+    lake = tmp_path / "shared-lake"
+    other = tmp_path / "other" / "dagster"
+    holder = lake_holder(tmp_path, lake, other)
+    writer = read_writer(Lake(str(lake)))
+    assert (writer.home, writer.pid, writer.host) == (str(other), holder.pid, host_name())
+    home = use_kg_home(monkeypatch, tmp_path / "kg")
+    mirror = require_reference("pubmed", "mirror")
+    command = ["build", "--lake", str(lake), "--pubmed-source", str(mirror)]
+    command += ["--mesh-source", str(require_reference("mesh")), "--select", SELECT]
+    assert main(command) == 2
+    captured = capsys.readouterr()
+    assert captured.err == (
+        f"kg build: lake {lake} is being written by a kg build of another home "
+        f"({writer.describe()}); one lake has one writer: wait for it, or build into "
+        "another --lake\n"
+    )
+    assert sorted(p.name for p in lake.iterdir()) == [WRITER_FILE]
+    assert not (home / "dagster").exists()
+
+    holder.kill()
+    holder.wait(timeout=30)
+    assert read_writer(Lake(str(lake))) == writer  # the killed writer's record stays
+    with lake_writer(str(lake), home / "dagster") as me:
+        assert read_writer(Lake(str(lake))) == me
+        try:
+            with lake_writer(str(lake), other):
+                raise AssertionError("a live writer's lake was taken")
+        except LakeHeld as refused:
+            assert refused.writer == me
+    assert not (lake / WRITER_FILE).exists()

@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -133,11 +134,12 @@ def killed_at(build: subprocess.Popen, point: str, when: Callable, lake: Path, s
     return out + err
 
 
-def status_lines(capsys) -> list[str]:
-    """`kg status` run in this process, on the instance of KG_HOME, line by line."""
+def status_lines(capsys, code: int = 0) -> list[str]:
+    """`kg status` run in this process, on the instance of KG_HOME, line by line (``code``:
+    its exit status, 1 while a partition is failed)."""
     from kg_platform.cli import main
 
-    assert main(["status"]) == 0
+    assert main(["status"]) == code
     return capsys.readouterr().out.splitlines()
 
 
@@ -175,7 +177,7 @@ def test_builds_killed_at_three_points_each_next_recovers_the_last_equals_a_clea
             assert not (lake / f"tables/articles/{FIRST}.parquet").exists()
         if point == "fold":
             assert all((lake / f"tables/articles/{f}.parquet").exists() for f in FILES)
-        status = status_lines(capsys)
+        status = status_lines(capsys, code=1)
         assert not any("in progress" in line for line in status), status
         assert f"  {gone}: failed (process gone)" in status, status
 
@@ -188,3 +190,76 @@ def test_builds_killed_at_three_points_each_next_recovers_the_last_equals_a_clea
     status = "\n".join(status_lines(capsys))
     assert "failed" not in status and "in progress" not in status, status
     assert "corpus: 1 fresh" in status, status
+
+
+def held_run(home: Path, build: subprocess.Popen, state) -> tuple[str, int, float]:
+    """Once the build's file run holds the first download: (its run id, its worker's pid,
+    when that worker reported)."""
+    import dagster as dg
+
+    from kg_platform.orchestration.recovery import run_worker
+
+    deadline = time.monotonic() + BUILD_TIMEOUT_S
+    while not state.holding.is_set():
+        assert build.poll() is None, f"the build ended before the download: {finished(build)}"
+        assert time.monotonic() < deadline, f"no download within {BUILD_TIMEOUT_S} s"
+        time.sleep(0.01)
+    with dg.DagsterInstance.from_config(str(home / "dagster")) as instance:
+        started = dg.RunsFilter(statuses=[dg.DagsterRunStatus.STARTED])
+        [record] = instance.get_run_records(started)
+        pid, reported = run_worker(instance, record.dagster_run.run_id)
+    return record.dagster_run.run_id, pid, reported
+
+
+def test_a_killed_worker_is_named_and_a_cli_killed_alone_has_its_run_ended(
+    served, tmp_path, monkeypatch, capsys
+) -> None:
+    """Issue 38: a run's worker killed alone is reported with its signal, its pid and the
+    last event it logged (not "run failed (see the run in the UI)"); a build whose CLI alone
+    is killed leaves its run writing, and the next build ends it before it plans, in a line
+    naming the run, the killed build and the worker, then builds."""
+    from kg_platform.settings.workers import process_alive
+
+    url, state = served
+    home = use_kg_home(monkeypatch, tmp_path / "kg")
+    held = f"/baseline/{FIRST}.xml.gz"
+    state.holding.clear()
+    state.release.clear()
+    state.faults[held] = ["hold"]
+    build = kg(home, url)
+    _, pid, _ = held_run(home, build, state)
+    os.kill(pid, signal.SIGKILL)
+    code, output = finished(build)
+    assert code == 1, output
+    killed = (
+        f"  error: run worker (pid {pid}) was terminated by signal 9 (SIGKILL); its last "
+        'event: Started execution of step "pubmed_file_batch".\n'
+    )
+    assert output.count(killed) == 3, output  # one per file of the run
+    assert "see the run in the UI" not in output
+
+    state.holding.clear()
+    state.faults[held] = ["hold"]
+    build = kg(home, url)
+    run_id, pid, reported = held_run(home, build, state)
+    build.kill()  # the CLI alone
+    build.communicate(timeout=60)
+    time.sleep(1)
+    assert process_alive(pid, reported)  # its run goes on, with nobody to read it
+
+    code, output = finished(kg(home, url))
+    state.release.set()
+    assert code == 0, output
+    ended = re.search(
+        rf"^ended run {run_id[:8]} \(pubmed_tables\+pubmed_xml \[{FIRST}\.\.pubmed26n0003\]\), "
+        rf"left running by the killed kg build \(pid {build.pid}\): its worker pid {pid} "
+        r"\((SIGTERM|SIGKILL after 10 s)\)$",
+        output,
+        re.MULTILINE,
+    )
+    assert ended is not None, output
+    assert output.index(ended.group(0)) < output.index("asset partitions to materialise")
+    assert not process_alive(pid, reported)
+    assert "1 runs it left running ended" in output
+    status = "\n".join(status_lines(capsys))
+    assert "failed" not in status and "in progress" not in status, status

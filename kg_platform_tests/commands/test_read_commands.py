@@ -70,6 +70,7 @@ def test_status_leaves_the_instance_configuration_as_it_is(
     yaml_path = settings.dagster_home / "dagster.yaml"
     written = yaml_path.read_bytes()
     assert b"max_concurrent_runs: 3" in written
+    (kg_home / "lake").mkdir()
     assert main(["status", "--lake", str(kg_home / "lake")]) == 0
     assert capsys.readouterr().out.startswith(f"instance {settings.dagster_home}; lake ")
     assert yaml_path.read_bytes() == written

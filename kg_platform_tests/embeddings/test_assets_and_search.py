@@ -148,11 +148,11 @@ def test_shards_then_index_materialise_with_passing_checks_and_search_finds_a_ti
         "…); rebuild embedding_index"
     )
     assert index_hash_problems(lake) == [tampered]
-    assert main(["status", "--lake", root.root]) == 0
+    assert main(["status", "--lake", root.root]) == 1
     out = capsys.readouterr().out
     assert "embedding_index: 1 corrupt\n" in out
     assert f"  {RELEASE}: corrupt: {tampered} (written after embedding_index[{RELEASE}] " in out
-    assert main(["status", "--lake", root.root, "--verify"]) == 0
+    assert main(["status", "--lake", root.root, "--verify"]) == 1
     out = capsys.readouterr().out
     assert "embedding_index: 1 corrupt\n" in out
     assert f"  {RELEASE}: corrupt: {tampered}\n" in out
@@ -163,7 +163,7 @@ def test_shards_then_index_materialise_with_passing_checks_and_search_finds_a_ti
         "rebuild embedding_index"
     )
     assert index_hash_problems(lake) == [cut]
-    assert main(["status", "--lake", root.root]) == 0
+    assert main(["status", "--lake", root.root]) == 1
     assert f"  {RELEASE}: corrupt: {cut}\n" in capsys.readouterr().out
 
 
