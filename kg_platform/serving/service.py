@@ -586,6 +586,14 @@ def build_app(
             if broken:
                 return _error(Unavailable(f"{broken[0]}: changed under the server"))
             raise
+        # checked again after: a file truncated while the question read it (to a size that
+        # keeps the last page, where the lost bytes read as zeros, not a SIGBUS) may have
+        # given a wrong answer; it is withheld
+        broken, _ = mapped.damage()
+        if broken:
+            return _error(
+                Unavailable(f"{broken[0]}: changed under the server while the question was read")
+            )
         service.questions += 1
         return Json({**answer.to_json(), "partition": served.partition})
 

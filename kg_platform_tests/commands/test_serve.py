@@ -621,3 +621,74 @@ def test_the_supervisor_backs_off_when_deaths_repeat() -> None:
         "exited with code 1",
         "did not answer the supervisor's health check",
     )
+
+
+def test_an_answer_read_while_its_file_shrank_is_withheld(lake, tmp_path, monkeypatch) -> None:
+    """A mapped file truncated while a question reads it, to a size that keeps its last page
+    (the lost bytes read as zeros, no SIGBUS): the answer is a 503 naming the file, not an
+    answer computed from zeros. The service's own app, called as uvicorn calls it."""
+    import asyncio
+    import shutil
+    from contextlib import nullcontext
+
+    from kg_platform.serving.service import GraphService, build_app
+    from kg_platform.storage import mapped
+
+    monkeypatch.setitem(mapped._policy, "watch", True)  # `kg serve`'s policy, every file mapped
+    monkeypatch.setitem(mapped._policy, "copy_below", 0)
+    root = shutil.copytree(lake.root, tmp_path / "lake")
+    build = layout.current_build_id(lake)
+    cite = str(root / layout.array_key(build, "cite_indices"))
+    size = os.path.getsize(cite)
+
+    class TruncatingLane:  # entered around the pair's path search, inside the question
+        def admit(self, store):
+            def enter(pair):
+                os.truncate(cite, size - 4)  # the same page: no SIGBUS, 4 bytes read as 0
+                return nullcontext()
+
+            return enter
+
+    service = GraphService(
+        lambda: (Lake(str(root)), {"release": None, "mesh_year": None}),
+        kernels=False,
+        lane=TruncatingLane(),  # type: ignore[arg-type]
+    )
+    app = build_app(service)
+
+    async def ask() -> tuple[int, dict]:
+        body = json.dumps({"question": ANSWERED}).encode()
+        messages = [{"type": "http.request", "body": body, "more_body": False}]
+        sent: list[dict] = []
+
+        async def receive():
+            return messages.pop(0) if messages else {"type": "http.disconnect"}
+
+        async def send(message):
+            sent.append(message)
+
+        scope = {
+            "type": "http",
+            "asgi": {"version": "3.0"},
+            "http_version": "1.1",
+            "method": "POST",
+            "scheme": "http",
+            "path": "/ask",
+            "raw_path": b"/ask",
+            "root_path": "",
+            "query_string": b"",
+            "headers": [(b"content-type", b"application/json")],
+            "client": ("127.0.0.1", 1),
+            "server": ("127.0.0.1", 80),
+        }
+        await app(scope, receive, send)
+        return sent[0]["status"], json.loads(b"".join(m.get("body", b"") for m in sent[1:]))
+
+    status, doc = asyncio.run(ask())
+    assert (status, doc) == (
+        503,
+        {
+            "error": f"{cite}: {size - 4} bytes on disk, {size} when it was opened: changed "
+            "under the server while the question was read"
+        },
+    )
