@@ -1,8 +1,9 @@
 """Small built lakes for the benchmarks' smoke run (``benchmarks/smoke.py``), made without
 Dagster by the functions the assets call, in seconds:
 
-- a MeSH 2024 source cut from the reference TSVs (every ``STRIDE``-th descriptor, the
-  thesaurus terms and supplementary records of those), its tables and grounding index;
+- a MeSH 2024 source cut from the reference TSVs (every ``STRIDE``-th descriptor and those
+  above them in the tree, with their terms, supplementary records and allowable pairs), its
+  tables and grounding index;
 - a synthetic release over that vocabulary (``pubmed.synthetic``: two baseline files and one
   update file in NLM's XML, PMIDs spread over several corpus buckets), parsed into per-file
   tables;
@@ -24,46 +25,68 @@ import shutil
 from pathlib import Path
 
 RELEASE, MESH_YEAR = "pubmed26", "2024"
-STRIDE = 20  # ~1,500 of MeSH 2024's 30,764 descriptors
+STRIDE = 80  # with their ancestors ~1,560 of MeSH 2024's 30,764 descriptors
 RECORDS = 3_000
 
 
-def _cut_tsv(source: Path, target: Path, keep) -> int:
+def _cut(source: Path, target: Path, keep, separator: str = "\t") -> int:
+    """The lines of a gzipped table that ``keep(number, fields)`` keeps, gzipped again."""
     target.parent.mkdir(parents=True, exist_ok=True)
     kept = 0
     with gzip.open(source, "rt", encoding="utf-8") as f, gzip.open(target, "wt") as out:
         for number, line in enumerate(f):
-            if keep(number, line.split("\t", 4)):
+            if keep(number, line.rstrip("\n").split(separator)):
                 out.write(line)
                 kept += 1
     return kept
 
 
+def _with_ancestors(rows: list[list[str]], chosen: set[str]) -> set[str]:
+    """``chosen`` and every descriptor holding a tree number above one of theirs, until no
+    tree number of the set lacks its parent (the tree_parents_exist check)."""
+    owner = {t: r[0] for r in rows for t in r[3].split("|") if t}
+    trees = {r[0]: [t for t in r[3].split("|") if t] for r in rows}
+    wanted, todo = set(chosen), list(chosen)
+    while todo:
+        for tree in trees[todo.pop()]:
+            while "." in tree:
+                tree = tree.rsplit(".", 1)[0]
+                ui = owner.get(tree)
+                if ui is not None and ui not in wanted:
+                    wanted.add(ui)
+                    todo.append(ui)
+    return wanted
+
+
 def small_mesh(reference: Path, folder: Path) -> Path:
-    """A MeSH source folder in the reference's layout holding every STRIDE-th descriptor."""
-    names = {}
-
-    def descriptor(number: int, fields: list[str]) -> bool:
-        if number % STRIDE:
-            return False
-        names[fields[0]] = fields[1]
-        return True
-
-    _cut_tsv(
+    """A MeSH source folder in the reference's layout: every STRIDE-th descriptor and the
+    ones above them in the tree, with their thesaurus terms, supplementary records and
+    allowable qualifier pairs."""
+    with gzip.open(reference / "tsv" / "mesh2024_descriptors.tsv.gz", "rt", encoding="utf-8") as f:
+        rows = [line.rstrip("\n").split("\t") for line in f]
+    kept = _with_ancestors(rows, {r[0] for r in rows[::STRIDE]})
+    _cut(
         reference / "tsv" / "mesh2024_descriptors.tsv.gz",
         folder / "tsv" / "mesh2024_descriptors.tsv.gz",
-        descriptor,
+        lambda n, f: f[0] in kept,
     )
-    _cut_tsv(
+    _cut(
         reference / "tsv" / "mesh2024_supplementary.tsv.gz",
         folder / "tsv" / "mesh2024_supplementary.tsv.gz",
-        lambda n, f: len(f) > 3 and f[3].split("|")[0].strip() in names,
+        lambda n, f: len(f) > 3 and f[3].split("|")[0].strip() in kept,
     )
-    _cut_tsv(
+    _cut(
         reference / "thesaurus" / "desc2024_terms.tsv.gz",
         folder / "thesaurus" / "desc2024_terms.tsv.gz",
-        lambda n, f: n == 0 or f[0] in names,
+        lambda n, f: n == 0 or f[0] in kept,
     )
+    for allowable in (reference / "tsv").glob("mesh*_subjects_with_qualifiers.csv.gz"):
+        _cut(  # id: https://id.nlm.nih.gov/mesh/<descriptor>[Q<qualifier>]
+            allowable,
+            folder / "tsv" / allowable.name,
+            lambda n, f: n == 0 or f[0].rsplit("/", 1)[-1].split("Q")[0] in kept,
+            separator=",",
+        )
     return folder
 
 

@@ -3,14 +3,16 @@ not the next measurement. The figures mean nothing; what is checked is that each
 runs to the end and its last line is one JSON object.
 
 Inputs are made once under ``--work`` (``benchmarks/_smoke_lake.py``: a MeSH cut of every
-20th descriptor, a 3,000-record synthetic release, a built lake with its graph published and
+80th descriptor and its ancestors, a 3,000-record synthetic release, a built lake with its graph published and
 the same lake after an incremental update), and a small reference folder stands in for
 ``$KG_REFERENCE_DATA`` (that MeSH cut, the first 40 PubMedQA DEV questions, the real mirror
 and SciFact files), so the scripts' defaults read small data. ``SMOKE`` below is each
-script's tiny size; a script that cannot run small (a GPU, `kg build` through Dagster, the
-10M build) is listed with the reason, printed as skipped. Two scripts run at a time.
+script's tiny size. The three that need a home built by `kg build` through Dagster
+(rehearsal.py, then status_verify.py and planning.py on the home it built) run only with
+``--kg-build`` (one 300-record file, about 65 CPU-s more); otherwise they are printed as
+skipped with that reason. Two scripts run at a time.
 
-    .venv/bin/python benchmarks/smoke.py [--work DIR] [--only NAME ...]
+    .venv/bin/python benchmarks/smoke.py [--work DIR] [--only NAME ...] [--kg-build]
 
 Prints one line per script (passed / skipped / FAILED, seconds) and, last, one JSON object;
 exits 1 when any script failed. Needs the reference data (``KG_REFERENCE_DATA``, default
@@ -38,6 +40,21 @@ import _smoke_lake  # noqa: E402
 PUBMEDQA_QUESTIONS = 40
 TIMEOUT_S = 300
 
+KG_BUILD = (
+    "needs `kg build` through Dagster (one 300-record file: ~50 CPU-s, minutes of wall on a "
+    "loaded machine); run with --kg-build"
+)
+# with --kg-build: rehearsal.py builds a home of one small file; the other two then read it
+REHEARSAL = "{work}/rehearsal/run-1x300"
+WITH_KG_BUILD: dict[str, list[str]] = {
+    "rehearsal.py": ["--files", "1", "--records-per-file", "300", "--work", "{work}/rehearsal"]
+    + ["--no-ui", "--runs", "1", "--questions", "1"],
+    "status_verify.py": ["--home", REHEARSAL + "/kg", "--runs", "1"],
+    "planning.py": ["--home", "{work}/planning-home", "--lake", REHEARSAL + "/lake"]
+    + ["--source", "{work}/rehearsal/source-1x300", "--mesh", "{reference}/mesh"]
+    + ["--prepare", "--rounds", "1"],
+}
+AFTER_REHEARSAL = ("status_verify.py", "planning.py")
 # script -> its arguments at the smoke size ({work}, {built}, ... filled in below), or the
 # reason it does not run small (a string)
 SMOKE: dict[str, list[str] | str] = {
@@ -51,28 +68,27 @@ SMOKE: dict[str, list[str] | str] = {
     "concept_index.py": ["--lake", "{work}/concept", "--mesh-cache", "{work}/mesh-cache"]
     + ["--sample", "100", "--fresh", "--device", "cpu"],
     "definitions_import.py": ["--runs", "1"],
-    "embed.py": ["--n", "16", "--device", "cpu", "--batch", "8"],
+    # the feed from token files with the null model (the MiniLM on CPU: ~20 CPU-s more)
+    "embed.py": ["--null-model", "--n", "64", "--files", "1"],
     "fold_sample_check.py": ["--lake", "{updated}", "--release", "{release}", "--rounds", "1"],
     "graph.py": ["--articles", "3000", "--citations", "30000", "--mesh-edges", "27000"],
     "graph_update.py": ["--lake", "{updated}", "--reference", "{repo}", "--runs", "1"],
     "grounding_frontier.py": ["--cache", "{work}/mesh-cache", "--out", "{work}/frontier.json"],
     "grounding_versions.py": ["--cache", "{work}/mesh-cache"],
     "parse.py": ["--records", "300", "--repeat", "1", "--no-peer"],
-    "planning.py": "needs a KG home built by `kg build` (a Dagster instance with the "
-    "release's partitions): minutes even at 300 records",
+    "planning.py": KG_BUILD,
     "profile_update.py": ["--lake", "{updated}", "--previous", "{profile_rows}", "--rounds", "1"],
     "readers.py": ["--limit", "24", "--folds", "2", "--skip-classifier"]
     + ["--shuffled-seeds", "1", "--data", "{reference}/pubmedqa/pqal_dev400.json"],
     "recount_memory.py": ["{built}", "1GB", "{release}:{mesh_year}"],
     "refusal_graph.py": ["--out", "{work}/refusal", "--min-paths", "1", "--per-class", "2"],
-    "rehearsal.py": "runs `kg build` through Dagster, the UI and an update: minutes even at "
-    "one file of 300 records",
+    "rehearsal.py": KG_BUILD,
     "scifact_split.py": ["--out", "{work}/scifact", "--folds", "2"],
     "serve.py": ["--lake", "{built}", "--clients", "2", "--requests", "6", "--questions", "1"]
     + ["--workers", "1"],
     "serve_faults.py": ["--lake", "{built}", "--faults", "array", "sigbus", "bodies", "half_sent"]
     + ["--workers", "1", "--body-mb", "2", "--connections", "20", "--hold-s", "1"],
-    "status_verify.py": "needs a KG home built by `kg build` (a Dagster instance)",
+    "status_verify.py": KG_BUILD,
     "titles.py": ["--rows", "5000", "--lookups", "5", "--per-answer", "4"],
 }
 # run before the others: they read what these write
@@ -147,6 +163,11 @@ def main() -> int:
     parser.add_argument("--work", default=None, help="inputs and logs (default: a temp dir)")
     parser.add_argument("--only", nargs="+", help="these scripts only (file names)")
     parser.add_argument("--jobs", type=int, default=2, help="scripts at once")
+    parser.add_argument(
+        "--kg-build",
+        action="store_true",
+        help="also rehearsal.py, status_verify.py and planning.py over one small kg build",
+    )
     args = parser.parse_args()
     started = time.perf_counter()
     reference = Path(os.environ.get("KG_REFERENCE_DATA", REPO.parent / "shared" / "data"))
@@ -191,15 +212,25 @@ def main() -> int:
 
     runnable = []
     for name in names:
-        spec = SMOKE[name]
+        spec = WITH_KG_BUILD[name] if args.kg_build and name in WITH_KG_BUILD else SMOKE[name]
         if isinstance(spec, str):
             report({"script": name, "status": "skipped", "seconds": 0.0, "why": spec})
         else:
             runnable.append((name, [a.format(**fill) for a in spec]))
     first = [r for r in runnable if r[0] in FIRST]
-    rest = [r for r in runnable if r[0] not in FIRST]
+    after = [r for r in runnable if r[0] in AFTER_REHEARSAL]
+    rest = [r for r in runnable if r[0] not in FIRST and r[0] not in AFTER_REHEARSAL]
+
+    def copy_home() -> None:  # planning.py prepares the home it plans on: a copy
+        built = Path(REHEARSAL.format(**fill)) / "kg"
+        if built.exists():
+            shutil.rmtree(work / "planning-home", ignore_errors=True)
+            shutil.copytree(built, work / "planning-home")
+
     with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        for batch in (first, rest):
+        for batch in (first, rest, after):
+            if batch is after:
+                copy_home()
             for result in pool.map(lambda r: run_one(r[0], r[1], env, logs), batch):
                 report(result)
     failed = [r["script"] for r in results if r["status"] == "failed"]

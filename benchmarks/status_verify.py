@@ -46,6 +46,13 @@ def published_bytes(lake: Path) -> int:
     )
 
 
+def home_lake(home: Path) -> Path:
+    """The lake the home's ``sources.json`` records (``kg build --lake``), else ``home/lake``."""
+    sources = home / "sources.json"
+    recorded = json.loads(sources.read_text()).get("lake") if sources.exists() else None
+    return Path(recorded) if recorded and "://" not in recorded else home / "lake"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--home", type=Path, required=True, help="a built KG_HOME")
@@ -69,14 +76,14 @@ def main() -> None:
         "status_s": round(statistics.median(plain), 3),
         "status_verify_s": round(statistics.median(verify), 3),
         "verify_over_status": round(statistics.median(verify) / statistics.median(plain), 2),
-        "published_bytes_at_most": published_bytes(args.home / "lake"),
+        "published_bytes_at_most": published_bytes(home_lake(args.home)),
     }
     if reference:
         result["reference_status_s"] = round(statistics.median(reference), 3)
         result["status_over_reference"] = round(
             statistics.median(plain) / statistics.median(reference), 2
         )
-    print(json.dumps(result, indent=1))
+    print(json.dumps(result))
 
 
 if __name__ == "__main__":
