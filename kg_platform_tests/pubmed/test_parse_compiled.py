@@ -21,8 +21,8 @@ from kg_platform.pubmed import _fast
 from kg_platform.pubmed.errors import PubmedFileError
 from kg_platform.pubmed.parse import TABLE_NAMES, _Columns, _open_xml, _slow_record, parse_file
 from kg_platform_tests.conftest import require_reference
-from kg_platform_tests.pubmed.test_parse import EXPECTED_ROWS
-from kg_platform_tests.pubmed.test_parse_fast import (
+from kg_platform_tests.support.parse import (
+    EXPECTED_ROWS,
     HEAD,
     assert_same,
     fast_only,

@@ -7,26 +7,27 @@ the checked pattern reader that runs when the extension is not built."""
 from __future__ import annotations
 
 import gzip
-import os
 import re
 from pathlib import Path
 
-import pyarrow as pa
 import pytest
 
 from kg_platform.pubmed import _fast
 from kg_platform.pubmed.parse import (
-    _FLUSH_EVERY,
     TABLE_NAMES,
-    _Columns,
-    _open_xml,
-    _read_with_lxml,
-    _slow_record,
-    file_key,
     parse_file,
 )
 from kg_platform_tests.conftest import require_reference
-from kg_platform_tests.pubmed.test_parse import EXPECTED_ROWS
+from kg_platform_tests.support.parse import (
+    EXPECTED_ROWS,
+    HEAD,
+    assert_same,
+    fast_only,
+    first_record,
+    lxml_tables,
+    require_compiled_reader,
+    with_title,
+)
 
 READERS = ("compiled", "patterns")
 
@@ -45,15 +46,6 @@ RECORDS_READ_BY_LXML = {
 }
 
 
-def require_compiled_reader() -> None:
-    """Skip when the extension is not built (a source tree), fail under CI=true."""
-    if _fast.compiled_reader is None:
-        message = "the compiled reader is not built (pip install -e .)"
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(message)
-        pytest.skip(message)
-
-
 @pytest.fixture(params=READERS)
 def reader(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """The reader behind the fast path for one test: the compiled one, or the pattern reader
@@ -63,36 +55,6 @@ def reader(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> s
     else:
         monkeypatch.setattr(_fast, "compiled_reader", None)
     return request.param
-
-
-HEAD = b'<?xml version="1.0" encoding="UTF-8"?>\n<PubmedArticleSet>\n'
-
-
-def lxml_tables(path: Path) -> dict[str, pa.Table]:
-    columns, _ = _read_with_lxml(path, file_key(path))
-    return columns.to_tables()
-
-
-def fast_only(path: Path) -> tuple[dict[str, pa.Table], int]:
-    """The fast path alone (raising NotSimple rather than falling back), and how many records
-    it handed to lxml."""
-    columns = _Columns(file_key(path))
-    handed: list[bytes] = []
-    slow = _slow_record(columns, path.name)
-
-    def counted(record: bytes) -> None:
-        handed.append(record)
-        slow(record)
-
-    with _open_xml(path, fast=True) as stream:
-        _fast.stream_records(stream, path.name, columns, counted, _FLUSH_EVERY)
-    return columns.to_tables(), len(handed)
-
-
-def assert_same(fast: dict[str, pa.Table], tree: dict[str, pa.Table]) -> None:
-    assert fast.keys() == tree.keys()
-    for name, table in tree.items():
-        assert fast[name].to_pylist() == table.to_pylist(), name
 
 
 @pytest.mark.parametrize(
@@ -110,16 +72,6 @@ def test_legacy_set_goes_to_lxml(reader: str) -> None:
     path = require_reference("pubmed", "legacy/medline16n0902.xml.gz")
     with pytest.raises(_fast.NotSimple, match="prolog"):
         fast_only(path)
-
-
-def first_record() -> bytes:
-    path = require_reference("pubmed", "mirror/baseline/pubmed26n1334.xml.gz")
-    data = gzip.decompress(path.read_bytes())
-    return re.search(rb"<PubmedArticle>.*?</PubmedArticle>", data, re.S).group(0)
-
-
-def with_title(record: bytes, title: bytes) -> bytes:
-    return re.sub(rb"<ArticleTitle>.*?</ArticleTitle>", title, record, count=1, flags=re.S)
 
 
 def with_abstract(record: bytes, abstract: bytes) -> bytes:

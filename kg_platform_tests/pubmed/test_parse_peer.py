@@ -28,7 +28,7 @@ import pytest
 
 from kg_platform.pubmed.parse import parse_file
 from kg_platform_tests.conftest import require_reference
-from kg_platform_tests.pubmed.test_parse import EXPECTED_ROWS
+from kg_platform_tests.support.parse import EXPECTED_ROWS
 
 PUBMED_ARTICLE_SET_FILES = sorted(r for r in EXPECTED_ROWS if not r.startswith("legacy/"))
 
