@@ -34,7 +34,7 @@ from kg_platform.evaluation.scifact.evaluation import (
     out_of_fold_scores,
 )
 from kg_platform_tests.answer.readers import conftest as reader_fixtures
-from kg_platform_tests.assets.test_verification import write_scifact_slice
+from kg_platform_tests.support.verification import write_scifact_slice
 
 one_torch_thread = reader_fixtures.one_torch_thread
 tiny_bert = reader_fixtures.tiny_bert

@@ -7,8 +7,6 @@ on the small real-MeSH question graph with a cue reader's posterior cache; and `
 from __future__ import annotations
 
 import argparse
-import csv
-import gzip
 import json
 from pathlib import Path
 from types import SimpleNamespace
@@ -44,45 +42,15 @@ from kg_platform.evaluation.scifact.evaluation import claim_folds
 from kg_platform.resources.lake import LakeResource
 from kg_platform_tests.answer.readers import conftest as reader_fixtures
 from kg_platform_tests.conftest import require_reference
+from kg_platform_tests.support.verification import (
+    N_CLAIMS,
+    QUESTIONS,
+    write_questions,
+    write_scifact_slice,
+)
 
 one_torch_thread = reader_fixtures.one_torch_thread
 tiny_bert = reader_fixtures.tiny_bert
-
-N_CLAIMS, N_FILLER_DOCS, DEV_N = 20, 30, 40
-QUESTIONS = [
-    ("90000001", "Does aspirin prevent myocardial infarction?", "yes"),
-    ("90000002", "Does warfarin prevent stroke?", "no"),
-    ("90000003", "Is the sky blue?", "maybe"),
-    ("90000004", "Does ibuprofen worsen asthma?", "yes"),
-]
-
-
-def write_scifact_slice(folder: Path) -> tuple[Path, Path]:
-    """The first 20 claims (by id) of the real training CSV, rows as they are, and the real
-    corpus cut to their cited and evidence documents plus the 30 lowest other doc ids."""
-    source = require_reference("scifact", "claims_train.csv")
-    with open(source, encoding="utf-8", newline="") as f:
-        reader = csv.DictReader(f)
-        fields, rows = reader.fieldnames, list(reader)
-    ids = sorted({int(r["id"]) for r in rows})[:N_CLAIMS]
-    kept = [r for r in rows if int(r["id"]) in ids]
-    claims = folder / "claims_slice.csv"
-    with open(claims, "w", encoding="utf-8", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=fields)
-        writer.writeheader()
-        writer.writerows(kept)
-    needed = {d for c in read_claims(claims) for d in (*c.cited, *c.evidence)}
-    with gzip.open(require_reference("scifact", "corpus.csv.gz"), "rt", encoding="utf-8") as f:
-        reader = csv.DictReader(f)
-        corpus_fields, docs = reader.fieldnames, list(reader)
-    others = sorted(int(d["doc_id"]) for d in docs if int(d["doc_id"]) not in needed)
-    wanted = needed | set(others[:N_FILLER_DOCS])
-    corpus = folder / "corpus_slice.csv.gz"
-    with gzip.open(corpus, "wt", encoding="utf-8", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=corpus_fields)
-        writer.writeheader()
-        writer.writerows(d for d in docs if int(d["doc_id"]) in wanted)
-    return claims, corpus
 
 
 def tiny_nli_folder(folder: Path) -> Path:
@@ -107,24 +75,6 @@ def tiny_nli_folder(folder: Path) -> Path:
     BertForSequenceClassification(config).save_pretrained(str(folder))
     BertTokenizerFast(vocab={w: i for i, w in enumerate(vocab)}).save_pretrained(str(folder))
     return folder
-
-
-def write_questions(folder: Path) -> tuple[Path, Path]:
-    """The four refusal questions as a PubMedQA file, and a DEV file of the 40 lowest PMIDs
-    of the real DEV400 for the cue reader."""
-    asked = folder / "refusal_questions.json"
-    asked.write_text(
-        json.dumps(
-            {
-                qid: {"QUESTION": text, "CONTEXTS": [f"{text} A trial."], "final_decision": label}
-                for qid, text, label in QUESTIONS
-            }
-        )
-    )
-    records = json.loads(require_reference("pubmedqa", "pqal_dev400.json").read_text())
-    dev = folder / "dev.json"
-    dev.write_text(json.dumps({p: records[p] for p in sorted(records, key=int)[:DEV_N]}))
-    return asked, dev
 
 
 def checks_of(result) -> dict[str, bool]:

@@ -23,8 +23,8 @@ from kg_platform.cli import main
 from kg_platform.evaluation.common.question_sets import question_set_key
 from kg_platform.evaluation.common.trained import read_trained_verifier
 from kg_platform_tests.answer.readers import conftest as reader_fixtures
-from kg_platform_tests.assets.test_verification import write_questions, write_scifact_slice
 from kg_platform_tests.conftest import use_kg_home
+from kg_platform_tests.support.verification import write_questions, write_scifact_slice
 
 one_torch_thread = reader_fixtures.one_torch_thread
 tiny_bert = reader_fixtures.tiny_bert

@@ -30,8 +30,8 @@ from kg_platform.embeddings.encoder import Encoder
 from kg_platform.evaluation.common.question_sets import question_set_key
 from kg_platform.evaluation.scifact.verifier_training import file_sha256
 from kg_platform_tests.answer.readers import conftest as reader_fixtures
-from kg_platform_tests.assets.test_verification import write_scifact_slice
 from kg_platform_tests.conftest import use_kg_home
+from kg_platform_tests.support.verification import write_scifact_slice
 
 one_torch_thread = reader_fixtures.one_torch_thread
 tiny_bert = reader_fixtures.tiny_bert
