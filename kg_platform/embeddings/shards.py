@@ -44,6 +44,7 @@ from kg_platform.storage.lake import Lake
 
 CORPUS_ARTICLES = corpus_folder("articles")
 SHARDS = "embeddings/shards"
+SUPER_BATCH = 65_536
 
 
 class ShardError(ValueError):
@@ -239,6 +240,9 @@ def embed_shards(
     whose token file is missing, made by another tokenizer, damaged or stale fails alone
     (its status names why)."""
     started = time.perf_counter()
+    # the encoder's batch size; super-batches of 65,536 texts sorted together (a 16-file run
+    # holds some 300,000 quotable records, so widths stay close to each batch's longest)
+    settings = settings or FeederSettings(batch_size=encoder.batch_size, super_batch=SUPER_BATCH)
     spec = encoder.tokenizer_spec()
     expected = quotable_pmids(lake, files)
     results: dict[str, ShardResult] = {}
