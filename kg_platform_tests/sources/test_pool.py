@@ -15,7 +15,7 @@ import pytest
 
 from kg_platform_tests.conftest import REPO_ROOT, require_reference
 from kg_platform_tests.sources.mirror_server import serve_mirror
-from kg_platform_tests.sources.test_source import many_files_mirror
+from kg_platform_tests.support.source import many_files_mirror
 
 RUNS = 6
 

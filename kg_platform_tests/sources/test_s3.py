@@ -15,7 +15,7 @@ from kg_platform.storage.corpus import corpus_parts
 from kg_platform.storage.lake import Lake
 from kg_platform_tests.conftest import require_reference
 from kg_platform_tests.sources.mirror_server import serve_mirror
-from kg_platform_tests.sources.test_source import F1334, F1335, MD5_1334, MD5_1335
+from kg_platform_tests.support.source import F1334, F1335, MD5_1334, MD5_1335
 
 
 def test_fetch_and_fold_on_s3(s3_lake: Lake, tmp_path: Path) -> None:

@@ -26,11 +26,7 @@ from kg_platform.pubmed.source import (
 from kg_platform.storage.lake import Lake
 from kg_platform_tests.conftest import require_reference
 from kg_platform_tests.sources.mirror_server import serve_mirror
-
-MD5_1334 = "3cf53ba34ff73126e42d1d8391330e73"  # mirror/baseline/pubmed26n1334.xml.gz.md5
-MD5_1335 = "88b74979343252faa848a06d7c6aa3ea"  # mirror/updatefiles/pubmed26n1335.xml.gz.md5
-F1334 = SourceFile("pubmed26n1334", "baseline", 26, 1334)
-F1335 = SourceFile("pubmed26n1335", "updatefiles", 26, 1335)
+from kg_platform_tests.support.source import F1334, F1335, MD5_1334, MD5_1335, many_files_mirror
 
 
 @pytest.fixture()
@@ -263,19 +259,6 @@ def test_the_last_failed_try_gives_a_clear_error(mirror: Path, tmp_path: Path) -
 
 
 # -- connection limit ----------------------------------------------------------------------
-def many_files_mirror(mirror: Path, root: Path, count: int) -> list[SourceFile]:
-    """``count`` baseline files (copies of the real one under new names, with md5 files)."""
-    (root / "baseline").mkdir(parents=True)
-    data = (mirror / "baseline" / "pubmed26n1334.xml.gz").read_bytes()
-    files = []
-    for n in range(1, count + 1):
-        f = SourceFile(f"pubmed26n{n:04d}", "baseline", 26, n)
-        (root / "baseline" / f.xml_filename).write_bytes(data)
-        (root / "baseline" / f.md5_filename).write_text(f"MD5({f.xml_filename})= {MD5_1334}\n")
-        files.append(f)
-    return files
-
-
 def fetch_all_in_threads(url: str, files: list[SourceFile], lake: Lake, limit: int) -> None:
     errors: list[BaseException] = []
 
