@@ -53,17 +53,19 @@ def pubmed_source_file(
     that file; `kg build` observes the source before it asks for anything. Only a file whose
     md5 is new or changed is recorded: the latest observation of every other one stands (a
     daily build adds one event, not one per file of the release)."""
-    source = pubmed_source.get()
-    wanted = set(context.instance.get_dynamic_partitions(pubmed_files.name))
+    changed = changed_source_versions(context.instance, pubmed_source.get())
+    return dg.DataVersionsByPartition({name: dg.DataVersion(md5) for name, md5 in changed.items()})
+
+
+def changed_source_versions(instance, source) -> dict[str, str]:
+    """name -> published md5 of each file of the instance's file partitions whose md5 is not
+    the one its latest observation recorded (new or changed at the source)."""
+    wanted = set(instance.get_dynamic_partitions(pubmed_files.name))
     files = [f for f in source.list_files() if f.name in wanted]
-    recorded = versions.latest_observed(context.instance, "pubmed_source_file")
-    return dg.DataVersionsByPartition(
-        {
-            name: dg.DataVersion(md5)
-            for name, md5 in source.published_md5s(files).items()
-            if recorded.get(name) != md5
-        }
-    )
+    recorded = versions.latest_observed(instance, "pubmed_source_file")
+    return {
+        name: md5 for name, md5 in source.published_md5s(files).items() if recorded.get(name) != md5
+    }
 
 
 def files_per_run() -> int:

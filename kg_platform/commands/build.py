@@ -317,7 +317,17 @@ def file_run_environment(n_files: int, jobs: int) -> dict[str, str]:
 
 def observe_source(defs, instance) -> None:
     """Record each source file's published md5 (Dagster's observation of the source asset),
-    so a file changed at the source is a stale partition and is fetched again."""
+    so a file changed at the source is a stale partition and is fetched again. When no md5
+    is new or changed the observation would record nothing, and its run (~1-2 s of a build
+    with nothing to do) is not started."""
+    from kg_platform.assets.pubmed import changed_source_versions
+
+    try:
+        changed = changed_source_versions(instance, defs.resources["pubmed_source"].get())
+    except Exception as error:  # the observation run's own message, without its run
+        raise ValueError(f"observing the PubMed source: {error}") from error
+    if not changed:
+        return
     job = defs.resolve_job_def("observe_pubmed_source")
     from kg_platform.orchestration.recovery import owner_tags
 
