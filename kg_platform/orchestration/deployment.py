@@ -66,6 +66,14 @@ def worker_queues(
     return result
 
 
+def parse_workers_per_step(n_workers: int, concurrency: int, cores: int | None = None) -> int:
+    """The processes a step of a local worker parses its files with: the machine's cores
+    shared by the steps its workers run at once (a Celery child, daemonic, would otherwise
+    parse a batch on one core however many the worker has)."""
+    cores = cores or os.cpu_count() or 1
+    return max(1, cores // max(1, n_workers * concurrency))
+
+
 @dataclass(frozen=True)
 class Health:
     process: Process
@@ -127,6 +135,9 @@ def start(
         worker_env = dict(os.environ if env is None else env)
         worker_env["KG_HOME"] = str(home)
         worker_env["DAGSTER_HOME"] = str(dagster_home)
+        worker_env.setdefault(
+            "KG_PARSE_WORKERS", str(parse_workers_per_step(len(queues), concurrency))
+        )
         hostname = socket.gethostname()
         spawned = []
         for i, worker_queue in enumerate(queues, start=1):

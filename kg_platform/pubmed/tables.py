@@ -229,17 +229,34 @@ def load_parse_imports() -> None:
     fsspec.filesystem("file")  # a lake transaction's digest reads through fsspec
 
 
+def parse_worker_start() -> None:
+    """A parse worker's initialiser: it ends with the process that started its pool (a
+    worker of a run or a Celery step killed outright would otherwise wait for files for
+    ever), then loads what the parse needs (:func:`load_parse_imports`)."""
+    import multiprocessing
+    import threading
+
+    parent = multiprocessing.parent_process()
+    if parent is not None:
+        threading.Thread(target=_exit_with, args=(parent,), daemon=True).start()
+    load_parse_imports()
+
+
+def _exit_with(parent) -> None:
+    parent.join()  # returns when the parent's sentinel closes: it has exited
+    os._exit(1)
+
+
 def parse_workers() -> int:
     """How many files a run parses at once: ``KG_PARSE_WORKERS`` (`kg build` sets it to the
-    cores over ``--jobs``), else the cores; 1 in a daemonic process (a Celery prefork child),
-    which may not start processes of its own."""
+    cores over ``--jobs``; `kg workers start` to the cores over the steps its workers run at
+    once), else the cores; 1 in a daemonic process (a Celery prefork child) unless
+    KG_PARSE_WORKERS says otherwise (:class:`TablesPool` starts its processes there too)."""
     import multiprocessing
 
-    if multiprocessing.current_process().daemon:
-        return 1
     value = os.environ.get("KG_PARSE_WORKERS", "").strip()
     if not value:
-        return os.cpu_count() or 1
+        return 1 if multiprocessing.current_process().daemon else (os.cpu_count() or 1)
     if not value.isdigit() or int(value) < 1:
         raise ValueError(f"KG_PARSE_WORKERS={value!r}: must be a whole number of at least 1")
     return int(value)
@@ -262,11 +279,30 @@ class TablesPool:
             self._pool = ProcessPoolExecutor(
                 self.width,
                 mp_context=multiprocessing.get_context("spawn"),
-                initializer=load_parse_imports,
+                initializer=parse_worker_start,
             )
         else:
             load_parse_imports()
         return self
+
+    @contextmanager
+    def _may_start_processes(self) -> Iterator[None]:
+        """A daemonic process (a Celery prefork child) may start the pool's processes: the
+        pool starts them as files are submitted, and multiprocessing refuses children to a
+        process flagged daemonic, lest they outlive it. Here they cannot: the pool is shut
+        down with the step, and each worker ends with its parent (parse_worker_start)."""
+        import multiprocessing
+
+        process = multiprocessing.current_process()
+        daemonic = process._config.get("daemon")
+        if not daemonic:
+            yield
+            return
+        process._config["daemon"] = False
+        try:
+            yield
+        finally:
+            process._config["daemon"] = daemonic
 
     def __exit__(self, *exc) -> None:
         if self._pool is not None:
@@ -277,7 +313,8 @@ class TablesPool:
         from concurrent.futures import Future
 
         if self._pool is not None:
-            return self._pool.submit(publish_file, lake, raw_key, file)
+            with self._may_start_processes():
+                return self._pool.submit(publish_file, lake, raw_key, file)
         future: Future = Future()
         try:
             future.set_result(publish_file(lake, raw_key, file))

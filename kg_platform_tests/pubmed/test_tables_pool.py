@@ -4,6 +4,7 @@ is loaded before the first file, so no file's clock pays for it."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -55,4 +56,72 @@ def test_the_first_file_imports_nothing_after_the_initialiser(tmp_path) -> None:
             "deletions": 0,
         },
         "published": True,
+    }
+
+
+# a daemonic process (as a Celery prefork child is) parses two files on a pool of two, then
+# a process whose pool worker is up is killed outright: the worker ends with it
+IN_A_DAEMON = textwrap.dedent(
+    """
+    import json, multiprocessing, os, shutil, signal, sys, time
+    from kg_platform.pubmed.tables import TablesPool
+    from kg_platform.storage.lake import Lake
+
+    def publish(root, queue):
+        lake = Lake(root)
+        with TablesPool(2) as pool:
+            futures = [pool.submit(lake, f"raw/{n}.xml.gz", n) for n in ("a", "b")]
+            rows = [f.result().outcome.rows["articles"] for f in futures]
+            workers = len(pool._pool._processes)
+        queue.put({"daemon": multiprocessing.current_process().daemon, "rows": rows,
+                   "pool_processes": workers})
+
+    def orphaned(root, queue):
+        with TablesPool(2) as pool:
+            pool.submit(Lake(root), "raw/a.xml.gz", "a").result()
+            queue.put(sorted(pool._pool._processes))
+            queue.close()
+            queue.join_thread()  # the pids are sent before the kill
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    if __name__ == "__main__":
+        root = sys.argv[2]
+        for name in ("a", "b"):
+            shutil.copy(sys.argv[1], os.path.join(root, "raw", f"{name}.xml.gz"))
+        fork = multiprocessing.get_context("fork")
+        queue = fork.Queue()
+        child = fork.Process(target=publish, args=(root, queue), daemon=True)
+        child.start()
+        result = queue.get(timeout=120)
+        child.join()
+        child = fork.Process(target=orphaned, args=(root, queue))
+        child.start()
+        pids = queue.get(timeout=120)
+        child.join()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and any(os.path.exists(f"/proc/{p}") for p in pids):
+            time.sleep(0.2)
+        result["workers_left_after_kill"] = [p for p in pids if os.path.exists(f"/proc/{p}")]
+        print(json.dumps(result))
+    """
+)
+
+
+def test_a_daemonic_process_parses_on_its_pool_and_its_workers_end_with_it(tmp_path) -> None:
+    source = require_reference("pubmed", "samples/pubmed20/pubmed20n0001.xml.gz")
+    (tmp_path / "lake" / "raw").mkdir(parents=True)
+    script = tmp_path / "in_a_daemon.py"
+    script.write_text(IN_A_DAEMON)
+    done = subprocess.run(
+        [sys.executable, str(script), str(source), str(tmp_path / "lake")],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "KG_PARSE_WORKERS": "2"},
+    )
+    assert json.loads(done.stdout.splitlines()[-1]) == {
+        "daemon": True,
+        "rows": [10, 10],
+        "pool_processes": 2,
+        "workers_left_after_kill": [],
     }
