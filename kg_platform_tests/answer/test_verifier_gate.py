@@ -5,30 +5,13 @@ verifier, with tau None, or when switched off in the ladder."""
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
-
-import numpy as np
 
 from kg_platform.answer.api import AskConfig, KnowledgeGraph
 from kg_platform.answer.ladder import LadderConfig, RefusalReason
 from kg_platform.answer.verifier import Verifier
+from kg_platform_tests.support.refusal import FixedVerifier
 
 QUESTION = "Does aspirin prevent myocardial infarction?"
-
-
-class FixedVerifier:
-    """A tiny verifier: P(NOINFO) per text from a table keyed by the text's first line."""
-
-    name = "fixed"
-
-    def __init__(self, noinfo: dict[str, float]) -> None:
-        self.noinfo = noinfo
-        self.seen: list[tuple[str, list[str]]] = []
-
-    def scores(self, claim: str, texts: Sequence[str]) -> np.ndarray:
-        self.seen.append((claim, list(texts)))
-        p = np.array([self.noinfo[t.split("\n")[0]] for t in texts])
-        return np.stack([(1 - p) / 2, (1 - p) / 2, p], axis=1).astype(np.float32)
 
 
 def _kg(kg: KnowledgeGraph, verifier: Verifier, ladder: LadderConfig) -> KnowledgeGraph:

@@ -14,22 +14,13 @@ from pathlib import Path
 import dagster as dg
 
 from kg_platform.orchestration.lock import LOCK_FILE, BuildLockHeld, build_lock, read_holder
-from kg_platform_tests.conftest import REPO_ROOT, require_reference
+from kg_platform_tests.conftest import require_reference
+from kg_platform_tests.support.build import BUILD_TIMEOUT_S, SELECT, kg_env
 
-SELECT = "key:pubmed_xml or key:pubmed_tables or key:corpus"
-# a bound on a test that waits for real builds, not a figure the test asserts
-BUILD_TIMEOUT_S = 600
 LOCK_LINE = re.compile(
     r"^kg build: another kg build is running on this instance \(pid (\d+), started at "
     r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC; lock (\S+)\); wait for it, or add --wait$"
 )
-
-
-def kg_env(home: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("KG_", "DAGSTER_"))}
-    env["KG_HOME"] = str(home)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH")) if p)
-    return env
 
 
 def kg_build_process(home: Path, *extra: str) -> subprocess.Popen:

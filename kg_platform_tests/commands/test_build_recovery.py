@@ -25,9 +25,9 @@ from pathlib import Path
 
 import pytest
 
-from kg_platform_tests.commands.test_build_lock import BUILD_TIMEOUT_S, SELECT, kg_env
 from kg_platform_tests.conftest import require_reference, use_kg_home
 from kg_platform_tests.sources.mirror_server import serve_mirror
+from kg_platform_tests.support.build import BUILD_TIMEOUT_S, SELECT, kg_env
 
 RECORDS = 24_000
 FIRST = "pubmed26n0001"

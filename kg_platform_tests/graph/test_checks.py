@@ -1,17 +1,15 @@
 from __future__ import annotations
 
-import json
-
 import duckdb
 import numpy as np
 import pytest
 
 from kg_platform.graph import layout
-from kg_platform.graph.build import array_sha256
 from kg_platform.graph.checks import check_invariants, recount
 from kg_platform.graph.store import KGStore
 from kg_platform.storage.catalog import Catalog
 from kg_platform.storage.lake import Lake
+from kg_platform_tests.support.graph import tamper
 
 
 @pytest.fixture
@@ -21,18 +19,6 @@ def con(lake: Lake):
     catalog.refresh_views(connection)
     yield connection
     connection.close()
-
-
-def _tamper(lake: Lake, build_id: str, name: str, change, fix_manifest: bool) -> None:
-    """Rewrite one array; with fix_manifest the manifest agrees (a build bug, not bit rot)."""
-    array = np.array(lake.read_npy(layout.array_key(build_id, name), mmap=False))
-    change(array)
-    lake.write_npy(layout.array_key(build_id, name), array)
-    if fix_manifest:
-        key = layout.manifest_key(build_id)
-        manifest = json.loads(lake.read_bytes(key))
-        manifest["arrays"][name]["sha256"] = array_sha256(array)
-        lake.write_bytes(key, json.dumps(manifest).encode())
 
 
 def test_a_good_build_passes_both(lake: Lake, tiny, con: duckdb.DuckDBPyConnection) -> None:
@@ -49,7 +35,7 @@ def test_a_good_build_passes_both(lake: Lake, tiny, con: duckdb.DuckDBPyConnecti
 
 
 def test_bit_rot_fails_the_sha256(lake: Lake, tiny) -> None:
-    _tamper(lake, tiny.build_id, "cite_indices", lambda a: a.__setitem__(0, 1), False)
+    tamper(lake, tiny.build_id, "cite_indices", lambda a: a.__setitem__(0, 1), False)
     out = check_invariants(KGStore.open(lake, tiny.build_id))
     assert not out.passed
     assert out.details == "cite_indices: sha256 differs from the manifest"
@@ -57,7 +43,7 @@ def test_bit_rot_fails_the_sha256(lake: Lake, tiny) -> None:
 
 def test_unordered_list_fails_the_invariants(lake: Lake, tiny) -> None:
     # cited_by of node 0 becomes [2, 1, 3]: same degrees, no longer ascending
-    _tamper(
+    tamper(
         lake, tiny.build_id, "cited_by_indices", lambda a: a.__setitem__(slice(0, 2), [2, 1]), True
     )
     out = check_invariants(KGStore.open(lake, tiny.build_id))
@@ -68,20 +54,20 @@ def test_unordered_list_fails_the_invariants(lake: Lake, tiny) -> None:
 
 
 def test_out_of_range_index_fails_the_invariants(lake: Lake, tiny) -> None:
-    _tamper(lake, tiny.build_id, "art2mesh_indices", lambda a: a.__setitem__(-1, 9), True)
+    tamper(lake, tiny.build_id, "art2mesh_indices", lambda a: a.__setitem__(-1, 9), True)
     out = check_invariants(KGStore.open(lake, tiny.build_id))
     assert out.details == "art2mesh_indices out of range 0..4: from 0 to 9"
 
 
 def test_an_indptr_that_falls_fails_the_invariants_not_the_open(lake: Lake, tiny) -> None:
     # cite_indptr [0, 0, 1, 3, 5, 7] -> [0, 0, 4, 3, 5, 7]: its ends, all open checks, hold
-    _tamper(lake, tiny.build_id, "cite_indptr", lambda a: a.__setitem__(2, 4), True)
+    tamper(lake, tiny.build_id, "cite_indptr", lambda a: a.__setitem__(2, 4), True)
     out = check_invariants(KGStore.open(lake, tiny.build_id))
     assert out.details == "cite_indptr is not monotone: 1 fall(s), the first from 4 to 3 at row 2"
 
 
 def test_an_indptr_short_of_its_indices_fails_the_open(lake: Lake, tiny) -> None:
-    _tamper(lake, tiny.build_id, "cite_indptr", lambda a: a.__setitem__(-1, 6), True)
+    tamper(lake, tiny.build_id, "cite_indptr", lambda a: a.__setitem__(-1, 6), True)
     with pytest.raises(ValueError) as short:
         KGStore.open(lake, tiny.build_id)
     assert str(short.value) == (
@@ -119,7 +105,7 @@ def test_csr_check_cheap_and_full() -> None:
 
 
 def test_a_flipped_major_flag_is_caught_by_both(lake: Lake, tiny, con) -> None:
-    _tamper(lake, tiny.build_id, "mesh2art_major", lambda a: a.__setitem__(1, True), True)
+    tamper(lake, tiny.build_id, "mesh2art_major", lambda a: a.__setitem__(1, True), True)
     store = KGStore.open(lake, tiny.build_id)
     inv = check_invariants(store)
     assert not inv.passed and "mesh_major_count differs from mesh2art_major" in inv.details
@@ -131,7 +117,7 @@ def test_a_flipped_major_flag_is_caught_by_both(lake: Lake, tiny, con) -> None:
 
 def test_a_wrong_edge_is_caught_by_both(lake: Lake, tiny, con) -> None:
     # PMID 50 now cites 20 and 30 instead of 30 and 40: degrees out stay the same
-    _tamper(lake, tiny.build_id, "cite_indices", lambda a: a.__setitem__(slice(5, 7), [1, 2]), True)
+    tamper(lake, tiny.build_id, "cite_indices", lambda a: a.__setitem__(slice(5, 7), [1, 2]), True)
     store = KGStore.open(lake, tiny.build_id)
     inv = check_invariants(store)
     assert inv.details == "cite and cited_by disagree on degrees"

@@ -18,7 +18,7 @@ from kg_platform.storage.catalog import Catalog
 from kg_platform.storage.corpus import read_corpus, write_corpus_table
 from kg_platform.storage.lake import Lake
 from kg_platform_tests.graph.corpus import write_corpus, write_mesh
-from kg_platform_tests.graph.test_checks import _tamper
+from kg_platform_tests.support.graph import tamper
 
 # 40 articles with gapped PMIDs: null, empty, non-ASCII and long titles among plain ones
 TITLES: dict[int, str | None] = {
@@ -131,7 +131,7 @@ def test_a_malformed_store_fails_the_invariants(tmp_path, name, change, message)
     lake = Lake(str(tmp_path / "lake"))
     _write(lake, sorted(TITLES))
     _store(lake, "bad")
-    _tamper(lake, "bad", name, change, fix_manifest=True)  # a build bug, not bit rot
+    tamper(lake, "bad", name, change, fix_manifest=True)  # a build bug, not bit rot
     out = check_invariants(KGStore.open(lake, "bad"))
     assert not out.passed
     assert out.details.startswith(message), out.details

@@ -35,14 +35,7 @@ from kg_platform_tests.answer.graph_fixture import (
     STROKE,
     WARFARIN,
 )
-from kg_platform_tests.answer.test_verifier_gate import FixedVerifier
-
-QUESTIONS = [
-    ("q1", "Does aspirin prevent myocardial infarction?"),
-    ("q2", "Does warfarin prevent stroke?"),
-    ("q3", "Is the sky blue?"),
-    ("q4", "Does ibuprofen worsen asthma?"),
-]
+from kg_platform_tests.support.refusal import QUESTIONS, FixedVerifier
 
 
 def test_control_twins_swap_one_concept_within_its_tree_category(kg) -> None:

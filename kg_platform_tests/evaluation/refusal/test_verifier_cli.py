@@ -23,7 +23,7 @@ from kg_platform.answer.verifier import (
 from kg_platform.commands.eval_refusal import add_eval_parser
 from kg_platform.evaluation.refusal.report import LadderEvalConfig, open_graph
 from kg_platform_tests.answer.readers import conftest as reader_fixtures
-from kg_platform_tests.evaluation.refusal.test_evaluation import QUESTIONS
+from kg_platform_tests.support.refusal import QUESTIONS
 from kg_platform_tests.support.verification import write_scifact_slice
 
 one_torch_thread = reader_fixtures.one_torch_thread
