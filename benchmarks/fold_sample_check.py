@@ -47,11 +47,11 @@ def main() -> int:
     for _ in range(args.rounds):
         for name, prune in (("pruned", True), ("every_file", False)):
             started = time.perf_counter()
-            passed, details = fold.check_incremental_sample(lake, files, result, prune=prune)
+            outcome = fold.check_incremental_sample(lake, files, result, prune=prune)
             seconds[name].append(round(time.perf_counter() - started, 2))
-            if not passed:
-                raise SystemExit(f"the check failed: {details}")
-            out[f"{name}_details"] = details.rsplit(" on ", 1)[-1]
+            if not outcome.passed:
+                raise SystemExit(f"the check failed: {outcome.details}")
+            out[f"{name}_details"] = outcome.details.rsplit(" on ", 1)[-1]
     out.update({f"{k}_s": v for k, v in seconds.items()})
     out["pruned_over_every_file"] = round(min(seconds["pruned"]) / min(seconds["every_file"]), 3)
     out["load"] = [round(x, 2) for x in os.getloadavg()]

@@ -12,6 +12,7 @@ import numpy as np
 import polars as pl
 import pytest
 
+from kg_platform.checks import CheckOutcome
 from kg_platform.pubmed.fold import (
     PmidSet,
     check_edge_sources_in_articles,
@@ -160,7 +161,7 @@ def test_fold_written_range_by_range_is_the_fold_written_at_once(
     but the last holds exactly its size."""
     import pyarrow.parquet as pq
 
-    from kg_platform.pubmed import fold as fold_module
+    from kg_platform.pubmed.fold import full, parts
 
     mirror = require_reference("pubmed", "mirror")
     paths = [
@@ -169,14 +170,12 @@ def test_fold_written_range_by_range_is_the_fold_written_at_once(
     ]
     whole = Lake(str(tmp_path / "whole"))
     assert_folded_as_expected(whole, paths)
-    monkeypatch.setattr(fold_module, "FOLD_RANGE_RECORDS", 7)
-    monkeypatch.setattr(fold_module, "ARTICLE_ROW_GROUP_ROWS", 5)
-    monkeypatch.setattr(fold_module, "CHILD_ROW_GROUP_ROWS", 50)
+    monkeypatch.setattr(full, "FOLD_RANGE_RECORDS", 7)
+    monkeypatch.setattr(parts, "ARTICLE_ROW_GROUP_ROWS", 5)
+    monkeypatch.setattr(parts, "CHILD_ROW_GROUP_ROWS", 50)
     made = []
-    ranges_of = fold_module._pmid_ranges
-    monkeypatch.setattr(
-        fold_module, "_pmid_ranges", lambda *a: made.append(ranges_of(*a)) or made[-1]
-    )
+    ranges_of = full._pmid_ranges
+    monkeypatch.setattr(full, "_pmid_ranges", lambda *a: made.append(ranges_of(*a)) or made[-1])
     ranged = Lake(str(tmp_path / "ranged"))
     assert_folded_as_expected(ranged, paths)
     (ranges,) = made
@@ -293,14 +292,20 @@ def test_checks_fail_on_a_tampered_corpus(tmp_path: Path) -> None:
     write_corpus_table(
         lake, "articles", pl.concat([articles, articles.head(1), intruder]).to_arrow()
     )
-    assert check_one_row_per_pmid(lake) == (False, "62 rows, 1 duplicated PMIDs")
-    assert check_no_deleted_pmid(lake, names) == (False, "1 deleted PMIDs present: [41456105]")
-    passed, details = check_recount(lake, names, result)
-    assert not passed and details.startswith("survivors_digest: duckdb ")
+    assert check_one_row_per_pmid(lake) == CheckOutcome(
+        "one_row_per_pmid", False, "62 rows, 1 duplicated PMIDs"
+    )
+    assert check_no_deleted_pmid(lake, names) == CheckOutcome(
+        "no_deleted_pmid", False, "1 deleted PMIDs present: [41456105]"
+    )
+    recount = check_recount(lake, names, result)
+    assert (recount.name, recount.passed) == ("polars_recount", False)
+    assert recount.details.startswith("survivors_digest: duckdb ")
     # drop the first article: its child rows now have no source
     write_corpus_table(lake, "articles", articles.slice(1).to_arrow())
-    passed, details = check_edge_sources_in_articles(lake)
-    assert not passed and details.startswith("rows without a corpus article: {")
+    edges = check_edge_sources_in_articles(lake)
+    assert (edges.name, edges.passed) == ("edge_sources_in_articles", False)
+    assert edges.details.startswith("rows without a corpus article: {")
 
 
 def test_missing_tables_fail_before_anything_is_written(tmp_path: Path) -> None:
@@ -329,7 +334,7 @@ def test_each_check_names_exactly_what_a_corrupted_corpus_gets_wrong(tmp_path: P
         ],
     )
     result = fold_release(lake, names)
-    assert check_recount(lake, names, result)[0]
+    assert check_recount(lake, names, result).passed
     # DuckDB's own figures wrong: each wrong field named with both values
     wrong = replace(
         result,
@@ -337,9 +342,9 @@ def test_each_check_names_exactly_what_a_corrupted_corpus_gets_wrong(tmp_path: P
         deleted=1,
         dangling_citations=1347,
     )
-    passed, details = check_recount(lake, names, wrong)
     right = {**result.rows, "citations": 1349}
-    assert (passed, details) == (
+    assert check_recount(lake, names, wrong) == CheckOutcome(
+        "polars_recount",
         False,
         f"rows: duckdb {wrong.rows} != polars {right}; deleted: duckdb 1 != polars 0; "
         "dangling_citations: duckdb 1347 != polars 1348",
@@ -354,9 +359,9 @@ def test_each_check_names_exactly_what_a_corrupted_corpus_gets_wrong(tmp_path: P
         .alias("file")
     )
     write_corpus_table(lake, "articles", moved.to_arrow())
-    passed, details = check_recount(lake, names, result)
-    assert not passed and details.startswith("survivors_digest: duckdb ")
-    assert details.count("!=") == 1
+    recount = check_recount(lake, names, result)
+    assert not recount.passed and recount.details.startswith("survivors_digest: duckdb ")
+    assert recount.details.count("!=") == 1
     # the first article dropped: its child rows are counted per table
     dropped = articles["pmid"][0]
     write_corpus_table(lake, "articles", articles.slice(1).to_arrow())
@@ -366,11 +371,12 @@ def test_each_check_names_exactly_what_a_corrupted_corpus_gets_wrong(tmp_path: P
         orphans[table] = corpus_frame(lake, table).filter(pl.col(col) == dropped).height
     orphans = {t: n for t, n in orphans.items() if n}
     assert orphans["mesh_edges"] > 0
-    assert check_edge_sources_in_articles(lake) == (
-        False,
-        f"rows without a corpus article: {orphans}",
+    assert check_edge_sources_in_articles(lake) == CheckOutcome(
+        "edge_sources_in_articles", False, f"rows without a corpus article: {orphans}"
     )
-    assert check_one_row_per_pmid(lake) == (True, "59 rows, 0 duplicated PMIDs")
+    assert check_one_row_per_pmid(lake) == CheckOutcome(
+        "one_row_per_pmid", True, "59 rows, 0 duplicated PMIDs"
+    )
 
 
 def test_pmid_set_bitmap_and_sorted_fallback() -> None:

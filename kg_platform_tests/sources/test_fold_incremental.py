@@ -12,6 +12,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from kg_platform.checks import CheckOutcome
 from kg_platform.pubmed.fold import (
     CORPUS_TABLES,
     FOLD_DELETIONS,
@@ -256,11 +257,13 @@ def test_the_sampled_refold_reads_only_the_files_holding_its_windows(tmp_path: P
     for n in range(5, len(names) + 1):
         result = fold_release(lake, names[:n])
         assert result.mode == "incremental"
-        passed, details = check_incremental_sample(lake, names[:n], result)
-        assert passed, details
+        pruned = check_incremental_sample(lake, names[:n], result)
+        assert (pruned.name, pruned.passed) == ("polars_recount", True), pruned.details
+        details = pruned.details
         # the same parts and rows as refolding them from every file
-        every, every_details = check_incremental_sample(lake, names[:n], result, prune=False)
-        assert every and f"from the {n} of {n} files holding their PMIDs (" in every_details
+        every = check_incremental_sample(lake, names[:n], result, prune=False)
+        every_details = every.details
+        assert every.passed and f"from the {n} of {n} files holding their PMIDs (" in every_details
         assert details.split(", from the")[0] == every_details.split(", from the")[0]
         assert details.rsplit("(", 1)[1] == every_details.rsplit("(", 1)[1]
 
@@ -337,8 +340,8 @@ def test_the_check_fails_when_the_incremental_corpus_differs_from_a_full_fold(
         .alias("title")
     )
     lake.write_parquet(key, changed.to_arrow())
-    passed, details = check_incremental_sample(lake, names, result)
-    assert (passed, details) == (
+    assert check_incremental_sample(lake, names, result) == CheckOutcome(
+        "polars_recount",
         False,
         "incremental fold differs from a full fold on 3 parts (3 of 5 touched: part-00104, "
         "part-00164, part-00166; 0 untouched, sampled: none), from the 2 of 2 files holding "

@@ -1,0 +1,203 @@
+"""The full fold: every file of a release, in DuckDB over the per-file Parquet tables, into
+the corpus parts, one PMID range at a time; a fold whose prefix the lake already holds goes to
+the incremental fold instead (kg_platform.pubmed.fold.incremental)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable
+
+import duckdb
+import numpy as np
+
+from kg_platform.pubmed.fold.base import FoldResult, check_files, table_key
+from kg_platform.pubmed.fold.incremental import fold_new_files
+from kg_platform.pubmed.fold.manifest import file_stamps, previous_fold, publish, staged_parts
+from kg_platform.pubmed.fold.parts import PartWriter, write_parts
+from kg_platform.storage.corpus import CORPUS_TABLES, PMID_BUCKET
+from kg_platform.storage.lake import Lake
+
+# DuckDB's memory for the fold; past it the sorts and joins spill to the fold's staging folder.
+# The articles sort carries every abstract (~60 GB for a 40M-record baseline), so without a
+# limit it grows to DuckDB's default of 80% of RAM; a limit holds the RSS for some more CPU
+# (benchmarks/build.py --fold-records; docs/BENCHMARKS.md, *The fold*).
+FOLD_MEMORY_LIMIT_ENV = "KG_FOLD_MEMORY_LIMIT"
+DEFAULT_FOLD_MEMORY_LIMIT = "4GB"
+# The corpus tables are written sorted by PMID one PMID range at a time, each range holding
+# at most this many surviving records: one range's articles (~1.5 KB of abstract each, ~1.5
+# GB) sort within the memory limit, so no sort spills; the ranges are written in order, cut
+# into one Parquet part per PMID bucket (kg_platform.storage.corpus). Sorting a whole release
+# at once spills every abstract and costs about twice the CPU (benchmarks/build.py
+# --fold-records; docs/BENCHMARKS.md, *The fold*). Each range re-reads the
+# files whose PMIDs overlap it (with the footers cached), so fewer, larger ranges read less.
+FOLD_RANGE_RECORDS = 1_000_000
+
+
+def fold_memory_limit() -> str:
+    """DuckDB's memory limit for the fold and the graph's recount (``KG_FOLD_MEMORY_LIMIT``)."""
+    return os.environ.get(FOLD_MEMORY_LIMIT_ENV) or DEFAULT_FOLD_MEMORY_LIMIT
+
+
+def connect(
+    lake: Lake, con: duckdb.DuckDBPyConnection | None, spill_dir: str
+) -> duckdb.DuckDBPyConnection:
+    """The caller's connection as it is, or a new one bounded to the fold's memory limit."""
+    if con is not None:
+        return con
+    limit = fold_memory_limit()
+    try:
+        con = duckdb.connect(config={"memory_limit": limit, "temp_directory": spill_dir})
+    except duckdb.Error as exc:
+        raise ValueError(f"{FOLD_MEMORY_LIMIT_ENV}={limit!r}: not a DuckDB memory limit") from exc
+    if not lake.is_local:
+        con.register_filesystem(lake.fs)
+    return con
+
+
+def run_sql(con: duckdb.DuckDBPyConnection, sql: str) -> list[tuple]:
+    # fetch every statement to the end: DuckDB 2 refuses new work while a result is open
+    return con.execute(sql).fetchall()
+
+
+def _scalar(con: duckdb.DuckDBPyConnection, sql: str) -> int:
+    return int(run_sql(con, sql)[0][0])
+
+
+def _sql_string(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _pmid_ranges(con: duckdb.DuckDBPyConnection, records: int) -> list[tuple[int, int]]:
+    """Inclusive PMID bounds of consecutive ranges of at most ``records`` surviving PMIDs,
+    covering every survivor, in order; one open range when there is none."""
+    pmids = con.sql("SELECT pmid FROM fold_survivors ORDER BY pmid").fetchnumpy()["pmid"]
+    if pmids.size == 0:
+        return [(-(2**62), 2**62)]
+    lows = pmids[::records]
+    highs = np.append(lows[1:] - 1, pmids[-1])
+    return [(int(lo), int(hi)) for lo, hi in zip(lows, highs, strict=True)]
+
+
+def fold_tables(
+    con: duckdb.DuckDBPyConnection,
+    lake: Lake,
+    files: list[str],
+    window: str = "",
+    only: set[str] | None = None,
+) -> Callable[[str], str]:
+    """fold_winners, fold_deletions and fold_survivors of ``files`` (all PMIDs, or those
+    matching the SQL condition ``window``); returns the per-file union for a table. With
+    ``only``, the other files are left out (each file kept keeps its place in the order):
+    for a window, the files that hold none of its PMIDs."""
+
+    def per_file(table: str) -> str:
+        # each file's rows with its place in the fold order as a constant (no join on
+        # the file name per row); file_row_number keeps the row order within a file
+        return " UNION ALL ".join(
+            f"SELECT *, {n}::INTEGER AS file_ord FROM read_parquet("
+            f"{_sql_string(lake.path(table_key(table, f)))}, file_row_number=true)"
+            for n, f in enumerate(files)
+            if only is None or f in only
+        )
+
+    where = f"WHERE {window} " if window else ""
+    # the winner per PMID from keys only: titles and abstracts are read once, at the output
+    run_sql(
+        con,
+        "CREATE OR REPLACE TEMP TABLE fold_winners AS "
+        f"SELECT pmid, version, file_ord FROM ({per_file('articles')}) {where}"
+        "QUALIFY row_number() OVER (PARTITION BY pmid ORDER BY file_ord DESC, version DESC) = 1",
+    )
+    run_sql(
+        con,
+        "CREATE OR REPLACE TEMP TABLE fold_deletions AS "
+        f"SELECT pmid, max(file_ord) AS deleted_ord FROM ({per_file('deletions')}) {where}"
+        "GROUP BY pmid",
+    )
+    run_sql(
+        con,
+        "CREATE OR REPLACE TEMP TABLE fold_survivors AS "
+        "SELECT w.* FROM fold_winners w LEFT JOIN fold_deletions d USING (pmid) "
+        "WHERE d.deleted_ord IS NULL OR d.deleted_ord <= w.file_ord",
+    )
+    return per_file
+
+
+def rows_query(per_file: Callable[[str], str], table: str) -> str:
+    """The surviving rows of ``table`` with PMIDs in [{lo}, {hi}], in corpus order."""
+    pmid_col = CORPUS_TABLES[table]
+    return (
+        f"SELECT t.* EXCLUDE (file_ord, file_row_number) FROM ({per_file(table)}) t "
+        f"JOIN fold_survivors s ON t.{pmid_col} = s.pmid AND t.version = s.version "
+        f"AND t.file_ord = s.file_ord WHERE t.{pmid_col} BETWEEN {{lo}} AND {{hi}} "
+        f"ORDER BY t.{pmid_col}, t.file_row_number"
+    )
+
+
+def fold_release(
+    lake: Lake, files: list[str], con: duckdb.DuckDBPyConnection | None = None
+) -> FoldResult:
+    """Fold the per-file tables of ``files`` (in processing order) into the corpus tables,
+    one Parquet part per PMID bucket (kg_platform.storage.corpus).
+
+    When the lake holds the fold of a prefix of ``files`` whose per-file tables are unchanged
+    (corpus/fold/manifest.json), only the new files are folded into it
+    (:func:`fold_new_files`): the same parts, byte for byte, as a full fold. Every part is
+    written to local staging first and only then moved into the lake (each move atomic), so
+    a failing fold leaves the previous corpus untouched.
+    """
+    check_files(lake, files)
+    stamps = file_stamps(lake, files)
+    previous, reason = previous_fold(lake, files, stamps)
+    if previous is not None:
+        return fold_new_files(lake, files, previous, stamps, reason)
+    own_connection = con is None
+    staging = lake.staging_dir()
+    try:
+        con = connect(lake, con, spill_dir=os.path.join(staging, "spill"))
+        # every range's query opens every file: read each footer once
+        run_sql(con, "SET parquet_metadata_cache = true")
+        per_file = fold_tables(con, lake, files)
+        ranges = _pmid_ranges(con, FOLD_RANGE_RECORDS)
+        buckets = [
+            int(b)
+            for (b,) in run_sql(
+                con, f"SELECT DISTINCT pmid // {PMID_BUCKET} FROM fold_survivors ORDER BY 1"
+            )
+        ]
+        rows: dict[str, int] = {}
+        for table in CORPUS_TABLES:
+            writer = PartWriter(os.path.join(staging, table), table)
+            written = write_parts(con, rows_query(per_file, table), ranges, writer, buckets)
+            rows[table] = sum(written.values())
+        state = con.sql(
+            "SELECT d.pmid, d.deleted_ord, coalesce(d.deleted_ord > w.file_ord, false) AS removed "
+            "FROM fold_deletions d LEFT JOIN fold_winners w USING (pmid) ORDER BY d.pmid"
+        ).pl()
+        dangling = (
+            _scalar(
+                con,
+                f"SELECT count(*) FROM read_parquet('{os.path.join(staging, 'citations', '*')}') c "
+                f"ANTI JOIN read_parquet('{os.path.join(staging, 'articles', '*')}') a "
+                "ON c.cited_pmid = a.pmid",
+            )
+            if buckets
+            else 0
+        )
+        result = FoldResult(
+            rows=rows,
+            deleted=int(state["removed"].sum()),
+            deletions_listed=state.height,
+            dangling_citations=int(dangling),
+            files=list(files),
+            mode="full",
+            reason=reason,
+            new_files=len(files),
+        )
+        publish(lake, staging, result, stamps, state, staged_parts(staging, {}))
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+        if own_connection and con is not None:
+            con.close()
+    return result
