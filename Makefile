@@ -12,8 +12,15 @@ $(STAMP): pyproject.toml setup.py kg_platform/pubmed/_reader.c
 	@command -v $(PYTHON) >/dev/null || { echo "needs $(PYTHON) on PATH"; exit 1; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q -U pip wheel
-	@echo "installing kg-platform and its dependencies into $(VENV) (about 90 s on 2 cores; pip names each package)"
-	$(BIN)/pip install --progress-bar on -e '.[ml,test]'
+	@echo "installing kg-platform and its dependencies into $(VENV) (about 90 s on 2 idle cores)"
+	# pip names each package, then installs them under a bar a terminal shows; into a log or a
+	# pipe it shows none, so a line every 15 s counts the packages installed so far
+	@if [ ! -t 1 ]; then (n=0; while sleep 15 >/dev/null 2>&1; do n=$$((n + 15)); \
+	  echo "  pip: $$(ls -d $(VENV)/lib/python*/site-packages/*.dist-info 2>/dev/null | wc -l) packages in $(VENV) after $$n s"; \
+	  done) & ticker=$$!; fi; \
+	echo "$(BIN)/pip install --progress-bar on -e '.[ml,test]'"; \
+	$(BIN)/pip install --progress-bar on -e '.[ml,test]'; status=$$?; \
+	[ -z "$$ticker" ] || kill $$ticker; exit $$status
 	touch $(STAMP)
 
 venv: $(STAMP)

@@ -14,6 +14,7 @@ import logging
 import os
 import re
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -415,11 +416,15 @@ class Watched:
 class Reporter:
     """What a build prints while it waits, beside each finished run (``on_run``): each run as
     it starts, each file as a run records it, who drives the backfill (this process or a
-    daemon) and, after ``quiet_s`` without a line, what it still waits for."""
+    daemon) and, after ``quiet_s`` without a line, what it still waits for: a thread says
+    it, so a long Dagster iteration (the first one starts the code server) is not silent."""
 
     def __init__(self, say: Callable[[str], None] = print, quiet_s: float = 10.0) -> None:
         self.say_line, self.quiet_s = say, quiet_s
         self.last = time.monotonic()
+        self.doing = ""  # what the build waits on now, for the quiet line
+        self.stopped = threading.Event()
+        self.ticker: threading.Thread | None = None
 
     def say(self, line: str) -> None:
         self.say_line(line)
@@ -431,20 +436,36 @@ class Reporter:
     def on_files(self, files: list[str]) -> None:
         self.say(f"  recorded: {', '.join(files)}")
 
-    def waiting(self, records, driver: str) -> None:
-        """A line when nothing was said for ``quiet_s``: the runs running and queued."""
-        if time.monotonic() - self.last < self.quiet_s:
-            return
-        running = [r.dagster_run for r in records if r.dagster_run.status.value in ACTIVE]
-        queued = sum(r.dagster_run.status.value in QUEUED for r in records)
-        if running:
-            what = f"running {', '.join(run_label(r) for r in running[:3])}"
-            what += f" (+{len(running) - 3})" if len(running) > 3 else ""
-        elif queued:
-            what = "runs queued"
-        else:
-            what = "the backfill to launch its next runs"
-        self.say(f"  waiting: {what}; {queued} queued; {driver}")
+    def __enter__(self) -> Reporter:
+        started = time.monotonic()
+
+        def tick() -> None:
+            while not self.stopped.wait(1.0):
+                if self.doing and time.monotonic() - self.last >= self.quiet_s:
+                    self.say(f"  waiting ({time.monotonic() - started:.0f}s): {self.doing}")
+
+        self.ticker = threading.Thread(target=tick, name="kg-build-progress", daemon=True)
+        self.ticker.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stopped.set()
+        if self.ticker is not None:
+            self.ticker.join()
+
+
+def waiting_on(records, driver: str) -> str:
+    """The runs running and queued, and who drives the backfill."""
+    running = [r.dagster_run for r in records if r.dagster_run.status.value in ACTIVE]
+    queued = sum(r.dagster_run.status.value in QUEUED for r in records)
+    if running:
+        what = f"running {', '.join(run_label(r) for r in running[:3])}"
+        what += f" (+{len(running) - 3})" if len(running) > 3 else ""
+    elif queued:
+        what = "runs queued"
+    else:
+        what = "the backfill to launch its next runs"
+    return f"{what}; {queued} queued; {driver}"
 
 
 ACTIVE = {"STARTING", "STARTED"}
@@ -474,13 +495,19 @@ def wait_for_backfill(
     ~0.15 s CPU at 10M records, most of what this process spent while the runs ran) are
     driven when what the backfill waits on changed (Watched), while an iteration still
     changes it, and at least every ``idle_s``."""
+    reporter = reporter or Reporter(say=lambda line: None)
+    with reporter:
+        return drive(instance, process_context, backfill_id, on_run, tick_s, idle_s, reporter)
+
+
+def drive(instance, process_context, backfill_id, on_run, tick_s, idle_s, reporter) -> BuildResult:
+    """wait_for_backfill's loop, with ``reporter``'s quiet-line thread running."""
     from kg_platform.orchestration.dagster_internals import (
         BulkActionStatus,
         QueuedRunCoordinatorDaemon,
         execute_backfill_iteration,
     )
 
-    reporter = reporter or Reporter(say=lambda line: None)
     logger = logging.getLogger("kg.build")
     logger.setLevel(logging.WARNING)
     queue = QueuedRunCoordinatorDaemon(interval_seconds=1)
@@ -501,6 +528,11 @@ def wait_for_backfill(
         if host and (state != driven_on or time.monotonic() - driven_at >= idle_s):
             # the state before this iteration: if the iteration changes it, drive again
             driven_at, driven_on = time.monotonic(), state
+            if not records:
+                reporter.doing = (
+                    "Dagster plans the backfill and launches its first runs (the code server "
+                    "loads the definitions first)"
+                )
             for _ in execute_backfill_iteration(process_context, logger):
                 pass
             for _ in queue.run_iteration(process_context):
@@ -526,7 +558,9 @@ def wait_for_backfill(
             result.status = backfill.status.value
             result.backfill = backfill
             break
-        reporter.waiting(records, "this build runs the backfill" if host else DAEMON_DRIVES)
+        reporter.doing = waiting_on(
+            records, "this build runs the backfill" if host else DAEMON_DRIVES
+        )
         time.sleep(tick_s)
     return result
 
