@@ -258,3 +258,54 @@ def test_the_benchmark_reads_token_files_without_dagster_or_polars():
     assert done.returncode == 0, done.stderr
     # torch too is imported only when main() runs
     assert done.stdout.strip() == "[]"
+
+
+def test_the_asset_fails_a_token_file_its_checks_refuse_and_keeps_the_last_good_one(tmp_path):
+    import dagster as dg
+
+    from kg_platform.assets.embeddings import embedding_tokens
+    from kg_platform.resources.lake import LakeResource
+
+    class CorruptingLakeResource(LakeResource):
+        def get(self) -> Lake:
+            return _CorruptingLake(self.root)
+
+    root = Lake(str(tmp_path / "lake"))
+    release = root.scoped(release="pubmed26")
+    write_corpus(release, n=6, files=("pubmed26n0001",))
+    encoder = EncoderResource(model_path=str(tiny_encoder().layout.path), device="cpu")
+    spec = encoder.tokenizer_spec()
+    build_tokens(release, spec, "pubmed26n0001")  # the last good file, published
+    published = release.read_bytes(tokens_key(spec.key, "pubmed26n0001"))
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions("pubmed_files", ["pubmed26n0001"])
+    _CorruptingLake.how = staticmethod(lambda t: _resealed(t, [[*r[:-1], 40000] for r in _ids(t)]))
+    try:
+        result = dg.materialize(
+            [embedding_tokens],
+            partition_key="pubmed26n0001",
+            resources={"lake": CorruptingLakeResource(root=root.root), "encoder": encoder},
+            instance=instance,
+            raise_on_error=False,
+        )
+    finally:
+        _CorruptingLake.how = None
+    assert not result.success
+    assert result.get_asset_materialization_events() == []
+    # a step that fails logs its check rows before raising: they are on the instance
+    records = instance.get_records_for_run(
+        result.run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION
+    ).records
+    evaluations = [r.event_log_entry.dagster_event.asset_check_evaluation_data for r in records]
+    assert sorted((e.check_name, e.passed) for e in evaluations) == [
+        ("ids_inside_vocabulary", False),
+        ("lengths_at_most_max", True),
+        ("one_row_per_quotable_record", True),
+        ("sample_matches_tokenizer", False),
+    ]
+    failure = result.get_step_failure_events()[0].step_failure_data.error.message
+    assert "embedding_tokens[pubmed26n0001]: blocking check failed: ids_inside_vocabulary " in (
+        failure
+    )
+    assert "(largest id 40000, vocabulary 37)" in failure
+    assert release.read_bytes(tokens_key(spec.key, "pubmed26n0001")) == published
