@@ -8,33 +8,11 @@ from __future__ import annotations
 import pytest
 
 from kg_platform.answer.agent import AgentLoop
-from kg_platform.answer.api import KnowledgeGraph
-from kg_platform.storage.lake import Lake
-from kg_platform_tests.answer.graph_fixture import (
-    ASPIRIN,
-    MI,
-    STROKE,
-    UIS,
-    WARFARIN,
-    build_question_graph,
-)
+from kg_platform_tests.answer.graph_fixture import MI, STROKE, WARFARIN
+from kg_platform_tests.support import agent as agent_graph
+from kg_platform_tests.support.agent import CEREBROVASCULAR, ISCHEMIA
 
-CEREBROVASCULAR, ISCHEMIA = "D002561", "D017202"
-
-
-@pytest.fixture(scope="module")
-def wide(tmp_path_factory) -> KnowledgeGraph:
-    lake = Lake(str(tmp_path_factory.mktemp("agent") / "lake"))
-    build_question_graph(
-        lake,
-        extra={
-            930: (2015, (WARFARIN, CEREBROVASCULAR)),
-            940: (2016, (ISCHEMIA,)),
-            950: (2017, (ASPIRIN,)),
-        },
-        mesh_uis=(*UIS, CEREBROVASCULAR, ISCHEMIA),
-    )
-    return KnowledgeGraph.open(lake)
+wide = agent_graph.wide  # the fixture
 
 
 def test_a_question_answered_in_one_pass_takes_no_hop(wide) -> None:

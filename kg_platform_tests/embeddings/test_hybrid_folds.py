@@ -10,7 +10,7 @@ import pytest
 from kg_platform.evaluation.grounding.evaluation import PubmedqaQuestion, heading_index
 from kg_platform.evaluation.grounding.hybrid import evaluate_hybrid, link_questions
 from kg_platform.grounding.roles import Role
-from kg_platform_tests.embeddings.test_hybrid_grounder import DESCRIPTORS, _hybrid, _terms
+from kg_platform_tests.support.hybrid import DESCRIPTORS, hybrid_grounder, mesh_terms
 
 QUESTIONS = [
     PubmedqaQuestion(
@@ -31,11 +31,11 @@ ROLES = {ui: Role.BRIDGE for ui in DESCRIPTORS}
 
 @pytest.fixture(scope="module")
 def hybrid(tmp_path_factory):
-    return _hybrid(str(tmp_path_factory.mktemp("folds")))
+    return hybrid_grounder(str(tmp_path_factory.mktemp("folds")))
 
 
 def test_folds_scored_from_shared_span_links_equal_folds_scored_alone(hybrid):
-    headings = heading_index(_terms())
+    headings = heading_index(mesh_terms())
     linked, _ = link_questions(QUESTIONS, hybrid, headings)
     for fold in (QUESTIONS[:2], QUESTIONS[2:], QUESTIONS[::-1]):
         shared = evaluate_hybrid(fold, hybrid, ROLES, headings, (0.5, 0.9), linked=linked)
@@ -53,7 +53,7 @@ def test_folds_scored_from_shared_span_links_equal_folds_scored_alone(hybrid):
 
 
 def test_shared_span_links_must_cover_every_question(hybrid):
-    headings = heading_index(_terms())
+    headings = heading_index(mesh_terms())
     linked, _ = link_questions(QUESTIONS[:2], hybrid, headings)
     with pytest.raises(ValueError, match=r"^linked: no span links for questions \['3'\]"):
         evaluate_hybrid(QUESTIONS, hybrid, ROLES, headings, (0.5,), linked=linked)

@@ -1,54 +1,22 @@
-from functools import lru_cache
-
 import numpy as np
 import polars as pl
 import pytest
 
-from kg_platform.embeddings.concepts import ConceptIndex, build_concept_index, concept_surfaces
-from kg_platform.embeddings.feeder import FeederSettings
-from kg_platform.grounding.grounder import Grounder, build_surface_table, question_words
+from kg_platform.embeddings.concepts import concept_surfaces
+from kg_platform.grounding.grounder import question_words
 from kg_platform.grounding.hybrid import (
     DENSE_KIND,
     FUNCTION_WORDS,
-    HybridGrounder,
     candidate_spans,
 )
-from kg_platform.storage.lake import Lake
-from kg_platform.text.normalise import normalise
-from kg_platform_tests.embeddings.models import packaged_encoder
+from kg_platform_tests.support.hybrid import hybrid_grounder, mesh_terms
 
-# a few real MeSH 2024 descriptors with some of their entry terms
-DESCRIPTORS = {
-    "D001241": ("Aspirin", ["Acetylsalicylic Acid"]),
-    "D009203": ("Myocardial Infarction", ["Heart Attack", "Cardiovascular Stroke"]),
-    "D006973": ("Hypertension", ["High Blood Pressure"]),
-    "D003920": ("Diabetes Mellitus", []),
-}
 QUESTION = "Does aspirin reduce cardiac infarctions in people with raised blood pressure?"
-
-
-def _terms() -> pl.DataFrame:
-    rows = []
-    for ui, (name, entries) in DESCRIPTORS.items():
-        rows.append((ui, name, normalise(name), "name"))
-        rows += [(ui, e, normalise(e), "entry") for e in entries]
-    return pl.DataFrame(rows, schema=["ui", "term", "normalised", "kind"], orient="row")
-
-
-@lru_cache(maxsize=1)
-def _hybrid(tmp: str) -> HybridGrounder:
-    lake = Lake(tmp)
-    lake.write_parquet("mesh/terms.parquet", _terms().to_arrow())
-    build = build_concept_index(lake, packaged_encoder(), FeederSettings(workers=0))
-    assert (build.surfaces, build.descriptors) == (8, 4)
-    names = {ui: name for ui, (name, _) in DESCRIPTORS.items()}
-    lexical = Grounder(build_surface_table(_terms()), names)
-    return HybridGrounder(lexical, packaged_encoder(), ConceptIndex.open(lake), threshold=0.5)
 
 
 @pytest.fixture(scope="module")
 def hybrid(tmp_path_factory):
-    return _hybrid(str(tmp_path_factory.mktemp("concepts")))
+    return hybrid_grounder(str(tmp_path_factory.mktemp("concepts")))
 
 
 def test_candidate_spans_never_start_or_end_on_a_function_word_or_cross_a_lexical_hit():
@@ -69,7 +37,7 @@ def test_candidate_spans_never_start_or_end_on_a_function_word_or_cross_a_lexica
 def test_concept_surfaces_keep_names_and_entry_terms_once_per_descriptor():
     terms = pl.concat(
         [
-            _terms(),
+            mesh_terms(),
             pl.DataFrame(
                 [("D001241", "Aspirin", "aspirin", "deinverted")],
                 schema=["ui", "term", "normalised", "kind"],

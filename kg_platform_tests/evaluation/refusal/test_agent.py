@@ -13,7 +13,8 @@ import pytest
 from kg_platform.answer.agent import AgentLoop
 from kg_platform.cli import main
 from kg_platform.evaluation.refusal.agent import best_tau, evaluate_agent, half_of, render_agent
-from kg_platform_tests.answer.test_agent import CEREBROVASCULAR, STROKE, wide  # noqa: F401
+from kg_platform_tests.answer.graph_fixture import STROKE
+from kg_platform_tests.support.agent import CEREBROVASCULAR, wide  # noqa: F401
 
 QUESTIONS = [
     ("q1", "Does aspirin prevent myocardial infarction?"),
