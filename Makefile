@@ -44,8 +44,9 @@ ui: $(STAMP)  ## the Dagster UI on 127.0.0.1:3000 over the same instance and lak
 
 test: $(STAMP)  ## the whole test suite (CI runs this with CI=true)
 	# two workers, a test file per worker at a time (its module fixtures are built once):
-	# most of the suite waits on Dagster's run and code-server processes, not on the CPU
-	$(BIN)/python -m pytest -q -n 2 --dist loadfile --durations=25
+	# most of the suite waits on Dagster's run and code-server processes, not on the CPU;
+	# files in collection order, the slowest first (kg_platform_tests/conftest.py SLOW_FIRST)
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=25
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

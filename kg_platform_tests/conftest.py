@@ -4,6 +4,7 @@ under CI=true, so CI can never pass by skipping."""
 
 from __future__ import annotations
 
+import gc
 import os
 from pathlib import Path
 
@@ -56,6 +57,52 @@ clean_defs_state_per_module = pytest.fixture(scope="module", autouse=True)(
     _without_current_defs_state_storage
 )
 clean_defs_state_per_test = pytest.fixture(autouse=True)(_without_current_defs_state_storage)
+
+
+# The test files that take longest (a few `kg build`s or a UI each), longest first, from
+# `--durations` of the whole suite. `make test` hands out whole files to its two workers in
+# collection order (`--dist loadfile --no-loadscope-reorder`); these go first, so the suite
+# does not end with one worker still in a long file while the other has nothing left.
+SLOW_FIRST = (
+    "assets/test_partitions.py",
+    "storage/test_s3_end_to_end.py",
+    "commands/test_build_integrity.py",
+    "commands/test_build.py",
+    "commands/test_build_recovery.py",
+    "e2e/test_ui.py",
+    "orchestration/test_celery.py",
+    "e2e/test_backfill.py",
+    "sources/test_pool.py",
+    "answer/test_examples.py",
+    "commands/test_build_lock.py",
+    "grounding/test_index.py",
+    "orchestration/test_freshness.py",
+    "evaluation/grounding/test_hybrid.py",
+    "assets/test_answering.py",
+    "mesh/test_asset.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The SLOW_FIRST files first, in that order; the rest as collected."""
+    root = Path(__file__).parent
+    rank = {root / name: i for i, name in enumerate(SLOW_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path, len(SLOW_FIRST)))  # stable: file order kept
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Collect the garbage of the whole session now, then freeze what is left.
+
+    A pytest-xdist worker reports "finished" when this hook has run; the controller then
+    closes the worker's channel and execnet gives the worker 5 s to end before it sends it
+    SIGINT. What the worker still does after this hook is pytest's own gc.collect() at
+    unconfigure, and on a heap holding a session's Dagster instances and SQLAlchemy engines
+    that collection took longer than 5 s on a loaded machine: the SIGINT landed inside a
+    weakref callback and `make test` ended with a KeyboardInterrupt traceback after [100%].
+    Collected here (before "finished") and frozen, the later collection has nothing to walk."""
+    gc.collect()
+    gc.freeze()
 
 
 @pytest.fixture

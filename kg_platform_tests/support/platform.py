@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -50,7 +51,11 @@ CHROMIUM_ARGS = [
     "--disable-sync",
     "--no-first-run",
 ]
-ARTIFACTS = REPO_ROOT / "test-artifacts"
+# the UI tests' screenshots (and a failed page's): outside the checkout, in the temporary
+# folder (KG_TEST_ARTIFACTS to keep them elsewhere, e.g. where a CI job collects them)
+ARTIFACTS = Path(
+    os.environ.get("KG_TEST_ARTIFACTS") or Path(tempfile.gettempdir()) / "kg-test-artifacts"
+)
 WAIT_MS = 60_000  # for pages and expectations alike: a loaded 2-core CI machine is slow
 DONE = ("COMPLETED", "COMPLETED_SUCCESS")
 
@@ -64,7 +69,7 @@ def browser_page(failure_png: str) -> Iterator[Any]:
     if not Path(CHROMIUM).exists():
         pytest.fail(f"{CHROMIUM} is missing: apt-get install -y chromium (.ci/run does this)")
     expect.set_options(timeout=WAIT_MS)
-    ARTIFACTS.mkdir(exist_ok=True)
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(
             executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True
