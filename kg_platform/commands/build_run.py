@@ -463,6 +463,9 @@ def waiting_on(records, driver: str) -> str:
         what += f" (+{len(running) - 3})" if len(running) > 3 else ""
     elif queued:
         what = "runs queued"
+    elif driver == DAEMON_DRIVES:
+        what = "the daemon's next look at the backfill (every 30 s): it launches the runs the "
+        what += "finished ones unblocked, or ends the backfill"
     else:
         what = "the backfill to launch its next runs"
     return f"{what}; {queued} queued; {driver}"
