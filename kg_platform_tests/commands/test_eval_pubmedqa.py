@@ -44,18 +44,21 @@ def evaluated(tmp_path_factory):
     pmids = sorted_pmids()
     given = write_questions(folder / "dev70.json", pmids[: DEV_N + TEST_N])
     home = folder / "kg"
-    stdout = io.StringIO()
+    stdout, stderr = io.StringIO(), io.StringIO()
     with pytest.MonkeyPatch.context() as mp:
         use_kg_home(mp, home)
         # prepare_instance sets DAGSTER_HOME for the process: restore it afterwards
         mp.setenv("DAGSTER_HOME", str(home / "dagster"))
-        with contextlib.redirect_stdout(stdout):
+        with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
             code = main(["eval", "pubmedqa", "--dev", str(given), "--held-out", str(TEST_N),
                          "--json", *OPTIONS])  # fmt: skip
     lines = stdout.getvalue().strip().splitlines()
+    progress = stderr.getvalue().splitlines()
     dev = home / "questions" / f"dev70-fit{DEV_N}-seed0.json"
     test = home / "questions" / f"dev70-heldout{TEST_N}-seed0.json"
-    return SimpleNamespace(code=code, home=home, given=given, dev=dev, test=test, lines=lines)
+    return SimpleNamespace(
+        code=code, home=home, given=given, dev=dev, test=test, lines=lines, progress=progress
+    )
 
 
 def test_without_test_a_stratified_part_of_dev_is_held_out(evaluated) -> None:
@@ -67,8 +70,16 @@ def test_without_test_a_stratified_part_of_dev_is_held_out(evaluated) -> None:
     # 39 yes, 25 no, 6 maybe of 70: 30 held out in proportion, largest remainders
     assert Counter(given.values()) == {"yes": 39, "no": 25, "maybe": 6}
     assert Counter(test.values()) == {"yes": 17, "no": 11, "maybe": 2}
-    # with --json the JSON line is all stdout holds
+    # with --json the JSON line is all stdout holds; stderr a line before and after each of
+    # the four steps, and none of Dagster's own log
     assert len(evaluated.lines) == 1
+    steps = ["reader_model", "posterior_cache", "posterior_cache", "pubmedqa_report"]
+    assert [line.split(" ")[:2] for line in evaluated.progress] == [
+        pair
+        for n, step in enumerate(steps, 1)
+        for pair in ([f"[{n}/4]", step], [f"[{n}/4]", f"{step}:"])
+    ], evaluated.progress
+    assert all(" ok in " in line for line in evaluated.progress[1::2])
 
 
 def test_last_line_is_the_json_contract(evaluated) -> None:
