@@ -183,7 +183,7 @@ def mirror_pair_lake(tmp_path) -> tuple:
     update file (test_real_pubmed's pair), and the two files' names in that order."""
     from kg_platform.storage.lake import Lake
     from kg_platform_tests.conftest import require_reference
-    from kg_platform_tests.sources.test_fold import load_tables
+    from kg_platform_tests.support.fold import load_tables
 
     mirror = require_reference("pubmed", "mirror")
     lake = Lake(str(tmp_path / "lake"))

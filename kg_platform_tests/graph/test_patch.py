@@ -22,7 +22,7 @@ from kg_platform.pubmed.synthetic import write_synthetic_release
 from kg_platform.storage.catalog import Catalog
 from kg_platform.storage.lake import Lake
 from kg_platform_tests.graph.corpus import mirror_pair_lake, write_mesh_2024
-from kg_platform_tests.sources.test_fold import load_tables
+from kg_platform_tests.support.fold import load_tables
 
 
 def update_and_compare(lake: Lake) -> tuple[GraphBuild, str]:

@@ -27,8 +27,10 @@ from kg_platform.pubmed.fold import FULL_FOLD_ENV, fold_release
 from kg_platform.resources.lake import LakeResource
 from kg_platform.storage.catalog import Catalog
 from kg_platform.storage.lake import Lake
-from kg_platform_tests.graph.test_update_recount import synthetic  # noqa: F401 (a fixture)
-from kg_platform_tests.sources.test_fold import load_tables
+from kg_platform_tests.support.fold import (
+    load_tables,
+    synthetic,  # noqa: F401 (a fixture)
+)
 
 REPORT = "reports/corpus_profile/profile.json"
 

@@ -23,11 +23,13 @@ from kg_platform.pubmed.fold import (
     fold_release,
     replaced_key,
 )
-from kg_platform.pubmed.synthetic import write_synthetic_release
 from kg_platform.storage.catalog import Catalog
 from kg_platform.storage.lake import Lake
 from kg_platform_tests.graph.corpus import mirror_pair_lake, write_mesh_2024
-from kg_platform_tests.sources.test_fold import load_tables
+from kg_platform_tests.support import fold as fold_support
+from kg_platform_tests.support.fold import load_tables
+
+synthetic = fold_support.synthetic  # the fixture
 
 
 def recount_both(lake: Lake) -> tuple[KGStore, CheckOutcome, CheckOutcome, str]:
@@ -92,13 +94,6 @@ def test_the_mirror_update_is_recounted_from_the_baseline_build(tmp_path: Path) 
         f"and 60 articles (30 touched) agree with DuckDB"
     )
     assert store.n_articles == 60
-
-
-@pytest.fixture(scope="module")
-def synthetic(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[Path], Path]:
-    tmp = tmp_path_factory.mktemp("synthetic")
-    paths = write_synthetic_release(tmp / "release", 3000, n_baseline_files=3, n_update_files=3)
-    return paths, tmp
 
 
 def synthetic_lake(synthetic: tuple[list[Path], Path], tmp_path: Path) -> tuple[Lake, list[str]]:

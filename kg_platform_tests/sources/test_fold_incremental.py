@@ -38,7 +38,7 @@ from kg_platform.storage.corpus import (
 )
 from kg_platform.storage.lake import Lake
 from kg_platform_tests.conftest import require_reference
-from kg_platform_tests.sources.test_fold import (
+from kg_platform_tests.support.fold import (
     assert_folded_as_expected,
     corpus_frame,
     load_tables,
