@@ -147,7 +147,7 @@ def embed_stream(
                 parts.append((flat, lengths))
                 count += len(lengths)
                 refill()
-            launched = stage.launch(*_joined(parts), stats)
+            launched = stage.launch(parts, stats)
             stats.super_batches += 1
             # hand back the previous super-batch only now: its copy ran behind this launch
             if in_flight is not None:
@@ -214,8 +214,8 @@ def embed_tokens(
     started = time.perf_counter()
     stage = _DeviceStage(encoder, settings)
     in_flight: _PendingResult | None = None
-    for flat, lengths in _super_batches(parts, settings.super_batch):
-        launched = stage.launch(flat, lengths, stats)
+    for pieces in _super_batches(parts, settings.super_batch):
+        launched = stage.launch(pieces, stats)
         stats.super_batches += 1
         if in_flight is not None:
             yield in_flight.wait()
@@ -227,8 +227,9 @@ def embed_tokens(
 
 def _super_batches(
     parts: Iterable[tuple[np.ndarray, np.ndarray]], size: int
-) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    """Consecutive (flat ids, lengths) of exactly ``size`` texts (the last one fewer)."""
+) -> Iterator[list[tuple[np.ndarray, np.ndarray]]]:
+    """Consecutive pieces (views of the parts' flat ids and lengths) of exactly ``size``
+    texts together (the last ones fewer)."""
     held: list[tuple[np.ndarray, np.ndarray]] = []
     count = 0
     for flat, lengths in parts:
@@ -245,16 +246,10 @@ def _super_batches(
             position += take
             offset += tokens
             if count == size:
-                yield _joined(held)
+                yield held
                 held, count = [], 0
     if count:
-        yield _joined(held)
-
-
-def _joined(held: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
-    if len(held) == 1:
-        return held[0]
-    return np.concatenate([h[0] for h in held]), np.concatenate([h[1] for h in held])
+        yield held
 
 
 def batch_widths(max_length: int, step: int) -> list[int]:
@@ -266,18 +261,16 @@ def batch_widths(max_length: int, step: int) -> list[int]:
 
 
 class _PendingResult:
-    def __init__(self, host: Any, order: np.ndarray, event: Any) -> None:
-        self.host, self.order, self.event = host, order, event
+    """A super-batch's vectors in input order, on their way to the host."""
+
+    def __init__(self, host: Any, event: Any, keep: Any = None) -> None:
+        # keep: a pinned buffer an asynchronous copy may still read
+        self.host, self.event, self.keep = host, event, keep
 
     def wait(self) -> np.ndarray:
         if self.event is not None:
             self.event.synchronize()
-        sorted_rows = self.host.numpy() if hasattr(self.host, "numpy") else self.host
-        # back from length order to input order: a gather by the inverse permutation (half
-        # the CPU of scattering rows into their places)
-        inverse = np.empty_like(self.order)
-        inverse[self.order] = np.arange(len(self.order))
-        return np.take(sorted_rows, inverse, axis=0)
+        return self.host.numpy()
 
 
 class _DeviceStage:
@@ -355,24 +348,40 @@ class _DeviceStage:
         self.buffers[slot] = (pinned, pinned_lengths, done)
         return on_device, lengths_device
 
-    def launch(self, flat: np.ndarray, lengths: np.ndarray, stats: FeederStats) -> _PendingResult:
+    def launch(
+        self, pieces: list[tuple[np.ndarray, np.ndarray]], stats: FeederStats
+    ) -> _PendingResult:
+        """Run one super-batch: ``pieces`` are consecutive (flat ids, lengths)."""
         torch = self.torch
         if self.warm_up:
             self._warm(stats)
+        lengths = np.concatenate([p[1] for p in pieces]).astype(np.int64, copy=False)
         n = len(lengths)
-        lengths = lengths.astype(np.int64, copy=False)
         offsets = np.zeros(n + 1, dtype=np.int64)
         np.cumsum(lengths, out=offsets[1:])
-        # the ids (their own dtype: uint16 from token files) with a tail of pad ids, so every
-        # row's window of the widest width stays inside the array; dummy rows start there
+        total = int(offsets[-1])
+        # the ids (their own dtype: uint16 from token files), copied once from the pieces,
+        # with a tail of pad ids, so every row's window of the widest width stays inside the
+        # array; dummy rows start there
         pad_id = self.encoder.pad_id
-        padded = np.empty(len(flat) + self.widths[-1], dtype=flat.dtype)
-        padded[: len(flat)] = flat
-        padded[len(flat) :] = pad_id
-        dummy_start = len(flat)
+        padded = np.empty(total + self.widths[-1], dtype=pieces[0][0].dtype)
+        at = 0
+        for flat, _ in pieces:
+            padded[at : at + len(flat)] = flat
+            at += len(flat)
+        if at != total:
+            raise FeederError(f"{at} ids for lengths summing to {total}")
+        padded[total:] = pad_id
+        dummy_start = total
         # longest first, so the largest batch allocates device memory first
         order = np.argsort(-lengths, kind="stable")
         device = self.encoder.device
+        # each batch's vectors go straight to their rows in input order (index_copy_ on the
+        # device), so the host never reorders them; the order goes over once, pinned
+        order_host = torch.from_numpy(order)
+        if self.cuda:
+            order_host = order_host.pin_memory()
+        order_device = order_host.to(device, non_blocking=self.cuda)
         result = torch.empty((n, self.encoder.dim), dtype=self.encoder.dtype, device=device)
         for start in range(0, n, self.batch_size):
             rows = order[start : start + self.batch_size]
@@ -390,14 +399,14 @@ class _DeviceStage:
             # the window ran on into the next texts' ids: blank them to the pad id
             ids = ids.to(torch.int64).masked_fill_(beyond, pad_id)
             vectors = self.encoder.embed_token_batch(ids, beyond.logical_not().to(torch.int64))
-            result[start : start + real] = vectors[:real]
+            result.index_copy_(0, order_device[start : start + real], vectors[:real])
             stats.padded_tokens += len(starts) * width
         stats.texts += n
         stats.tokens += int(offsets[-1])
         if not self.cuda:
-            return _PendingResult(result.to(torch.float16).numpy(), order, None)
+            return _PendingResult(result.to(torch.float16), None)
         host = torch.empty(result.shape, dtype=torch.float16, pin_memory=True)
         host.copy_(result, non_blocking=True)
         done = torch.cuda.Event()
         done.record()
-        return _PendingResult(host, order, done)
+        return _PendingResult(host, done, order_host)

@@ -171,7 +171,9 @@ def from_table(table: pa.Table, what: str) -> TokenFile:
     meta = json.loads(raw)
     if meta.get("format") != FORMAT:
         raise TokenFileError(f"{what}: token file format {meta.get('format')}, expected {FORMAT}")
-    column = table.column("ids").combine_chunks()
+    chunked = table.column("ids")
+    # one record batch (as written): its array as it is, no concatenating copy
+    column = chunked.chunk(0) if chunked.num_chunks == 1 else chunked.combine_chunks()
     ids = column.flatten().to_numpy(zero_copy_only=False)
     offsets = column.offsets.to_numpy().astype(np.int64)
     offsets -= offsets[0]
