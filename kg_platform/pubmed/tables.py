@@ -290,19 +290,28 @@ class TablesPool:
         """A daemonic process (a Celery prefork child) may start the pool's processes: the
         pool starts them as files are submitted, and multiprocessing refuses children to a
         process flagged daemonic, lest they outlive it. Here they cannot: the pool is shut
-        down with the step, and each worker ends with its parent (parse_worker_start)."""
+        down with the step, and each worker ends with its parent (parse_worker_start).
+        Celery's child is billiard's process, whose authentication key refuses to be
+        pickled into a spawned child's preparation data: the same key goes as the standard
+        library's kind while the pool starts its processes."""
         import multiprocessing
+        from multiprocessing.process import AuthenticationString
 
         process = multiprocessing.current_process()
-        daemonic = process._config.get("daemon")
+        config = process._config
+        daemonic, authkey = config.get("daemon"), config.get("authkey")
         if not daemonic:
             yield
             return
-        process._config["daemon"] = False
+        config["daemon"] = False
+        if authkey is not None:
+            config["authkey"] = AuthenticationString(bytes(authkey))
         try:
             yield
         finally:
-            process._config["daemon"] = daemonic
+            config["daemon"] = daemonic
+            if authkey is not None:
+                config["authkey"] = authkey
 
     def __exit__(self, *exc) -> None:
         if self._pool is not None:

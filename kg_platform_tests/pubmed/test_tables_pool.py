@@ -59,11 +59,12 @@ def test_the_first_file_imports_nothing_after_the_initialiser(tmp_path) -> None:
     }
 
 
-# a daemonic process (as a Celery prefork child is) parses two files on a pool of two, then
+# a daemonic billiard process (a Celery prefork child) parses two files on a pool of two, then
 # a process whose pool worker is up is killed outright: the worker ends with it
 IN_A_DAEMON = textwrap.dedent(
     """
     import json, multiprocessing, os, shutil, signal, sys, time
+    import billiard
     from kg_platform.pubmed.tables import TablesPool
     from kg_platform.storage.lake import Lake
 
@@ -90,7 +91,8 @@ IN_A_DAEMON = textwrap.dedent(
             shutil.copy(sys.argv[1], os.path.join(root, "raw", f"{name}.xml.gz"))
         fork = multiprocessing.get_context("fork")
         queue = fork.Queue()
-        child = fork.Process(target=publish, args=(root, queue), daemon=True)
+        # as Celery's prefork pool starts its children: billiard, daemonic
+        child = billiard.Process(target=publish, args=(root, queue), daemon=True)
         child.start()
         result = queue.get(timeout=120)
         child.join()
