@@ -309,3 +309,27 @@ def test_the_asset_fails_a_token_file_its_checks_refuse_and_keeps_the_last_good_
     )
     assert "(largest id 40000, vocabulary 37)" in failure
     assert release.read_bytes(tokens_key(spec.key, "pubmed26n0001")) == published
+
+
+def test_another_model_with_the_same_tokenizer_reuses_the_token_files(tmp_path):
+    import json
+    import shutil
+
+    from kg_platform.embeddings.encoder import Encoder
+
+    lake = Lake(str(tmp_path / "lake"))
+    write_corpus(lake, n=8, files=("pubmed26n0001",))
+    first = tiny_encoder()
+    write_tokens(lake, first, ("pubmed26n0001",))
+    # the same weights and tokenizer files under another config: another model fingerprint
+    folder = tmp_path / "tiny-bert-2"
+    shutil.copytree(first.layout.path, folder)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "classifier_dropout": 0.2}))
+    second = Encoder(str(folder), device="cpu", batch_size=8)
+    assert second.fingerprint != first.fingerprint
+    assert second.tokenizer_spec().key == first.tokenizer_spec().key
+    run = embed_shards(lake, second, ["pubmed26n0001"], FeederSettings(batch_size=4))
+    assert [(r.vectors, r.embedded, r.reason) for r in run.shards] == [(6, True, "embedded")]
+    # the one token folder, the first model's: nothing was tokenised again
+    assert lake.list("embeddings/tokens") == [f"embeddings/tokens/{first.tokenizer_spec().key}"]
