@@ -11,7 +11,7 @@ export DAGSTER_HOME := $(CURDIR)/.kg/dagster
 $(STAMP): pyproject.toml setup.py kg_platform/pubmed/_reader.c
 	@command -v $(PYTHON) >/dev/null || { echo "needs $(PYTHON) on PATH"; exit 1; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q -U pip wheel
+	$(BIN)/pip install -U pip wheel
 	@echo "installing kg-platform and its dependencies into $(VENV) (about 90 s on 2 idle cores)"
 	# pip names each package, then installs them under a bar a terminal shows; into a log or a
 	# pipe it shows none, so a line every 15 s counts the packages installed so far
