@@ -60,6 +60,7 @@ STEP_MODULES = (
     # graph
     "kg_platform.graph.build",
     "kg_platform.graph.checks",
+    "kg_platform.graph.patch",
     "kg_platform.graph.profile",
     "kg_platform.graph.store",
     # grounding

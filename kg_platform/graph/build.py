@@ -15,7 +15,7 @@ made before is kept as the tests' and the benchmark's reference, the same bytes
 (``kg_platform_tests/support/sorting_csr.py``).
 
 What keeps it fast and small:
-- Parquet is read in record batches; the next batch is decoded on a worker thread while this
+- Parquet is read in record batches (``arrays``); the next batch is decoded on a worker thread while this
   one is mapped to node indices through a dense PMID lookup table and packed into keys in
   one compiled pass (dangling citations dropped in the same pass). Integer and boolean
   columns are read straight from Arrow's buffers (booleans as bitmaps).
@@ -23,7 +23,7 @@ What keeps it fast and small:
   is never held twice), so peak memory is that buffer plus the output arrays.
 - Citations and MeSH are built on two threads at once (``parallel``).
 - Each finished array is written and hashed in the same pass on a writer thread while the
-  build goes on.
+  build goes on (``arrays.ArrayWriter``).
 """
 
 from __future__ import annotations
@@ -32,38 +32,44 @@ import hashlib
 import json
 import re
 import time
-from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import contextmanager
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
 import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from kg_platform.graph import layout
-from kg_platform.storage.corpus import corpus_fingerprint, corpus_parts
+from kg_platform.graph.arrays import (
+    FLAG_MARKS,
+    ArrayInfo,
+    ArrayWriter,
+    Clock,
+    GraphInputError,
+    batches,
+    column_of,
+    descriptor_attributes,
+    input_files,
+    int_values,
+    ints,
+    marked_pmids,
+    num_rows,
+    open_parquet,
+    read_descriptor_uis,
+    read_input,
+    title_pieces,
+    true_mask,
+    years,
+)
+from kg_platform.storage.corpus import corpus_fingerprint
 from kg_platform.storage.digest import array_sha256  # noqa: F401 (the graph checks use it)
 from kg_platform.storage.lake import Lake
 
 BATCH_ROWS = 1_000_000  # rows decoded at a time: bounds the temporaries per batch
 _MAX_PMID = 2**31 - 2  # pmids are stored as int32
 _DESCRIPTOR_UI = re.compile(r"^D\d{6,9}$")
-
-
-class GraphInputError(ValueError):
-    """A corpus or MeSH input the graph cannot be built from; the message names the input."""
-
-
-@dataclass(frozen=True)
-class ArrayInfo:
-    dtype: str
-    length: int
-    sha256: str
-    nbytes: int
-    size: int = 0  # the .npy file's bytes (header and data): what KGStore.open checks
 
 
 @dataclass(frozen=True)
@@ -107,26 +113,6 @@ class GraphBuild:
         return layout.build_prefix(self.build_id)
 
 
-class _Clock:
-    """Wall and this thread's CPU seconds per named phase, summed over laps (the CPU time
-    tells the work apart from waiting for a core on a busy machine)."""
-
-    def __init__(self) -> None:
-        self.seconds: dict[str, float] = {}
-        self.cpu_seconds: dict[str, float] = {}
-        self.restart()
-
-    def restart(self) -> None:
-        """Start the next lap now, on the calling thread."""
-        self._wall, self._cpu = time.perf_counter(), time.thread_time()
-
-    def lap(self, phase: str) -> None:
-        wall, cpu = time.perf_counter(), time.thread_time()
-        self.seconds[phase] = self.seconds.get(phase, 0.0) + wall - self._wall
-        self.cpu_seconds[phase] = self.cpu_seconds.get(phase, 0.0) + cpu - self._cpu
-        self._wall, self._cpu = wall, cpu
-
-
 def _rounded(seconds: dict[str, float]) -> dict[str, float]:
     return {phase: round(s, 3) for phase, s in seconds.items()}
 
@@ -138,7 +124,7 @@ def input_fingerprints(lake: Lake) -> dict[str, dict[str, str | int]]:
     """Size and modification stamp of every input, keyed by table name."""
     prints: dict[str, dict[str, str | int]] = {}
     for name, key in layout.CORPUS_INPUTS.items():
-        _keys(lake, key)  # a table without parts is missing
+        input_files(lake, key)  # a table without parts is missing
         prints[name] = corpus_fingerprint(lake, name)
     for name, key in layout.MESH_INPUTS.items():
         if not lake.exists(key):
@@ -153,112 +139,7 @@ def compute_build_id(inputs: dict[str, dict[str, str | int]]) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
-# -- reading ------------------------------------------------------------------------------
-
-
-@contextmanager
-def _parquet(
-    lake: Lake, key: str, columns: list[str], dictionary: tuple[str, ...] = ()
-) -> Iterator[pq.ParquetFile]:
-    with lake.open(key) as f:
-        try:
-            # pre_buffer off: it would hold several row groups of compressed columns at once
-            pf = pq.ParquetFile(f, read_dictionary=list(dictionary) or None, pre_buffer=False)
-        except (pa.ArrowException, OSError) as exc:
-            raise GraphInputError(f"{lake.path(key)}: not readable as Parquet ({exc})") from exc
-        missing = sorted(set(columns) - set(pf.schema_arrow.names))
-        if missing:
-            raise GraphInputError(
-                f"{lake.path(key)}: missing column(s) {missing} (has {pf.schema_arrow.names})"
-            )
-        yield pf
-
-
-def _keys(lake: Lake, key: str) -> list[str]:
-    """The files of an input: a corpus table's parts in PMID order, else the key itself."""
-    if key not in _CORPUS_TABLE_OF:
-        return [key]
-    parts = corpus_parts(lake, _CORPUS_TABLE_OF[key])
-    if not parts:
-        raise GraphInputError(f"{lake.path(key)}: no corpus parts; materialise `corpus` first")
-    return parts
-
-
-_CORPUS_TABLE_OF = {key: name for name, key in layout.CORPUS_INPUTS.items()}
-
-
-def _read(lake: Lake, key: str, columns: list[str]) -> pa.Table:
-    """``columns`` of an input whole (a corpus table's parts one after another)."""
-    tables = []
-    for part in _keys(lake, key):
-        with _parquet(lake, part, columns) as pf:
-            tables.append(pf.read(columns=columns))
-    return pa.concat_tables(tables, promote_options="permissive")
-
-
-def _num_rows(lake: Lake, key: str, columns: list[str]) -> int:
-    total = 0
-    for part in _keys(lake, key):
-        with _parquet(lake, part, columns) as pf:
-            total += pf.metadata.num_rows
-    return total
-
-
-def _batches(
-    lake: Lake, key: str, columns: list[str], batch_rows: int, dictionary: tuple[str, ...] = ()
-) -> Iterator[pa.RecordBatch]:
-    """Record batches of ``columns`` (a corpus table's parts one after another). The next
-    batch is decoded on a worker thread while the caller maps this one: Arrow's
-    decompression releases the GIL, so the two overlap."""
-
-    def every() -> Iterator[pa.RecordBatch]:
-        for part in _keys(lake, key):
-            with _parquet(lake, part, columns, dictionary) as pf:
-                yield from pf.iter_batches(batch_size=batch_rows, columns=columns)
-
-    with ThreadPoolExecutor(1) as reader:
-        batches = every()
-        pending = reader.submit(next, batches, None)
-        while (batch := pending.result()) is not None:
-            pending = reader.submit(next, batches, None)
-            yield batch
-
-
-def _column(batch: pa.RecordBatch | pa.Table, name: str) -> pa.Array:
-    col = batch.column(name)
-    return col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
-
-
-def _ints(batch: pa.RecordBatch | pa.Table, name: str, where: str) -> np.ndarray:
-    col = _column(batch, name)
-    if col.null_count:
-        raise GraphInputError(f"{where}: column {name} has {col.null_count} null(s)")
-    if not pa.types.is_integer(col.type):
-        raise GraphInputError(f"{where}: column {name} is {col.type}, expected integers")
-    return _values(col).astype(np.int64, copy=False)
-
-
-def _values(col: pa.Array) -> np.ndarray:
-    """The values of an integer Arrow array, zero copy, ignoring its validity bitmap
-    (Arrow's own ``to_numpy`` imports pandas the first time: a second of start-up)."""
-    if len(col) == 0:
-        return np.empty(0, dtype=np.dtype(str(col.type)))
-    end = col.offset + len(col)
-    return np.frombuffer(col.buffers()[1], dtype=np.dtype(str(col.type)), count=end)[col.offset :]
-
-
-def _true(batch: pa.RecordBatch | pa.Table, name: str, where: str) -> np.ndarray:
-    """Where a boolean column is true (null counts as false), unpacked from Arrow's bitmaps:
-    ``fill_null`` on booleans costs ~50x more than this."""
-    col = _column(batch, name)
-    if not pa.types.is_boolean(col.type):
-        raise GraphInputError(f"{where}: column {name} is {col.type}, expected booleans")
-    end = col.offset + len(col)
-    validity, values = col.buffers()
-    bits = np.frombuffer(values, dtype=np.uint8, count=(end + 7) // 8)
-    if validity is not None and col.null_count:
-        bits = bits & np.frombuffer(validity, dtype=np.uint8, count=bits.size)
-    return np.unpackbits(bits, count=end, bitorder="little")[col.offset :].view(bool)
+# -- PMIDs to nodes ------------------------------------------------------------------------
 
 
 def _to_index(lut: np.ndarray, pmids: np.ndarray) -> np.ndarray:
@@ -294,15 +175,12 @@ class _Articles:
 def _read_articles(lake: Lake) -> _Articles:
     key = layout.CORPUS_INPUTS["articles"]
     where = lake.path(key)
-    table = _read(lake, key, ["pmid", "year", "has_abstract"])
+    table = read_input(lake, key, ["pmid", "year", "has_abstract"])
     if table.num_rows == 0:
         raise GraphInputError(f"{where}: no articles")
-    pmids = _ints(table, "pmid", where)
-    year = pl.from_arrow(_column(table, "year"))
-    if not year.dtype.is_integer():
-        raise GraphInputError(f"{where}: column year is {year.dtype}, expected integers")
-    year = year.fill_null(0).to_numpy()
-    quotable = _true(table, "has_abstract", where)
+    pmids = ints(table, "pmid", where)
+    year = years(table, where)
+    quotable = true_mask(table, "has_abstract", where)
     if pmids.min() <= 0 or pmids.max() > _MAX_PMID:
         raise GraphInputError(f"{where}: pmid outside 1..{_MAX_PMID} (int32 node ids)")
     order = None
@@ -317,36 +195,13 @@ def _read_articles(lake: Lake) -> _Articles:
             )
     lut = np.full(int(pmids[-1]) + 2, -1, dtype=np.int32)  # slot 0 and the last stay -1
     lut[pmids] = np.arange(len(pmids), dtype=np.int32)
-    return _Articles(pmids, np.clip(year, -1, 32767).astype(np.int16), quotable, lut, order)
+    return _Articles(pmids, year, quotable, lut, order)
 
 
 # -- titles -------------------------------------------------------------------------------
 
 
-def _title_pieces(col: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Byte length (int64), null mask and UTF-8 bytes (one uint8 array) of a string column,
-    nulls as empty, read from Arrow's buffers."""
-    if isinstance(col, pa.ChunkedArray):
-        col = col.combine_chunks()
-    if not (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)):
-        raise ValueError(f"column title is {col.type}, expected text")
-    null = np.zeros(len(col), dtype=bool)
-    if col.null_count:
-        null = np.asarray(pl.from_arrow(col).is_null().to_numpy(), dtype=bool)
-        col = pc.fill_null(col, "")
-    col = col.cast(pa.large_string())
-    _, offsets_buffer, data_buffer = col.buffers()
-    offsets = np.frombuffer(offsets_buffer, dtype=np.int64, count=col.offset + len(col) + 1)
-    offsets = offsets[col.offset :]
-    data = (
-        np.frombuffer(data_buffer, dtype=np.uint8)[offsets[0] : offsets[-1]]
-        if data_buffer is not None and len(col)
-        else np.zeros(0, dtype=np.uint8)
-    )
-    return np.diff(offsets), null, data
-
-
-def _put_titles(lake: Lake, articles: _Articles, out: _ArrayWriter, batch_rows: int) -> None:
+def _put_titles(lake: Lake, articles: _Articles, out: ArrayWriter, batch_rows: int) -> None:
     """The title store (``layout.TITLE_ARRAYS``): each article's title in node order, so an
     answer's evidence titles are slices of mapped arrays instead of a Parquet row group
     decoded per question. Offsets and nulls come from one read of the column; the bytes are
@@ -356,29 +211,27 @@ def _put_titles(lake: Lake, articles: _Articles, out: _ArrayWriter, batch_rows: 
     key = layout.CORPUS_INPUTS["articles"]
     where = lake.path(key)
     n = articles.pmids.size
-    with _parquet(lake, _keys(lake, key)[0], []) as pf:
+    with open_parquet(lake, input_files(lake, key)[0], []) as pf:
         has_title = "title" in pf.schema_arrow.names
     if not has_title:
         out.put("title_offsets", np.zeros(n + 1, dtype=np.int64))
         out.put("title_bytes", np.zeros(0, dtype=np.uint8))
         out.put("title_null", np.ones(n, dtype=bool))
         return
-    try:
-        if articles.order is not None:
-            lengths, null, data = _title_pieces(_read(lake, key, ["title"]).column("title"))
-            starts = (np.cumsum(lengths) - lengths)[articles.order]
-            lengths, null = lengths[articles.order], null[articles.order]
-            begin = np.cumsum(lengths) - lengths
-            data = data[np.arange(int(lengths.sum())) + np.repeat(starts - begin, lengths)]
-        else:
-            parts = [
-                _title_pieces(batch.column("title"))[:2]
-                for batch in _batches(lake, key, ["title"], batch_rows)
-            ]
-            lengths = np.concatenate([p[0] for p in parts] or [np.zeros(0, np.int64)])
-            null = np.concatenate([p[1] for p in parts] or [np.zeros(0, bool)])
-    except ValueError as error:
-        raise GraphInputError(f"{where}: {error}") from None
+    if articles.order is not None:
+        title = read_input(lake, key, ["title"]).column("title")
+        lengths, null, data = title_pieces(title, where)
+        starts = (np.cumsum(lengths) - lengths)[articles.order]
+        lengths, null = lengths[articles.order], null[articles.order]
+        begin = np.cumsum(lengths) - lengths
+        data = data[np.arange(int(lengths.sum())) + np.repeat(starts - begin, lengths)]
+    else:
+        parts = [
+            title_pieces(batch.column("title"), where)[:2]
+            for batch in batches(lake, key, ["title"], batch_rows)
+        ]
+        lengths = np.concatenate([p[0] for p in parts] or [np.zeros(0, np.int64)])
+        null = np.concatenate([p[1] for p in parts] or [np.zeros(0, bool)])
     offsets = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
     out.put("title_offsets", offsets)
@@ -388,25 +241,18 @@ def _put_titles(lake: Lake, articles: _Articles, out: _ArrayWriter, batch_rows: 
         return
 
     def streamed() -> Iterator[np.ndarray]:
-        for batch in _batches(lake, key, ["title"], batch_rows):
-            yield _title_pieces(batch.column("title"))[2]
+        for batch in batches(lake, key, ["title"], batch_rows):
+            yield title_pieces(batch.column("title"), where)[2]
 
     out.put_stream("title_bytes", np.dtype(np.uint8), int(offsets[-1]), streamed)
 
 
 def _article_flags(lake: Lake, articles: _Articles, batch_rows: int) -> np.ndarray:
     flags = np.where(articles.quotable, layout.QUOTABLE, 0).astype(np.uint8)
-    marks = (
-        ("corrections", "ref_type", layout.RETRACTION_REF_TYPE, layout.RETRACTED),
-        ("corrections", "ref_type", layout.CONCERN_REF_TYPE, layout.CONCERN),
-        ("pubtypes", "name", layout.RETRACTED_PUBTYPE, layout.RETRACTED),
-    )
-    for table, column, value, bit in marks:
+    for table, column, value, bit in FLAG_MARKS:
         key = layout.CORPUS_INPUTS[table]
-        for batch in _batches(lake, key, ["pmid", column], batch_rows):
-            # compared in Polars: pyarrow's compare with a Python scalar imports pandas (~1 s)
-            marked = pl.from_arrow(batch).filter(pl.col(column) == value)
-            pmids = _ints(marked.to_arrow(), "pmid", lake.path(key))
+        for batch in batches(lake, key, ["pmid", column], batch_rows):
+            pmids = marked_pmids(batch, column, value, lake.path(key))
             idx = _to_index(articles.lut, pmids)
             _require_in_corpus(idx, pmids, lake.path(key), "pmid")
             flags[idx] |= bit  # repeated indices all set the same bit: order does not matter
@@ -433,19 +279,13 @@ def _key_range(keys: np.ndarray, n_rows: int, kind: layout.EdgeKind) -> None:
         )
 
 
-def _put_csr(out: _ArrayWriter, csr: layout.Csr) -> None:
-    """Put the arrays of one direction once their shape checks out (O(1))."""
-    for name, array in csr.check().named().items():
-        out.put(name, array)
-
-
 def _fused_csr(
     keys: np.ndarray,
     n_rows: int,
     n_cols: int,
     kind: layout.EdgeKind,
-    out: _ArrayWriter,
-    clock: _Clock,
+    out: ArrayWriter,
+    clock: Clock,
     label: str,
 ) -> _Built:
     """Both directions of an edge kind from its packed keys (row high, column low; the
@@ -462,7 +302,7 @@ def _fused_csr(
     flag = np.empty(keys.size if kind.flagged else 0, dtype=bool)
     kept = csr.cut_and_reverse(keys, flag_bits, indptr, indices, flag)
     fwd_flag = flag[:kept] if kind.flagged else None
-    _put_csr(out, layout.Csr(kind, indptr, indices[:kept], n_rows, n_cols, fwd_flag))
+    out.put_csr(layout.Csr(kind, indptr, indices[:kept], n_rows, n_cols, fwd_flag))
     del indices, flag, fwd_flag
     keys = keys[:kept]
     clock.lap(f"{label}: sort, dedup")  # and the forward cut, the reverse re-pack
@@ -478,7 +318,7 @@ def _fused_csr(
     rev_csr = layout.Csr(
         reverse, rev_indptr, rev, n_cols, n_rows, rev_flag if kind.flagged else None
     )
-    _put_csr(out, rev_csr)
+    out.put_csr(rev_csr)
     clock.lap(f"{label}: cut")
     return _Built(kept, rev_indptr, flag_counts)
 
@@ -487,95 +327,11 @@ def _fused_csr(
 # the numpy passes the compiled ones replaced, kg_platform_tests/support/sorting_csr.py)
 _make_csr = _fused_csr
 
-# -- writing ------------------------------------------------------------------------------
-
-_WRITE_BLOCK = 1 << 22  # bytes hashed and written per step: still in cache for the write
-
-
-class _ArrayWriter:
-    """Writes each array as soon as it is final, on one worker thread that hashes it in the
-    same pass, while the build goes on; an array must not change once it is put."""
-
-    def __init__(self, lake: Lake, build_id: str) -> None:
-        self.lake, self.build_id = lake, build_id
-        self.arrays: dict[str, ArrayInfo] = {}  # in the order put (one worker keeps it)
-        self._pool = ThreadPoolExecutor(1)
-        self._pending: list[Future[None]] = []
-
-    def __enter__(self) -> _ArrayWriter:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._pool.shutdown(wait=True, cancel_futures=True)
-
-    def put(self, name: str, array: np.ndarray) -> None:
-        self._pending.append(self._pool.submit(self._write, name, np.ascontiguousarray(array)))
-
-    def put_stream(
-        self, name: str, dtype: np.dtype, length: int, chunks: Callable[[], Iterator[np.ndarray]]
-    ) -> None:
-        """Write a 1-D array of ``length`` items given as consecutive pieces, made on the
-        writer thread by ``chunks()`` (never all in memory); a different total is an error."""
-        self._pending.append(self._pool.submit(self._write_stream, name, dtype, length, chunks))
-
-    def finish(self) -> dict[str, ArrayInfo]:
-        """Wait for every write (raises the first write error); the arrays in layout order,
-        whichever thread put them first."""
-        for pending in self._pending:
-            pending.result()
-        rank = {name: k for k, name in enumerate(layout.ALL_ARRAYS)}
-        return dict(sorted(self.arrays.items(), key=lambda item: rank.get(item[0], len(rank))))
-
-    def _write(self, name: str, array: np.ndarray) -> None:
-        digest = hashlib.sha256()
-        data = array.reshape(-1).view(np.uint8)
-        with self.lake.writer(layout.array_key(self.build_id, name)) as f:
-            # the same bytes np.save writes: a version 1.0 header, then the data
-            header = np.lib.format.header_data_from_array_1_0(array)
-            np.lib.format.write_array_header_1_0(f, header)
-            for start in range(0, data.size, _WRITE_BLOCK):
-                block = data[start : start + _WRITE_BLOCK]
-                digest.update(block)
-                f.write(block)
-            size = f.tell()
-        self.arrays[name] = ArrayInfo(
-            dtype=array.dtype.str,
-            length=int(array.shape[0]),
-            sha256=digest.hexdigest(),
-            nbytes=int(array.nbytes),
-            size=int(size),
-        )
-
-    def _write_stream(
-        self, name: str, dtype: np.dtype, length: int, chunks: Callable[[], Iterator[np.ndarray]]
-    ) -> None:
-        digest = hashlib.sha256()
-        written = 0
-        with self.lake.writer(layout.array_key(self.build_id, name)) as f:
-            header = {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False}
-            np.lib.format.write_array_header_1_0(f, {**header, "shape": (length,)})
-            for chunk in chunks():
-                data = np.ascontiguousarray(chunk, dtype=dtype).view(np.uint8)
-                digest.update(data)
-                f.write(data)
-                written += chunk.size
-            size = f.tell()
-        if written != length:
-            raise ValueError(f"{name}: {written} items written, {length} expected")
-        self.arrays[name] = ArrayInfo(
-            dtype=dtype.str,
-            length=length,
-            sha256=digest.hexdigest(),
-            nbytes=length * dtype.itemsize,
-            size=int(size),
-        )
-
-
 # -- citations ----------------------------------------------------------------------------
 
 
 def _build_citations(
-    lake: Lake, articles: _Articles, out: _ArrayWriter, batch_rows: int, clock: _Clock
+    lake: Lake, articles: _Articles, out: ArrayWriter, batch_rows: int, clock: Clock
 ) -> dict[str, int]:
     from kg_platform.graph import csr  # numba loads only when a graph is built
 
@@ -583,12 +339,12 @@ def _build_citations(
     key = layout.CORPUS_INPUTS["citations"]
     where = lake.path(key)
     n = articles.pmids.size
-    rows = _num_rows(lake, key, ["citing_pmid", "cited_pmid"])
+    rows = num_rows(lake, key, ["citing_pmid", "cited_pmid"])
     keys = np.empty(rows, dtype=np.int64)  # pages past the kept rows are never touched
     filled = dangling = 0
-    for batch in _batches(lake, key, ["citing_pmid", "cited_pmid"], batch_rows):
-        citing = _ints(batch, "citing_pmid", where)
-        cited = _ints(batch, "cited_pmid", where)
+    for batch in batches(lake, key, ["citing_pmid", "cited_pmid"], batch_rows):
+        citing = ints(batch, "citing_pmid", where)
+        cited = ints(batch, "cited_pmid", where)
         # map both columns, drop dangling rows and pack the keys in one pass
         filled, dropped, outside = csr.map_pairs(articles.lut, citing, cited, keys, filled)
         if outside >= 0:
@@ -607,19 +363,6 @@ def _build_citations(
 
 
 # -- MeSH ---------------------------------------------------------------------------------
-
-
-def _read_descriptor_uis(lake: Lake) -> np.ndarray:
-    key = layout.MESH_INPUTS["descriptors"]
-    with _parquet(lake, key, ["ui"]) as pf:
-        uis = pf.read(columns=["ui"]).column("ui").combine_chunks()
-    if uis.null_count:
-        raise GraphInputError(f"{lake.path(key)}: column ui has {uis.null_count} null(s)")
-    known = np.array(uis.to_pylist(), dtype=object)
-    unique = np.unique(known)
-    if unique.size != known.size:
-        raise GraphInputError(f"{lake.path(key)}: {known.size - unique.size} repeated ui(s)")
-    return unique
 
 
 def _descriptor_ids(values: pl.Series, lookup_uis: list[str]) -> np.ndarray:
@@ -649,7 +392,7 @@ def _mapped_with_new_uis(
 
 
 def _build_mesh(
-    lake: Lake, articles: _Articles, out: _ArrayWriter, batch_rows: int, clock: _Clock
+    lake: Lake, articles: _Articles, out: ArrayWriter, batch_rows: int, clock: Clock
 ) -> dict[str, int]:
     from kg_platform.graph import csr  # numba loads only when a graph is built
 
@@ -657,26 +400,26 @@ def _build_mesh(
     key = layout.CORPUS_INPUTS["mesh_edges"]
     where = lake.path(key)
     n = articles.pmids.size
-    known = _read_descriptor_uis(lake)
+    known = read_descriptor_uis(lake)
     # provisional descriptor ids: known UIs (sorted) first, unknown ones appended as seen
     lookup_uis: list[str] = known.tolist()
     columns = ["pmid", "descriptor_ui", "descriptor_major", "qualifier_major"]
-    rows = _num_rows(lake, key, columns)
+    rows = num_rows(lake, key, columns)
     # article << 32 | descriptor << 1 | major (the fold orders the rows by PMID)
     keys = np.empty(rows, dtype=np.int64)
     filled = 0
-    for batch in _batches(lake, key, columns, batch_rows, dictionary=("descriptor_ui",)):
-        pmids = _ints(batch, "pmid", where)
-        uis = _column(batch, "descriptor_ui")
+    for batch in batches(lake, key, columns, batch_rows, dictionary=("descriptor_ui",)):
+        pmids = ints(batch, "pmid", where)
+        uis = column_of(batch, "descriptor_ui")
         if uis.null_count:
             raise GraphInputError(f"{where}: column descriptor_ui has {uis.null_count} null(s)")
         if not pa.types.is_dictionary(uis.type):
             uis = pc.dictionary_encode(uis)
-        codes = _values(uis.indices)
+        codes = int_values(uis.indices)
         values = pl.Series("ui", uis.dictionary.cast(pa.string()))
         mapped = _mapped_with_new_uis(values, codes, lookup_uis, where)
-        descriptor_major = _true(batch, "descriptor_major", where).view(np.uint8)
-        qualifier_major = _true(batch, "qualifier_major", where).view(np.uint8)
+        descriptor_major = true_mask(batch, "descriptor_major", where).view(np.uint8)
+        qualifier_major = true_mask(batch, "qualifier_major", where).view(np.uint8)
         # map the PMIDs and pack the keys in one pass
         filled, outside = csr.map_flagged(
             articles.lut, pmids, codes.astype(np.int32, copy=False),
@@ -708,7 +451,7 @@ def _build_mesh(
     out.put("mesh_uis", all_uis.astype(f"S{width}"))
     out.put("mesh_article_count", article_count)
     out.put("mesh_major_count", major_count)
-    categories, min_depth = _descriptor_attributes(lake, all_uis)
+    categories, min_depth = descriptor_attributes(lake, all_uis)
     out.put("mesh_categories", categories)
     out.put("mesh_min_depth", min_depth)
     clock.lap("mesh: descriptors")
@@ -719,31 +462,6 @@ def _build_mesh(
         "mesh_pairs": built.edges,
         "major_pairs": int(major_count.sum()),
     }
-
-
-def _descriptor_attributes(lake: Lake, uis: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per descriptor id: tree-letter bitmask (bit k = 'A'+k) and minimum tree depth
-    (segments of the shortest tree number, C04 = 1; -1 with no tree number)."""
-    key = layout.MESH_INPUTS["tree"]
-    with _parquet(lake, key, ["ui", "tree_number"]) as pf:
-        tree = pl.from_arrow(pf.read(columns=["ui", "tree_number"])).drop_nulls()
-    ids = pl.DataFrame({"ui": uis.tolist(), "d": np.arange(uis.size)})
-    letters = {chr(65 + k): 1 << k for k in range(26)}
-    per_ui = (
-        tree.with_columns(
-            pl.col("tree_number")
-            .str.head(1)
-            .replace_strict(letters, default=0, return_dtype=pl.Int64)
-            .alias("bit"),
-            (pl.col("tree_number").str.count_matches(r"\.") + 1).alias("depth"),
-        )
-        .group_by("ui")
-        .agg(pl.col("bit").unique().sum().alias("categories"), pl.col("depth").min())
-    )
-    joined = ids.join(per_ui, on="ui", how="left").sort("d")
-    categories = joined["categories"].fill_null(0).to_numpy().astype(np.uint32)
-    depth = joined["depth"].fill_null(-1).to_numpy().astype(np.int16)
-    return categories, depth
 
 
 # -- the whole build ----------------------------------------------------------------------
@@ -767,10 +485,10 @@ def build_graph(
     build that fails its checks never replaces the graph readers open.
     """
     started = time.perf_counter()
-    clock = _Clock()
+    clock = Clock()
     inputs = input_fingerprints(lake)
     build_id = build_id or compute_build_id(inputs)
-    with _ArrayWriter(lake, build_id) as out, ThreadPoolExecutor(1) as mesh_worker:
+    with ArrayWriter(lake, build_id) as out, ThreadPoolExecutor(1) as mesh_worker:
         articles = _read_articles(lake)
         flags = _article_flags(lake, articles, batch_rows)
         out.put("pmids", articles.pmids.astype(np.int32))
@@ -778,7 +496,7 @@ def build_graph(
         out.put("flags", flags)
         _put_titles(lake, articles, out, batch_rows)
         clock.lap("articles")
-        mesh_clock = _Clock()
+        mesh_clock = Clock()
         mesh_job = (
             mesh_worker.submit(_build_mesh, lake, articles, out, batch_rows, mesh_clock)
             if parallel
@@ -786,7 +504,7 @@ def build_graph(
         )
         citation = _build_citations(lake, articles, out, batch_rows, clock)
         if mesh_job is None:
-            mesh_clock = _Clock()
+            mesh_clock = Clock()
             mesh = _build_mesh(lake, articles, out, batch_rows, mesh_clock)
             clock.restart()  # the MeSH phases are timed on mesh_clock
         else:
@@ -821,7 +539,7 @@ def finish_build(
     citation: dict[str, int],
     mesh: dict[str, int],
     started: float,
-    clocks: tuple[_Clock, _Clock],
+    clocks: tuple[Clock, Clock],
 ) -> GraphBuild:
     """The build's figures from its arrays and phase counts, its manifest written: the last
     step of a full build and of a patched one (``patch.patch_graph``)."""

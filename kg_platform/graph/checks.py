@@ -17,10 +17,10 @@ import pyarrow as pa
 
 from kg_platform.checks import CheckOutcome
 from kg_platform.graph import layout
-from kg_platform.graph.build import GraphInputError, array_sha256
-from kg_platform.graph.patch import fold_base
+from kg_platform.graph.build import array_sha256
+from kg_platform.graph.change import changed_array, fold_base, fold_table, touched_pmids
 from kg_platform.graph.store import KGStore, in_sorted
-from kg_platform.pubmed.fold import FOLD_TOUCHED, REPLACED_TABLES, replaced_key
+from kg_platform.pubmed.fold.manifest import FOLD_TOUCHED, REPLACED_TABLES, replaced_key
 from kg_platform.storage.lake import Lake
 
 _KNOWN_FLAGS = layout.QUOTABLE | layout.RETRACTED | layout.CONCERN
@@ -246,15 +246,6 @@ class UpdateDelta:
 _DELTA_ARRAYS = ("pmids", "mesh_uis", "mesh_article_count", "mesh_major_count")
 
 
-def _fold_table(lake: Lake, key: str, columns: list[str]) -> pa.Table:
-    try:
-        return lake.read_parquet(key, columns=columns)
-    except (pa.ArrowException, OSError, KeyError) as exc:
-        raise GraphInputError(
-            f"{lake.path(key)}: not readable as the fold's Parquet with columns {columns} ({exc})"
-        ) from exc
-
-
 def update_delta(
     lake: Lake, previous_build_id: str | None, store: KGStore
 ) -> tuple[UpdateDelta | None, str]:
@@ -269,19 +260,15 @@ def update_delta(
     if previous is None:
         return None, why
     # the arrays the delta starts from must be the ones the previous recount passed
-    arrays = previous.manifest["arrays"]
-    for name in _DELTA_ARRAYS:
-        if array_sha256(previous.array(name)) != arrays[name]["sha256"]:
-            return None, f"graph build {previous_build_id}: {name} differs from its manifest"
-    touched = _fold_table(lake, FOLD_TOUCHED, ["pmid"]).column("pmid").to_numpy()
-    touched = touched.astype(np.int64, copy=False)
-    if touched.size and np.any(touched[1:] <= touched[:-1]):
-        raise GraphInputError(f"{lake.path(FOLD_TOUCHED)}: pmid is not strictly ascending")
+    changed = changed_array(previous, _DELTA_ARRAYS)
+    if changed is not None:
+        return None, f"graph build {previous_build_id}: {changed} differs from its manifest"
+    touched = touched_pmids(lake)
     delta = UpdateDelta(
         previous,
         touched,
-        _fold_table(lake, replaced_key("citations"), ["citing_pmid", "cited_pmid"]),
-        _fold_table(
+        fold_table(lake, replaced_key("citations"), ["citing_pmid", "cited_pmid"]),
+        fold_table(
             lake,
             replaced_key("mesh_edges"),
             ["pmid", "descriptor_ui", "descriptor_major", "qualifier_major"],

@@ -297,3 +297,23 @@ def changed_citations(
         out_cited[filled] = cited[i]
         filled += 1
     return filled
+
+
+def reversed_keys(keys: np.ndarray, flag_bits: int) -> np.ndarray:
+    """``row << 32 | column << flag_bits | flag`` turned to ``column << 32 | row << ...``,
+    ascending."""
+    rows, low = keys >> 32, keys & _LOW
+    flag = low & 1 if flag_bits else 0
+    turned = ((low >> flag_bits) << 32) | (rows << flag_bits) | flag
+    turned.sort()
+    return turned
+
+
+def distinct_last(keys: np.ndarray, flag_bits: int) -> np.ndarray:
+    """Sorted keys, one per (row, column): the last of each run (the flagged one)."""
+    keys = np.sort(keys)
+    if keys.size == 0:
+        return keys
+    last = np.ones(keys.size, dtype=bool)
+    last[:-1] = (keys[1:] >> flag_bits) != (keys[:-1] >> flag_bits)
+    return keys[last]

@@ -222,7 +222,7 @@ def profile_delta(lake: Lake) -> tuple[ProfileDelta | None, str]:
     profile read: otherwise the profile reads every row."""
     import pyarrow as pa
 
-    from kg_platform.graph.patch import incremental_fold_base
+    from kg_platform.graph.change import incremental_fold_base
     from kg_platform.pubmed.fold import FOLD_TOUCHED
 
     for key in (PROFILE_ROWS, PROFILE_INPUTS):

@@ -12,6 +12,7 @@ import pytest
 
 from kg_platform.graph import build as build_module
 from kg_platform.graph import layout
+from kg_platform.graph.arrays import ArrayWriter, ints, true_mask
 from kg_platform.graph.build import GraphInputError, build_graph
 from kg_platform.storage.lake import Lake
 from kg_platform_tests.graph.corpus import write_corpus, write_mesh
@@ -22,9 +23,9 @@ def test_true_reads_bitmaps_with_nulls_and_offsets() -> None:
     values = [True, None, False, True, None, True, False, True, True, None, True]
     column = pa.array(values, pa.bool_())
     batch = pa.record_batch({"major": column})
-    assert build_module._true(batch, "major", "t").tolist() == [bool(v) for v in values]
+    assert true_mask(batch, "major", "t").tolist() == [bool(v) for v in values]
     sliced = pa.record_batch({"major": column.slice(3, 7)})  # offset 3: not byte-aligned
-    assert build_module._true(sliced, "major", "t").tolist() == [
+    assert true_mask(sliced, "major", "t").tolist() == [
         True,
         False,
         True,
@@ -34,12 +35,12 @@ def test_true_reads_bitmaps_with_nulls_and_offsets() -> None:
         False,
     ]
     with pytest.raises(GraphInputError, match=r"t: column major is int64, expected booleans"):
-        build_module._true(pa.record_batch({"major": pa.array([1])}), "major", "t")
+        true_mask(pa.record_batch({"major": pa.array([1])}), "major", "t")
 
 
 def test_ints_are_zero_copy_views_that_respect_offsets_and_refuse_nulls() -> None:
     column = pa.array(np.arange(20, dtype=np.int32)).slice(5, 7)
-    assert build_module._ints(pa.record_batch({"pmid": column}), "pmid", "t").tolist() == [
+    assert ints(pa.record_batch({"pmid": column}), "pmid", "t").tolist() == [
         5,
         6,
         7,
@@ -50,10 +51,10 @@ def test_ints_are_zero_copy_views_that_respect_offsets_and_refuse_nulls() -> Non
     ]
     with_null = pa.record_batch({"pmid": pa.array([1, None, 3], pa.int64())})
     with pytest.raises(GraphInputError, match=r"t: column pmid has 1 null\(s\)"):
-        build_module._ints(with_null, "pmid", "t")
+        ints(with_null, "pmid", "t")
     as_text = pa.record_batch({"pmid": pa.array(["1"])})
     with pytest.raises(GraphInputError, match=r"t: column pmid is string, expected integers"):
-        build_module._ints(as_text, "pmid", "t")
+        ints(as_text, "pmid", "t")
 
 
 def test_dedup_keeps_the_flagged_key_of_runs_that_cross_slices(
@@ -95,7 +96,7 @@ def test_writer_writes_the_bytes_np_save_writes(lake: Lake) -> None:
         "mesh2art_major": np.array([True, False, True]),
         "cite_indptr": np.zeros(0, dtype=np.int64),
     }
-    with build_module._ArrayWriter(lake, "w") as out:
+    with ArrayWriter(lake, "w") as out:
         for name, array in arrays.items():
             out.put(name, array)
         infos = out.finish()

@@ -12,7 +12,8 @@ from collections.abc import Iterator
 import numpy as np
 
 from kg_platform.graph import layout
-from kg_platform.graph.build import _ArrayWriter, _Built, _Clock, _key_range, _put_csr
+from kg_platform.graph.arrays import ArrayWriter, Clock
+from kg_platform.graph.build import _Built, _key_range
 
 # which uint32 of an int64 key holds its low / high half
 _LOW, _HIGH = (0, 1) if sys.byteorder == "little" else (1, 0)
@@ -23,21 +24,21 @@ def sorting_csr(
     n_rows: int,
     n_cols: int,
     kind: layout.EdgeKind,
-    out: _ArrayWriter,
-    clock: _Clock,
+    out: ArrayWriter,
+    clock: Clock,
     label: str,
 ) -> _Built:
     """The same arrays as ``build._fused_csr``, in numpy passes."""
     keys = _sort_and_dedup(keys, flag_bits=1 if kind.flagged else 0)
     clock.lap(f"{label}: sort, dedup")
     fwd, _ = _cut(keys, kind, n_rows, n_cols, count_flags=False)
-    _put_csr(out, fwd)
+    out.put_csr(fwd)
     clock.lap(f"{label}: cut")
     _reverse_in_place(keys, fwd)
     del fwd
     clock.lap(f"{label}: reverse sort")
     rev, flag_counts = _cut(keys, layout.EDGE_KINDS[kind.reverse], n_cols, n_rows, count_flags=True)
-    _put_csr(out, rev)
+    out.put_csr(rev)
     clock.lap(f"{label}: cut")
     return _Built(int(keys.size), rev.indptr, flag_counts)
 
