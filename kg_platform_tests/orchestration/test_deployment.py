@@ -203,8 +203,10 @@ from kg_platform.orchestration.deployment import GPU_DEVICE_NODES, gpu_present
 present = gpu_present()
 imported = "torch" in sys.modules
 nodes = any(glob.glob(p) for p in GPU_DEVICE_NODES)
-import torch
-print(present, imported, nodes, torch.cuda.is_available())
+if nodes:
+    import torch
+# without a node no GPU can be used, whatever torch would say (its import is what is saved)
+print(present, imported, nodes, nodes and torch.cuda.is_available())
 """
 
 
