@@ -12,6 +12,15 @@ import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
+# `kg build` parses a run's files in a pool of spawned processes as wide as the cores over
+# the runs at once, unless KG_PARSE_WORKERS says otherwise. A test build's run holds two or
+# three small files, where two fresh interpreters cost more than the parse: the suite's
+# builds parse in the run's own process (TablesPool of width 1). The pool itself runs in
+# commands/test_build.py's first build, the UI's and the Celery workers' runs (they unset
+# this), in builds the tests start as subprocesses (their environment drops KG_*) and in
+# pubmed/test_tables_pool.py.
+os.environ.setdefault("KG_PARSE_WORKERS", "1")
+
 
 def reference_data_dir() -> Path:
     # resolved in one place, kg_platform.settings

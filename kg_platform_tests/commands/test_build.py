@@ -58,6 +58,8 @@ def test_build_pubmed_stage_into_persistent_instance(
     kg_home, tmp_path, capsys, monkeypatch
 ) -> None:
     mirror = require_reference("pubmed", "mirror")
+    # the build chooses its parse pool's width itself (the suite's conftest sets it to 1)
+    monkeypatch.delenv("KG_PARSE_WORKERS", raising=False)
     # --lake wins over KG_LAKE in every run the build launches, not only in the CLI
     decoy = tmp_path / "decoy-lake"
     monkeypatch.setenv("KG_LAKE", str(decoy))

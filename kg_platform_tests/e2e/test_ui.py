@@ -1,6 +1,6 @@
 """The Dagster UI in a real browser (Debian chromium driven by Playwright): open the asset
 graph, open pubmed_tables, launch one partition from the Materialize dialog, wait for the
-run to succeed, show its check results, and keep a screenshot in e2e.platform.ARTIFACTS (the
+run to succeed, show its check results, and keep a screenshot in support.platform.ARTIFACTS (the
 temporary folder's kg-test-artifacts/, or KG_TEST_ARTIFACTS)."""
 
 from __future__ import annotations

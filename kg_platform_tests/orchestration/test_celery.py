@@ -187,6 +187,9 @@ def deployment(s3_server):
         for key in ("KG_LAKE", "KG_EXECUTOR", "KG_CELERY_BROKER", "KG_CELERY_BACKEND"):
             mp.delenv(key, raising=False)
         mp.delenv("KG_GPU_QUEUE", raising=False)
+        # the workers' parse pools as `kg workers start` sizes them (the suite's conftest
+        # sets KG_PARSE_WORKERS=1 for the builds it runs in process)
+        mp.delenv("KG_PARSE_WORKERS", raising=False)
         start = ["workers", "start", "--workers", "3", "--queues", "dagster"]
         assert main([*start, "--queues", "parse", "--queues", "parse"]) == 0
         recorded = load_deployment(home)

@@ -205,6 +205,9 @@ def platform_env(root: Path, pubmed_source: str) -> dict[str, str]:
         "KG_PUBMED_SOURCE": pubmed_source,
         "PYTHONUNBUFFERED": "1",
     }
+    # the runs the daemon launches size their parse pools themselves, as deployed (the
+    # suite's conftest sets KG_PARSE_WORKERS=1 for the builds it runs in process)
+    env.pop("KG_PARSE_WORKERS", None)
     return env
 
 
