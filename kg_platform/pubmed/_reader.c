@@ -3,7 +3,7 @@
  *
  * It walks the decompressed bytes of a PubmedArticleSet one record at a time, checks each
  * record for well-formedness itself (libxml2 no longer reads the bytes on this path) and
- * reads the fields that the lxml path (parse.py, _Columns.add_record) reads, with the same
+ * reads the fields that the lxml path (columns.py, Columns.add_record) reads, with the same
  * rules. It accepts a record only when it is sure to give exactly what lxml gives; for
  * anything else it declines, and the Python side hands that record's bytes to lxml. So the
  * reader never has to be complete, only right about what it accepts:
@@ -21,7 +21,7 @@
  *     inside another of its kind (read there in start-tag order), a PMID that is missing,
  *     not numeric or not MedlineCitation's child, are all declined.
  *
- * Fields follow _Columns.add_record: the text of an element is all the text inside it,
+ * Fields follow Columns.add_record: the text of an element is all the text inside it,
  * stripped as str.strip() strips; the first PMID is the record's; the last ArticleTitle,
  * Title and PubDate win, the first Language with text; AbstractText sections before any
  * OtherAbstract; rows of MeshHeading, Chemical, CommentsCorrections and PublicationType in
@@ -29,7 +29,7 @@
  *
  * A record is read into C buffers first and only turned into Python objects once accepted,
  * so a declined record leaves nothing behind. Accepted rows are appended straight onto the
- * column lists of parse._Columns (see _Columns.row_lists for their order).
+ * column lists of columns.Columns (see Columns.row_lists for their order).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -1316,7 +1316,7 @@ static PyObject *abstract(Reader *r)
 
 #define N_LISTS 30
 
-/* The accepted article's rows, in the order and shapes of _Columns.add_record. */
+/* The accepted article's rows, in the order and shapes of Columns.add_record. */
 static int emit_article(Reader *r, PyObject **lists)
 {
     PyObject **articles = lists, **mesh = lists + 8, **citations = lists + 14;

@@ -18,8 +18,9 @@ from hypothesis import strategies as st
 
 import kg_platform.pubmed
 from kg_platform.pubmed import _fast
+from kg_platform.pubmed.columns import Columns
 from kg_platform.pubmed.errors import PubmedFileError
-from kg_platform.pubmed.parse import TABLE_NAMES, _Columns, _open_xml, _slow_record, parse_file
+from kg_platform.pubmed.parse import TABLE_NAMES, _open_xml, _slow_record, parse_file
 from kg_platform_tests.conftest import require_reference
 from kg_platform_tests.support.parse import (
     EXPECTED_ROWS,
@@ -51,7 +52,7 @@ def compiled(monkeypatch: pytest.MonkeyPatch):
 def test_the_compiled_reader_is_built() -> None:
     # skips in a source tree that was never built; under CI=true (make venv ran) it must be
     require_compiled_reader()
-    assert len(_Columns("x").row_lists()) == _fast.compiled_reader.N_COLUMN_LISTS
+    assert len(Columns("x").row_lists()) == _fast.compiled_reader.N_COLUMN_LISTS
 
 
 def test_without_the_extension_the_fast_path_imports_and_uses_the_pattern_reader(
@@ -99,7 +100,7 @@ def test_the_compiled_reader_reads_the_real_files_itself(compiled) -> None:
 @pytest.mark.parametrize("flush_every", [1, 7])
 def test_flushes_between_batches_change_nothing(compiled, flush_every: int) -> None:
     path = require_reference("pubmed", "mirror/updatefiles/pubmed26n1335.xml.gz")
-    columns = _Columns("pubmed26n1335")
+    columns = Columns("pubmed26n1335")
     with _open_xml(path, fast=True) as stream:
         _fast.stream_records(
             stream, path.name, columns, _slow_record(columns, path.name), flush_every
@@ -169,7 +170,7 @@ BROKEN = {
 def test_broken_records_are_lxml_errors(compiled, case: str, tmp_path: Path) -> None:
     record = with_title(first_record(), BROKEN[case])
     doc = HEAD + record + END
-    columns = _Columns("x")
+    columns = Columns("x")
     _, state, _, _ = compiled.scan(doc, len(HEAD), columns.row_lists(), columns.deleted, 9)
     assert state == compiled.DECLINED and columns.pending == 0
     path = document(tmp_path, record)
@@ -279,7 +280,7 @@ def test_fuzz_what_the_compiled_reader_accepts_lxml_reads_the_same(
     doc = HEAD + record + END
     path = tmp_path / "pubmed26n0042.xml"
     path.write_bytes(doc)
-    columns = _Columns("pubmed26n0042")
+    columns = Columns("pubmed26n0042")
     _, state, _, _ = compiled.scan(doc, len(HEAD), columns.row_lists(), columns.deleted, 9)
     if state == compiled.END:
         # accepted: libxml2 must read the same document without complaint, to the same rows

@@ -12,9 +12,9 @@ import pyarrow as pa
 import pytest
 
 from kg_platform.pubmed import _fast
+from kg_platform.pubmed.columns import Columns
 from kg_platform.pubmed.parse import (
     _FLUSH_EVERY,
-    _Columns,
     _open_xml,
     _read_with_lxml,
     _slow_record,
@@ -72,7 +72,7 @@ def lxml_tables(path: Path) -> dict[str, pa.Table]:
 def fast_only(path: Path) -> tuple[dict[str, pa.Table], int]:
     """The fast path alone (raising NotSimple rather than falling back), and how many records
     it handed to lxml."""
-    columns = _Columns(file_key(path))
+    columns = Columns(file_key(path))
     handed: list[bytes] = []
     slow = _slow_record(columns, path.name)
 
