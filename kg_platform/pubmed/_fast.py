@@ -55,6 +55,16 @@ except ImportError:  # pragma: no cover - a source tree that was never built
 _PUBMED_SET = "PubmedArticleSet"
 
 
+# every libxml2 parser over a PubMed file (kg_platform.pubmed.parse's too): no DTD loaded, no
+# network, no entity substituted, no huge tree
+SAFE_PARSING = {
+    "load_dtd": False,
+    "no_network": True,
+    "resolve_entities": False,
+    "huge_tree": False,
+}
+
+
 class NotSimple(Exception):
     """The file is not in the canonical form this path reads; parse it with lxml instead."""
 
@@ -268,9 +278,7 @@ def _check_prolog_with_libxml2(prolog: bytes, found: re.Match[bytes]) -> None:
         # the reader checks characters by XML 1.0's rules
         if not _VERSION_1_0.match(declared):
             raise NotSimple("XML version")
-    parser = etree.XMLParser(
-        load_dtd=False, no_network=True, resolve_entities=False, huge_tree=False
-    )
+    parser = etree.XMLParser(**SAFE_PARSING)
     try:
         etree.fromstring(prolog + b"</" + _PUBMED_SET.encode() + b">", parser)
     except etree.XMLSyntaxError as exc:
@@ -285,13 +293,7 @@ def _stream_checked(
 ) -> str:
     """The records of the stream, libxml2 checking the bytes and patterns reading fields."""
     target = _NoTree()
-    checker = etree.XMLParser(
-        target=target,
-        load_dtd=False,
-        no_network=True,
-        resolve_entities=False,
-        huge_tree=False,
-    )
+    checker = etree.XMLParser(target=target, **SAFE_PARSING)
     buffer = b""
     started = False
     # the round in which the oldest byte still held in the buffer was read

@@ -77,6 +77,8 @@ _RECORD_TAGS = ("PubmedArticle", "PubmedBookArticle", "MedlineCitation", "Delete
 _SET_RECORD_TAGS = ("PubmedArticle", "PubmedBookArticle", "DeleteCitation")
 _ENTITY_DECLARATION = re.compile(rb"<!ENTITY\s+(?:%\s+)?([^\s>]+)")
 _PROLOG_BYTES = 1 << 16
+# lxml over records: the fast path's safe parsing, comments and processing instructions dropped
+_RECORD_PARSING = {**_fast.SAFE_PARSING, "remove_comments": True, "remove_pis": True}
 _SUFFIXES = (".xml.gz", ".xml", ".gz")
 # records held as Python lists before they move into Arrow; bounds the parser's memory
 _FLUSH_EVERY = 2048
@@ -286,14 +288,7 @@ def _slow_record(columns: Columns, name: str) -> Callable[[bytes], None]:
     self-closed element, ...); a record that fails here sends the whole file to lxml, and so
     does one holding another record, which the whole-file reader would read as two."""
     # one parser per file: lxml parsers are not to be shared between threads
-    parser = etree.XMLParser(
-        load_dtd=False,
-        no_network=True,
-        resolve_entities=False,
-        huge_tree=False,
-        remove_comments=True,
-        remove_pis=True,
-    )
+    parser = etree.XMLParser(**_RECORD_PARSING)
 
     def read(record: bytes) -> None:
         # the record as the whole-file reader sees it, its unread subtrees cut; a subtree not
@@ -328,12 +323,7 @@ def _stream_records(stream: _HeadThenRest | BinaryIO, name: str, columns: Column
         stream,
         events=("end",),
         tag=_RECORD_TAGS,
-        load_dtd=False,
-        no_network=True,
-        resolve_entities=False,
-        huge_tree=False,
-        remove_comments=True,
-        remove_pis=True,
+        **_RECORD_PARSING,
     )
     set_format = ""
     try:
