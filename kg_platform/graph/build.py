@@ -64,7 +64,7 @@ from kg_platform.graph.arrays import (
     years,
 )
 from kg_platform.storage.corpus import corpus_fingerprint
-from kg_platform.storage.digest import array_sha256  # noqa: F401 (the graph checks use it)
+from kg_platform.storage.digest import array_sha256  # noqa: F401 (named here for the tests)
 from kg_platform.storage.lake import Lake
 
 BATCH_ROWS = 1_000_000  # rows decoded at a time: bounds the temporaries per batch

@@ -17,10 +17,10 @@ import pyarrow as pa
 
 from kg_platform.checks import CheckOutcome
 from kg_platform.graph import layout
-from kg_platform.graph.build import array_sha256
 from kg_platform.graph.change import changed_array, fold_base, fold_table, touched_pmids
 from kg_platform.graph.store import KGStore, in_sorted
 from kg_platform.pubmed.fold.manifest import FOLD_TOUCHED, REPLACED_TABLES, replaced_key
+from kg_platform.storage.digest import array_sha256
 from kg_platform.storage.lake import Lake
 
 _KNOWN_FLAGS = layout.QUOTABLE | layout.RETRACTED | layout.CONCERN
