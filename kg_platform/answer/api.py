@@ -627,7 +627,8 @@ class KnowledgeGraph:
             or not self.config.ladder.on(RefusalReason.VERIFIER_NOINFO)
         ):
             return verdict
-        from kg_platform.answer.verifier import NOINFO, VERDICTS, claim_from_question
+        from kg_platform.answer.claims import claim_from_question
+        from kg_platform.answer.verifier import NOINFO, VERDICTS
 
         claim = claim_from_question(question) or question
         order = list(dict.fromkeys(e.path.terminal.pmid for e in evidence))

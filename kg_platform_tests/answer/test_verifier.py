@@ -8,6 +8,7 @@ import numpy as np
 import polars as pl
 import pytest
 
+from kg_platform.answer.claims import claim_from_question, conversion_share
 from kg_platform.answer.readers.classifier import ClassifierRecipe
 from kg_platform.answer.verifier import (
     CITED,
@@ -16,8 +17,6 @@ from kg_platform.answer.verifier import (
     VERDICTS,
     VerifierPair,
     abstract_sentences,
-    claim_from_question,
-    conversion_share,
     load_verifier,
     read_claims,
     read_corpus,
