@@ -154,7 +154,9 @@ def test_every_published_object_is_checked_and_a_plain_build_repairs_it(
     (seen only by the hashes). `kg status` names the first three and exits 1; `kg status
     --verify` names the fourth too and records it; one plain `kg build` (no --force) redoes
     all four, each named in a `damaged:` line, and every object comes back byte for byte.
-    A --lake that does not exist is refused."""
+    Then a graph array's byte flipped with its times put back: nothing sees it until
+    `kg status --verify`, after which a plain `kg build` redoes the graph alone. A --lake
+    that does not exist is refused."""
     home, mirror = built
     lake = home / "lake"
     graph = lake / "graph"
@@ -216,6 +218,35 @@ def test_every_published_object_is_checked_and_a_plain_build_repairs_it(
     assert "corrupt" not in out and "stale" not in out and "not ok" not in out
     assert build(mirror) == 0
     assert "0 of 7 asset partitions to materialise" in capsys.readouterr().out
+
+    # a graph array's byte flipped with its times put back: only the hashes see it; what
+    # `kg status --verify` found, a plain `kg build` redoes (the graph alone)
+    build_id = json.loads(pointer.read_text())["build_id"]
+    array = pointer.parent / build_id / "art2mesh_indices.npy"
+    good = array.read_bytes()
+    stamp = array.stat()
+    array.write_bytes(good[:-1] + bytes([good[-1] ^ 0xFF]))
+    os.utime(array, ns=(stamp.st_atime_ns, stamp.st_mtime_ns))
+    assert main(["status"]) == 0
+    assert "corrupt" not in capsys.readouterr().out
+    assert build(mirror) == 0  # before a verify, nothing to see
+    out = capsys.readouterr().out
+    assert "0 of 7 asset partitions to materialise" in out
+    # the build's example questions read the graph: an index out of range is one line
+    assert "no example questions: index " in out and "is out of bounds" in out
+    differs = (
+        f"{array}: array art2mesh_indices of graph build {build_id}: sha256 differs from "
+        "its manifest"
+    )
+    assert main(["status", "--verify"]) == 1
+    assert f"  2024|pubmed26: corrupt: {differs}\n" in capsys.readouterr().out
+    assert build(mirror) == 0
+    out = capsys.readouterr().out
+    assert f"damaged: graph[2024|pubmed26]: {differs}\n" in out
+    assert "1 of 7 asset partitions to materialise; the rest are fresh" in out
+    assert array.read_bytes() == good
+    assert main(["status"]) == 0
+    capsys.readouterr()
 
     missing = tmp_path / "nonexistent"
     assert main(["status", "--lake", str(missing)]) == 2
