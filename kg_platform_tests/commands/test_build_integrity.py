@@ -216,8 +216,6 @@ def test_every_published_object_is_checked_and_a_plain_build_repairs_it(
     assert main(["status", "--verify"]) == 0
     out = capsys.readouterr().out
     assert "corrupt" not in out and "stale" not in out and "not ok" not in out
-    assert build(mirror) == 0
-    assert "0 of 7 asset partitions to materialise" in capsys.readouterr().out
 
     # a graph array's byte flipped with its times put back: only the hashes see it; what
     # `kg status --verify` found, a plain `kg build` redoes (the graph alone)
