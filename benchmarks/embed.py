@@ -324,9 +324,11 @@ def main() -> None:
         first, second = measure_model_alone(encoder, ids, lengths, n, batch)
         print(json.dumps({"phase": "model_alone", "first_pass": round(first, 1),
                           "second_pass": round(second, 1)}), flush=True)  # fmt: skip
-        path, vectors, detail = measure_path(encoder, spec, written["paths"], settings, args.agree)
+        # the first rows of the path are the first unique texts: compare no more than both hold
+        compared = min(args.agree, n, len(unique))
+        path, vectors, detail = measure_path(encoder, spec, written["paths"], settings, compared)
         print(json.dumps({"phase": "path", "texts_per_s": round(path, 1), **detail}), flush=True)
-        agree = agreement(str(layout.path), unique[: args.agree], vectors, encoder.max_length)
+        agree = agreement(str(layout.path), unique[:compared], vectors, encoder.max_length)
         result.update(
             ceiling_texts_per_s=round(ceiling, 1),
             model_alone_first_pass_texts_per_s=round(first, 1),
