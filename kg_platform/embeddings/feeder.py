@@ -135,27 +135,41 @@ def embed_stream(
                     return
                 pending.append(tokenisers.submit(chunk))
 
+        def super_batches() -> Iterator[list[tuple[np.ndarray, np.ndarray]]]:
+            # whole tokenised chunks until a super-batch is full
+            while pending:
+                parts: list[tuple[np.ndarray, np.ndarray]] = []
+                count = 0
+                while pending and count < settings.super_batch:
+                    waited = time.perf_counter()
+                    flat, lengths = tokenisers.result(pending.popleft())
+                    stats.waiting_for_tokens_s += time.perf_counter() - waited
+                    parts.append((flat, lengths))
+                    count += len(lengths)
+                    refill()
+                yield parts
+
         refill()
-        in_flight: _PendingResult | None = None
-        while pending:
-            parts: list[tuple[np.ndarray, np.ndarray]] = []
-            count = 0
-            while pending and count < settings.super_batch:
-                waited = time.perf_counter()
-                flat, lengths = tokenisers.result(pending.popleft())
-                stats.waiting_for_tokens_s += time.perf_counter() - waited
-                parts.append((flat, lengths))
-                count += len(lengths)
-                refill()
-            launched = stage.launch(parts, stats)
-            stats.super_batches += 1
-            # hand back the previous super-batch only now: its copy ran behind this launch
-            if in_flight is not None:
-                yield in_flight.wait()
-            in_flight = launched
+        yield from _launched_in_turn(stage, super_batches(), stats)
+    stats.seconds += time.perf_counter() - started
+
+
+def _launched_in_turn(
+    stage: _DeviceStage,
+    super_batches: Iterable[list[tuple[np.ndarray, np.ndarray]]],
+    stats: FeederStats,
+) -> Iterator[np.ndarray]:
+    """Each super-batch's vectors, launched one ahead: the previous super-batch is handed
+    back only after the next one is launched, so its copy runs behind that launch."""
+    in_flight: _PendingResult | None = None
+    for parts in super_batches:
+        launched = stage.launch(parts, stats)
+        stats.super_batches += 1
         if in_flight is not None:
             yield in_flight.wait()
-    stats.seconds += time.perf_counter() - started
+        in_flight = launched
+    if in_flight is not None:
+        yield in_flight.wait()
 
 
 def _chunks(texts: Iterator[str], size: int) -> Iterator[list[str]]:
@@ -213,15 +227,7 @@ def embed_tokens(
     stats = stats if stats is not None else FeederStats()
     started = time.perf_counter()
     stage = _DeviceStage(encoder, settings)
-    in_flight: _PendingResult | None = None
-    for pieces in _super_batches(parts, settings.super_batch):
-        launched = stage.launch(pieces, stats)
-        stats.super_batches += 1
-        if in_flight is not None:
-            yield in_flight.wait()
-        in_flight = launched
-    if in_flight is not None:
-        yield in_flight.wait()
+    yield from _launched_in_turn(stage, _super_batches(parts, settings.super_batch), stats)
     stats.seconds += time.perf_counter() - started
 
 

@@ -94,19 +94,30 @@ def build_lock(
 
 def _take(path: Path, wait: bool, on_wait: Callable[[str], None]) -> int:
     """An open descriptor of ``path`` holding its lock."""
+
+    def busy(fd: int) -> None:
+        holder = _held_by_other(path)
+        if not wait:
+            os.close(fd)
+            raise BuildLockHeld(path, holder) from None
+        who = holder.describe() if holder else "pid unknown"
+        on_wait(f"waiting for the kg build running on this instance ({who})")
+        fcntl.flock(fd, fcntl.LOCK_EX)
+
+    return _locked(path, busy, make_folder=True)
+
+
+def _locked(path: Path, busy: Callable[[int], None], make_folder: bool = False) -> int:
+    """An open descriptor of ``path`` holding its lock; ``busy(fd)``, when another process
+    holds it, either raises (closing ``fd``) or blocks until the lock is this one's."""
     while True:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        if make_folder:
+            path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = _held_by_other(path)
-            if not wait:
-                os.close(fd)
-                raise BuildLockHeld(path, holder) from None
-            who = holder.describe() if holder else "pid unknown"
-            on_wait(f"waiting for the kg build running on this instance ({who})")
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            busy(fd)
         try:
             same = os.fstat(fd).st_ino == os.stat(path).st_ino
         except FileNotFoundError:
@@ -229,23 +240,15 @@ def lake_writer(lake_root: str, dagster_home: Path) -> Iterator[LakeWriter]:
 
 def _take_writer(lake, path: Path) -> int:
     """An open descriptor of the local lake's writer record, holding its lock."""
-    while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            writer = None
-            for _ in range(20):  # the holder writes its record just after taking the lock
-                writer = read_writer(lake)
-                if writer is not None:
-                    break
-                time.sleep(0.05)
-            raise LakeHeld(lake.root, writer or LakeWriter("unknown", "?", 0, 0.0, 0.0)) from None
-        try:
-            same = os.fstat(fd).st_ino == os.stat(path).st_ino
-        except FileNotFoundError:
-            same = False
-        if same:
-            return fd
-        os.close(fd)  # the last writer removed the record it locked: lock the one there now
+
+    def busy(fd: int) -> None:
+        os.close(fd)
+        writer = None
+        for _ in range(20):  # the holder writes its record just after taking the lock
+            writer = read_writer(lake)
+            if writer is not None:
+                break
+            time.sleep(0.05)
+        raise LakeHeld(lake.root, writer or LakeWriter("unknown", "?", 0, 0.0, 0.0)) from None
+
+    return _locked(path, busy)
