@@ -1,5 +1,7 @@
-"""One `pubmed_xml` partition (the download half of the `pubmed_file_batch` step) as its own run through the multiprocess executor, the way the
-run launcher starts each run of a backfill or of the update sensor. Used by test_pool.py:
+"""One `pubmed_xml` partition (the download half of the `pubmed_file_batch` step) as its own run
+in its own process, its step inside that process: the way the run launcher starts each run of
+`kg build`'s backfill (the definitions' executor with `kg build`'s run config, in_process; the
+step still claims its `ncbi` slot from the instance). Used by test_pool.py:
 ``python -m kg_platform_tests.sources.pool_run PARTITION`` with DAGSTER_HOME, KG_LAKE and
 KG_PUBMED_SOURCE set."""
 
@@ -30,17 +32,20 @@ def pubmed_xml_job() -> dg.JobDefinition:
             # (the pool alone races on SQLite instance storage and was seen to let 5 through)
             "pubmed_source": PubmedSourceResource(base=os.environ["KG_PUBMED_SOURCE"]),
         },
-        executor=dg.multiprocess_executor,
+        executor=dg.multi_or_in_process_executor,
     )
     return defs.resolve_job_def("pubmed_xml_job")
 
 
 def main(partition: str) -> int:
+    from kg_platform.commands.build_run import run_config_for
+
     with dg.DagsterInstance.get() as instance:
         result = dg.execute_job(
             dg.reconstructable(pubmed_xml_job),
             instance=instance,
             tags={"dagster/partition": partition},
+            run_config=run_config_for("multiprocess"),
         )
         return 0 if result.success else 1
 

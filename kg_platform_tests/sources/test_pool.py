@@ -32,7 +32,7 @@ def test_repository_dagster_yaml_sets_the_ncbi_pool(tmp_path: Path) -> None:
         assert instance.get_concurrency_config().run_queue_config.max_concurrent_runs == 8
 
 
-@pytest.mark.slow  # twelve Python processes (a run and its step each): ~100 s on 2 cores
+@pytest.mark.slow  # six Python processes (a run each, its step inside it, as `kg build` runs it)
 def test_at_most_four_downloads_across_runs(tmp_path: Path) -> None:
     mirror = require_reference("pubmed", "mirror")
     files = many_files_mirror(mirror, tmp_path / "src", RUNS)
