@@ -50,9 +50,11 @@ from kg_platform.grounding.surface_index import INDEX_KEY, IndexedRoles, Surface
 from kg_platform.retrieval.exclusion import pair_evidence_excluding, without_articles
 from kg_platform.retrieval.linking import ConceptPair, concepts_in_graph, score_pairs
 from kg_platform.retrieval.paths import (
+    BUDGET_SLICE_LINKS,
     Candidates,
     EvidencePath,
     PairEvidence,
+    PathBudget,
     collect_candidates,
     load_kernels,
     pair_evidence,
@@ -84,7 +86,9 @@ INDEX_MANIFEST = "embeddings/index/manifest.json"
 # 3: adds `answer` and `answer_reason` at the end; every version-2 key stays in place
 # 4: adds `verifier` at the end of `verdict` (gate 7); every version-3 key stays in place
 # 5: adds `start_up_ms` at the end (one-off start-up, kept out of `timings_ms`)
-SCHEMA_VERSION = 5
+# 6: adds `path_search` at the end when the question ran under a path-search time budget,
+# and the refusal reason `path_search_cut`; every version-5 key stays in place
+SCHEMA_VERSION = 6
 RANKERS = ("auto", "dense", "structural")
 # the bounds on what a user asks, one definition for `kg ask` and `kg serve`'s API
 MAX_QUESTION_CHARS = 1000
@@ -160,6 +164,9 @@ class AskConfig:
     # cut to `verifier_chars` characters of title + abstract
     verifier_k: int = 3
     verifier_chars: int = 3000
+    # a question under a path-search budget reads the expanded side's citations in slices
+    # of about this many links, the clock looked at between two
+    path_slice_links: int = BUDGET_SLICE_LINKS
 
     def __post_init__(self) -> None:
         if self.ranker not in RANKERS:
@@ -170,6 +177,8 @@ class AskConfig:
             raise ValueError(f"reader k {self.reader_k}: must be at least 1")
         if self.reader_chars < 1:
             raise ValueError(f"reader chars {self.reader_chars}: must be at least 1")
+        if self.path_slice_links < 1:
+            raise ValueError(f"path slice links {self.path_slice_links}: must be at least 1")
         if self.verifier_k < 1 or self.verifier_chars < 1:
             raise ValueError(
                 f"verifier k {self.verifier_k}, chars {self.verifier_chars}: must be at least 1"
@@ -234,6 +243,9 @@ class Answer:
     # one-off work before or during this question that a warm process does not repeat:
     # `imports` and `open` (the CLI's), `kernels` (the compiled passes' first load)
     start_up_ms: dict[str, float | None] = field(default_factory=dict)
+    # the path search's time budget and whether it cut the search short
+    # (``PathBudget.to_json``); None: no budget
+    path_search: dict | None = None
 
     def with_start_up(self, start_up_ms: dict[str, float | None]) -> Answer:
         return replace(self, start_up_ms={**start_up_ms, **self.start_up_ms})
@@ -264,7 +276,7 @@ class Answer:
             "answer": self.reading.to_json(),
             "answer_reason": self.reading.reason_json(),
             "start_up_ms": dict(self.start_up_ms),
-        }
+        } | ({"path_search": dict(self.path_search)} if self.path_search is not None else {})
 
 
 def _read(lake: Lake, key: str, what: str) -> pl.DataFrame:
@@ -434,13 +446,21 @@ class KnowledgeGraph:
         excluded: np.ndarray | None = None,
         grounded: list[RoledGrounding] | None = None,
         admit: Admission | None = None,
+        path_budget_ms: float | None = None,
     ) -> Answer:
         """Answer or refuse ``question``. ``excluded`` (ascending node indices): the graph
         without those articles (``retrieval/exclusion.py``; the evidence-deletion tiers);
         ``grounded``: these roled groundings instead of grounding the text (the agent's
         refined concepts, ``answer/agent.py``); ``admit``: entered around each pair's path
-        search (`kg serve` queues the largest pairs with it; the answer is the same)."""
+        search (`kg serve` queues the largest pairs with it; the answer is the same);
+        ``path_budget_ms``: the path search's time budget, from its start (a wait in
+        ``admit`` included): past it the search stops, and the answer says it was cut
+        (``path_search``; a refusal that only the cut caused is ``path_search_cut``). It
+        bounds the structural ranker's compiled search; the dense ranker's search and a
+        search without some articles (``excluded``) take no budget (None is given)."""
         text = validate_question(question)
+        if path_budget_ms is not None:
+            PathBudget.start(path_budget_ms)  # a bad budget is refused before any work
         if top_k < 1:
             raise ValueError(f"top_k: must be at least 1, got {top_k}")
         if as_of is not None and not 1000 <= as_of <= 2100:
@@ -459,10 +479,21 @@ class KnowledgeGraph:
             if r.role == Role.FILTER:
                 with contextlib.suppress(KeyError):  # a FILTER the graph never saw
                     filters.append(self.store.desc_idx(r.grounding.ui))
-        path = self._structural if self.semantic is None else self._dense
-        verdict, evidence, chosen = path(
-            text, len(roled), len(concepts), pairs, filters, as_of, top_k, clock, excluded, admit
-        )
+        budget = None
+        if path_budget_ms is not None and self.semantic is None and excluded is None:
+            # the compiled passes, loaded once per process, are not the question's search
+            clock.start_up("kernels", load_kernels(self.store))
+            budget = PathBudget.start(path_budget_ms)
+        if self.semantic is None:
+            verdict, evidence, chosen = self._structural(
+                text, len(roled), len(concepts), pairs, filters, as_of, top_k, clock,
+                excluded, admit, budget,
+            )  # fmt: skip
+        else:
+            verdict, evidence, chosen = self._dense(
+                text, len(roled), len(concepts), pairs, filters, as_of, top_k, clock,
+                excluded, admit,
+            )  # fmt: skip
         clock.lap("rank")
         if verdict.answerable:
             verdict = self._verify(text, verdict, evidence)
@@ -484,6 +515,7 @@ class KnowledgeGraph:
             grounder=self.grounder_description,
             reading=reading,
             start_up_ms=dict(clock.start_up_ms),
+            path_search=budget.to_json() if budget is not None else None,
         )
 
     def _first_pair_with_paths(
@@ -519,11 +551,16 @@ class KnowledgeGraph:
         clock: _Clock,
         excluded: np.ndarray | None = None,
         admit: Admission | None = None,
+        budget: PathBudget | None = None,
     ) -> tuple[Verdict, tuple[Evidence, ...], ConceptPair | None]:
         """The structural ranker's path: per pair tried, one compiled pass counts the
         candidates at gates 3-6 and keeps the ``top_k`` best (``pair_evidence``); the same
         verdict, counts and evidence as collecting every candidate, flagging, scoring and
-        ranking them (``_dense`` without similarity), which ``test_paths_large`` checks."""
+        ranking them (``_dense`` without similarity), which ``test_paths_large`` checks.
+        Under a ``budget`` each pair's search stops at its deadline (after its first slice);
+        a refusal at gates 3-6 after a cut is ``path_search_cut``, and an answer after a cut
+        says so in its explanation (its counts are lower bounds, its evidence the best of
+        what was read)."""
         ladder = self.config.ladder
         gates = {
             "quotable_gate": ladder.on(RefusalReason.NO_QUOTABLE_TERMINAL),
@@ -538,7 +575,19 @@ class KnowledgeGraph:
             if not use_compiled(self.store, pair):
                 return pair_evidence_numpy(self.store, pair, filters, top_k, **gates)
             clock.start_up("kernels", load_kernels(self.store))
-            return pair_evidence(self.store, pair, filters, top_k, **gates)
+            if budget is None:
+                return pair_evidence(self.store, pair, filters, top_k, **gates)
+            found = pair_evidence(
+                self.store,
+                pair,
+                filters,
+                top_k,
+                **gates,
+                deadline=budget.deadline,
+                slice_links=self.config.path_slice_links,
+            )
+            budget.note(found)
+            return found
 
         chosen, found = self._first_pair_with_paths(
             pairs, evidence_of, lambda tried: tried.counts["candidates"], admit
@@ -548,6 +597,8 @@ class KnowledgeGraph:
         verdict = decide(n_groundings, n_concepts, counts, as_of, ladder)
         clock.lap("ladder")
         verdict = replace(verdict, ranker=self.ranker)
+        if budget is not None and budget.cut:
+            verdict = _cut(verdict, budget)
         if not verdict.answerable or found is None:
             return verdict, (), chosen
         verdict = replace(verdict, explanation=f"{verdict.explanation} Ranked by structural score.")
@@ -709,6 +760,29 @@ def _dense_note(semantic: SemanticScores) -> str:
     return (
         f"Ranked by dense similarity ({semantic.embedded} of {semantic.candidates} with a "
         f"vector; top-1 {semantic.top1:.3f}, mean top-8 {semantic.mean_top8:.3f})."
+    )
+
+
+def _cut(verdict: Verdict, budget: PathBudget) -> Verdict:
+    """The verdict of a path search its budget cut short: a refusal at gates 3-6 becomes
+    ``path_search_cut`` (what was not read may hold evidence); an answer says it was cut."""
+    read = f"after reading {budget.links_read:,} of {budget.links:,} citation links"
+    if verdict.answerable:
+        return replace(
+            verdict,
+            explanation=f"{verdict.explanation} The path search was cut by its "
+            f"{budget.ms:g} ms budget {read}: the counts are lower bounds and the evidence "
+            "is the best of what was read.",
+        )
+    if verdict.gate is None or not 3 <= verdict.gate <= 6:
+        return verdict
+    return replace(
+        verdict,
+        reason=RefusalReason.PATH_SEARCH_CUT,
+        gate=3,
+        explanation=f"The path search was cut by its {budget.ms:g} ms budget {read}, before "
+        f"it found enough evidence ({verdict.reason.value if verdict.reason else ''} on what "
+        "was read); without a budget it may answer.",
     )
 
 

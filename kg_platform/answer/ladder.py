@@ -19,6 +19,9 @@ class RefusalReason(StrEnum):
     NO_EVIDENCE_AS_OF_DATE = "no_evidence_as_of_date"  # gate 5, with an as-of year
     INSUFFICIENT_PATHS = "insufficient_paths"  # gate 6
     VERIFIER_NOINFO = "verifier_noinfo"  # gate 7, after ranking, with a verifier
+    # gates 3-6 would refuse on what a path search cut short by its time budget had read
+    # (``KnowledgeGraph.ask(path_budget_ms=...)``): not a finding about the graph
+    PATH_SEARCH_CUT = "path_search_cut"
 
 
 GATE_OF: dict[RefusalReason, int] = {
@@ -30,6 +33,7 @@ GATE_OF: dict[RefusalReason, int] = {
     RefusalReason.NO_EVIDENCE_AS_OF_DATE: 5,
     RefusalReason.INSUFFICIENT_PATHS: 6,
     RefusalReason.VERIFIER_NOINFO: 7,
+    RefusalReason.PATH_SEARCH_CUT: 3,
 }
 # gate 7 refuses when P(NOINFO) on every verified evidence article is above this
 DEFAULT_VERIFIER_TAU = 0.5

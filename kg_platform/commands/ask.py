@@ -1,6 +1,6 @@
 """`kg ask "question" [--as-of YEAR] [--json] [--top-k N] [--lake DIR] [--hybrid THRESHOLD]
 [--ranker auto|dense|structural] [--reader DIR] [--verifier DIR [--verifier-tau T]]
-[--agent [--hops N]]`."""
+[--agent [--hops N]] [--path-budget-ms MS]`."""
 
 from __future__ import annotations
 
@@ -77,7 +77,28 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "JSON gains `agent` with the trace of every step",
     )
     parser.add_argument("--hops", type=int, default=3, help="the agent's hop budget")
+    add_path_budget_arg(parser)
     parser.set_defaults(func=run_ask)
+
+
+def add_path_budget_arg(parser: argparse.ArgumentParser) -> None:
+    """``--path-budget-ms``, as `kg ask` and `kg serve` take it."""
+    parser.add_argument(
+        "--path-budget-ms",
+        type=float,
+        default=None,
+        metavar="MS",
+        help="stop a question's path search after MS milliseconds (structural ranker): the "
+        "answer then says the search was cut (JSON `path_search`), and a refusal that only "
+        "the cut caused is `path_search_cut` (default: no budget, every path read)",
+    )
+
+
+def check_path_budget(ms: float | None) -> float | None:
+    """``--path-budget-ms`` refused by name unless a positive, finite number."""
+    if ms is not None and not 0.0 < ms < float("inf"):
+        raise ValueError(f"--path-budget-ms {ms:g}: must be a positive number of milliseconds")
+    return ms
 
 
 def render_text(answer: Answer) -> str:
@@ -116,6 +137,13 @@ def render_text(answer: Answer) -> str:
                 f"  PMID {e.path.terminal.pmid} ({e.path.terminal.year}) {e.title or ''}{sim}"
             )
             lines.append(f"    {e.path.render()}")
+    if answer.path_search is not None:
+        search = answer.path_search
+        lines.append(
+            f"Path search: {'CUT SHORT by' if search['cut'] else 'within'} its "
+            f"{search['budget_ms']:g} ms budget ({search['links_read']:,} of "
+            f"{search['links']:,} citation links read)"
+        )
     lines.append(answer.reading.render())
     timings = ", ".join(f"{k} {v:.1f}" for k, v in answer.timings_ms.items())
     lines.append(f"Timings (ms): {timings}")
@@ -177,6 +205,9 @@ def run_ask(args: argparse.Namespace) -> int:
         # the bounds `kg serve`'s API checks, checked before anything is opened
         validate_question(args.question)
         validate_top_k(args.top_k, "--top-k")
+        check_path_budget(args.path_budget_ms)
+        if args.agent and args.path_budget_ms is not None:
+            raise ValueError("--path-budget-ms: the agent loop (--agent) takes no budget")
         reader = open_reader(args.reader)
         verifier = open_verifier(args.verifier)
         config = AskConfig(
@@ -195,7 +226,12 @@ def run_ask(args: argparse.Namespace) -> int:
             result = AgentLoop(kg, args.hops).run(args.question, args.as_of, args.top_k)
             answer, trace = result.answer, result.to_json()["agent"]
         else:
-            answer = kg.ask(args.question, as_of=args.as_of, top_k=args.top_k)
+            answer = kg.ask(
+                args.question,
+                as_of=args.as_of,
+                top_k=args.top_k,
+                path_budget_ms=args.path_budget_ms,
+            )
     except (QuestionError, FileNotFoundError, ValueError) as error:
         from kg_platform.settings import home_hint
 

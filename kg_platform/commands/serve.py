@@ -1,5 +1,6 @@
 """`kg serve [--host 127.0.0.1] [--port 8000] [--lake DIR] [--release R] [--mesh-year Y]
-[--reader DIR] [--workers N] [--copy-below-mib MIB] [--read-timeout SECONDS]`: one graph
+[--reader DIR] [--workers N] [--path-budget-ms MS] [--copy-below-mib MIB]
+[--read-timeout SECONDS]`: one graph
 build warm behind an HTTP JSON API and a question page, in worker processes under a
 supervisor that replaces a dead one (with a back-off when deaths repeat)."""
 
@@ -12,6 +13,7 @@ import sys
 import tempfile
 import time
 
+from kg_platform.commands.ask import add_path_budget_arg, check_path_budget
 from kg_platform.commands.partition_args import add_partition_args
 
 
@@ -47,6 +49,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "so the largest questions queue behind each other instead of slowing every other "
         "(default: no such queue; e.g. 1000000 on a 10M-article graph)",
     )
+    add_path_budget_arg(parser)
     parser.add_argument(
         "--copy-below-mib",
         type=float,
@@ -109,6 +112,7 @@ def run_serve(args: argparse.Namespace) -> int:
     if not 0 < args.read_timeout <= 3600:
         raise ValueError(f"--read-timeout {args.read_timeout}: must be in (0, 3600] seconds")
     heavy_lane(args.heavy_candidates)  # refused here, before anything starts
+    check_path_budget(args.path_budget_ms)
     import uvicorn
 
     from kg_platform.commands.ask import open_reader
@@ -136,6 +140,7 @@ def run_serve(args: argparse.Namespace) -> int:
             "mesh_year": args.mesh_year,
             "reader": args.reader,
             "heavy_candidates": args.heavy_candidates,
+            "path_budget_ms": args.path_budget_ms,
             "generation": os.path.join(shared, "generation"),
             "record": os.path.join(shared, "workers.json"),
             "copy_below": int(args.copy_below_mib * 1024 * 1024),
@@ -191,6 +196,7 @@ def worker_app():
         lane=heavy_lane(spec["heavy_candidates"]),
         tolerant=True,
         record=WorkerRecord(spec["record"]),
+        path_budget_ms=spec["path_budget_ms"],
     )
     served = service._current
     if served is None:

@@ -227,6 +227,68 @@ class PairEvidence:
     counts: dict[str, int]
     top: Candidates
     scores: np.ndarray
+    # a budgeted search (``deadline``): the citation links of the expanded side read, of
+    # how many, and whether the deadline stopped it before it read them all (then the
+    # counts are lower bounds and ``top`` the best of the rows read)
+    links_read: int = 0
+    links: int = 0
+    cut: bool = False
+
+
+# a search with a deadline reads the expanded side's citations in slices of about this many
+# links and looks at the clock between two (a slice costs ~5 ms of CPU at 10M articles)
+BUDGET_SLICE_LINKS = 65_536
+
+
+@dataclass
+class PathBudget:
+    """A question's time budget for its path search: ``deadline`` on ``time.perf_counter``,
+    and what the searches under it read (``note``), over every pair tried."""
+
+    ms: float
+    deadline: float
+    cut: bool = False
+    links_read: int = 0
+    links: int = 0
+
+    @classmethod
+    def start(cls, ms: float) -> PathBudget:
+        if not ms > 0.0 or ms != ms or ms == float("inf"):
+            raise ValueError(f"path budget {ms!r} ms: must be a positive number of milliseconds")
+        return cls(float(ms), time.perf_counter() + ms / 1000.0)
+
+    def note(self, found: PairEvidence) -> None:
+        self.cut = self.cut or found.cut
+        self.links_read += found.links_read
+        self.links += found.links
+
+    def to_json(self) -> dict:
+        return {
+            "budget_ms": self.ms,
+            "cut": self.cut,
+            "links_read": self.links_read,
+            "links": self.links,
+        }
+
+
+def _slices(plan: _BridgePlan, slice_links: int) -> list[tuple[int, int, int]]:
+    """``plan.near`` as ``(start, end, links)`` slices in order, each of about
+    ``slice_links`` citation links (a node with more is a slice of its own)."""
+    near = plan.near
+    degree = np.zeros(near.size, dtype=np.int64)
+    for kind in ("cite", "cited_by"):
+        indptr = plan.csr[kind][0]
+        degree += indptr[near + 1]
+        degree -= indptr[near]
+    ends = np.cumsum(degree)
+    targets = np.arange(slice_links, int(ends[-1]) if ends.size else 0, slice_links)
+    # after the nodes whose links end at or before each multiple of slice_links
+    bounds = np.unique(np.concatenate([[0], np.searchsorted(ends, targets, "right"), [near.size]]))
+    before = np.concatenate([[0], ends])
+    return [
+        (lo, hi, int(before[hi] - before[lo]))
+        for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True)
+    ] or [(0, 0, 0)]
 
 
 _DEGREE_TERMS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -253,12 +315,20 @@ def pair_evidence(
     quotable_gate: bool = True,
     retracted_gate: bool = True,
     as_of: int | None = None,
+    deadline: float | None = None,
+    slice_links: int = BUDGET_SLICE_LINKS,
 ) -> PairEvidence:
     """``collect_candidates``, ``path_flags``, the counts of gates 3-6 and
     ``top_rows(c, alive, structural_scores(...), top_k)`` in one compiled pass that keeps no
     per-candidate array: the same counts, rows, order and scores bit for bit. The gates are
     the ladder's: the quotable-terminal gate, the retraction gate and an as-of year (None:
-    no cutoff), each as configured."""
+    no cutoff), each as configured.
+
+    ``deadline`` (a ``time.perf_counter`` value; None: none): the pass runs over slices of
+    the expanded side of about ``slice_links`` links each (the DIRECT articles with the
+    first), the clock looked at between two; past the deadline the rest is not read and the
+    result says so (``cut``). Uncut, the counts, rows and scores are the single pass's
+    (each slice keeps its best ``top_k`` rows; the best of those are the best of all)."""
     from kg_platform.graph import path_passes
 
     if top_k < 1:
@@ -268,24 +338,43 @@ def pair_evidence(
     years = store.array("year")
     if years.dtype != np.int16:
         raise TypeError(f"graph build {store.build_id}: year is {years.dtype}, expected int16")
+    if slice_links < 1:
+        raise ValueError(f"slice_links: must be at least 1, got {slice_links}")
     plan = _bridge_plan(store, pair)
     lists = [store.articles_of(d) for d in filter_descriptors]
     filter_offsets = np.cumsum([0] + [x.size for x in lists], dtype=np.int64)
     filter_articles = np.concatenate(lists) if lists else np.zeros(0, dtype=np.int64)
     counts = np.zeros(5, dtype=np.int64)
-    heap_score = np.empty(top_k, dtype=np.float64)
-    heap_rows = np.empty((top_k, 4), dtype=np.int64)
-    held = path_passes.pair_evidence(
-        plan.direct, plan.near, plan.table, plan.ascending, plan.from_b, plan.reads,
-        *plan.csr["cite"], *plan.csr["cited_by"],
-        store.array("flags"), years,
-        np.array([QUOTABLE, RETRACTED, CONCERN], dtype=np.int64),
-        np.array([quotable_gate, retracted_gate, as_of or 0], dtype=np.int64),
-        _degree_term(store), _YEAR_TERM, 32768, filter_articles, filter_offsets,
-        counts, heap_score, heap_rows,
-    )  # fmt: skip
-    rows, score = heap_rows[:held], heap_score[:held]
-    order = np.lexsort([rows[:, 1], rows[:, 3], rows[:, 2], -score])
+    if deadline is None or plan.reads <= slice_links:
+        slices = [(0, plan.near.size, plan.reads)]
+    else:
+        slices = _slices(plan, slice_links)
+    kept_rows, kept_score = [], []
+    links_read, cut = 0, False
+    for at, (lo, hi, reads) in enumerate(slices):
+        if at and time.perf_counter() > deadline:  # type: ignore[operator]
+            cut = True
+            break
+        part = np.zeros(5, dtype=np.int64)
+        heap_score = np.empty(top_k, dtype=np.float64)
+        heap_rows = np.empty((top_k, 4), dtype=np.int64)
+        held = path_passes.pair_evidence(
+            plan.direct if at == 0 else plan.direct[:0], plan.near[lo:hi], plan.table,
+            plan.ascending, plan.from_b, reads,
+            *plan.csr["cite"], *plan.csr["cited_by"],
+            store.array("flags"), years,
+            np.array([QUOTABLE, RETRACTED, CONCERN], dtype=np.int64),
+            np.array([quotable_gate, retracted_gate, as_of or 0], dtype=np.int64),
+            _degree_term(store), _YEAR_TERM, 32768, filter_articles, filter_offsets,
+            part, heap_score, heap_rows,
+        )  # fmt: skip
+        counts += part
+        kept_rows.append(heap_rows[:held])
+        kept_score.append(heap_score[:held])
+        links_read += reads
+    rows = kept_rows[0] if len(kept_rows) == 1 else np.concatenate(kept_rows)
+    score = kept_score[0] if len(kept_score) == 1 else np.concatenate(kept_score)
+    order = np.lexsort([rows[:, 1], rows[:, 3], rows[:, 2], -score])[:top_k]
     rows, score = rows[order], score[order]
     top = Candidates(
         pair,
@@ -295,7 +384,15 @@ def pair_evidence(
         rows[:, 3].astype(np.int8),
     )
     names = ("candidates", "quotable", "unretracted", "as_of", "evidence")
-    return PairEvidence(pair, dict(zip(names, counts.tolist(), strict=True)), top, score)
+    return PairEvidence(
+        pair,
+        dict(zip(names, counts.tolist(), strict=True)),
+        top,
+        score,
+        links_read,
+        plan.reads,
+        cut,
+    )
 
 
 # A pair whose candidates (DIRECT articles plus the citations of its cheaper side) number

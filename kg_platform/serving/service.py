@@ -68,7 +68,9 @@ from kg_platform.storage.lake import Lake
 
 MAX_SEARCH_K = 100
 MAX_BODY_BYTES = 64 * 1024
-ASK_FIELDS = {"question", "as_of", "top_k", "release", "mesh_year"}
+ASK_FIELDS = {"question", "as_of", "top_k", "release", "mesh_year", "path_budget_ms"}
+# the most a request's own path-search budget may be, in milliseconds
+MAX_PATH_BUDGET_MS = 600_000.0
 # seconds between two attempts to open a build while none can be served
 RETRY_OPEN_S = 5.0
 
@@ -214,7 +216,9 @@ class GraphService:
     ``tolerant``: a build that cannot be opened leaves the service up without one (every
     question a 503 saying why, retried every ``RETRY_OPEN_S`` seconds), as a worker of `kg
     serve` must be: a worker that exits because its build is damaged is restarted into the
-    same damage. ``record``: the supervisor's account of the workers, for /healthz."""
+    same damage. ``record``: the supervisor's account of the workers, for /healthz.
+    ``path_budget_ms``: each question's path-search budget (``KnowledgeGraph.ask``; None:
+    none); /status counts the questions it cut short."""
 
     def __init__(
         self,
@@ -225,8 +229,11 @@ class GraphService:
         lane: HeavyLane | None = None,
         tolerant: bool = False,
         record: WorkerRecord | None = None,
+        path_budget_ms: float | None = None,
     ) -> None:
         self.choose, self.reader, self.kernels = choose, reader, kernels
+        self.path_budget_ms = path_budget_ms
+        self.cut_questions = 0
         self.generation = generation
         self.lane = lane
         self.record = record
@@ -384,6 +391,9 @@ class GraphService:
             "reloads": self.reloads,
             "reload_error": self.reload_error,
             "questions": self.questions,
+            "path_budget": None
+            if self.path_budget_ms is None
+            else {"budget_ms": self.path_budget_ms, "cut_questions": self.cut_questions},
             "heavy_lane": None
             if self.lane is None
             else {
@@ -434,11 +444,29 @@ def ask_request(body: object) -> dict[str, Any]:
         top_k = validate_top_k(body.get("top_k", 10))
     except QuestionError as error:
         raise BadInput(str(error)) from None
+    budget = body.get("path_budget_ms")
+    if budget is not None and (
+        isinstance(budget, bool)
+        or not isinstance(budget, int | float)
+        or not 0 < budget <= MAX_PATH_BUDGET_MS
+    ):
+        raise BadInput(
+            f"path_budget_ms: {str(budget)[:40]!r} is not a number of milliseconds in "
+            f"(0, {MAX_PATH_BUDGET_MS:g}]"
+        )
     return {
         "question": question,
         "as_of": _int_field(body, "as_of", None, 1000, 2100),
         "top_k": top_k,
+        "path_budget_ms": budget,
     }
+
+
+def path_budget(served: float | None, asked: float | None) -> float | None:
+    """A question's path-search budget: the request's (``path_budget_ms``) or the
+    service's (``--path-budget-ms``), the smaller when both are given."""
+    given = [float(b) for b in (served, asked) if b is not None]
+    return min(given) if given else None
 
 
 def _media_type(request: Request) -> str:
@@ -554,9 +582,11 @@ def build_app(
     async def ask(request: Request) -> Response:
         """
         summary: Answer a question from the served graph build, or refuse with the gate.
-        description: 'The body is {"question", "as_of"?, "top_k"?, "release"?, "mesh_year"?},
-          sent as application/json; the response is exactly `kg ask --json`
-          (docs/ask_json.md) with `partition`.'
+        description: 'The body is {"question", "as_of"?, "top_k"?, "release"?, "mesh_year"?,
+          "path_budget_ms"?}, sent as application/json; the response is exactly `kg ask
+          --json` (docs/ask_json.md) with `partition`. A path_budget_ms (or `kg serve
+          --path-budget-ms`, the smaller of the two) bounds the path search; the answer
+          then has `path_search`, which says whether the budget cut it short.'
         responses:
           200: {description: "the answer or refusal"}
           400: {description: "a malformed body, or another release or MeSH year"}
@@ -580,6 +610,7 @@ def build_app(
                 as_of=fields["as_of"],
                 top_k=fields["top_k"],
                 admit=service.lane.admit(served.kg.store) if service.lane is not None else None,
+                path_budget_ms=path_budget(service.path_budget_ms, fields["path_budget_ms"]),
             )
         except (ValueError, OSError):
             broken, _ = mapped.damage()  # a file damaged while the question was read
@@ -595,6 +626,8 @@ def build_app(
                 Unavailable(f"{broken[0]}: changed under the server while the question was read")
             )
         service.questions += 1
+        if answer.path_search is not None and answer.path_search["cut"]:
+            service.cut_questions += 1
         return Json({**answer.to_json(), "partition": served.partition})
 
     async def search(request: Request) -> Response:

@@ -95,7 +95,7 @@ def test_reader_answers_from_the_evidence(read_lake, cue_reader, dev) -> None:
     assert reading.probability == pytest.approx(0.611974, abs=1e-5)
     np.testing.assert_allclose(reading.posterior, rows.astype(np.float64).mean(axis=0))
     doc = json.loads(json.dumps(answer.to_json()))
-    assert doc["schema_version"] == 5
+    assert doc["schema_version"] == 6
     assert list(doc)[-4:] == ["grounder", "answer", "answer_reason", "start_up_ms"]
     assert doc["answer_reason"] is None
     assert list(doc["answer"]) == [
@@ -267,7 +267,7 @@ def test_cli_reader_flag_and_setting(read_lake, reader_folder, monkeypatch, caps
     monkeypatch.delenv("KG_READER", raising=False)
     assert ask(QUESTION, "--json", "--lake", read_lake.root, "--reader", reader_folder) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert (doc["schema_version"], doc["answer"]["label"]) == (5, "yes")
+    assert (doc["schema_version"], doc["answer"]["label"]) == (6, "yes")
     assert [r["pmid"] for r in doc["answer"]["read"]] == list(TERMINALS)
     assert list(doc)[-4:] == ["answer", "answer_reason", "start_up_ms", "partition"]
     # the same reader from KG_READER, in the text output

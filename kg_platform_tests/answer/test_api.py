@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import argparse
 import json
+from dataclasses import replace
+
+import pytest
 
 from kg_platform.answer.api import SCHEMA_VERSION, KnowledgeGraph
-from kg_platform.commands.ask import add_parser
+from kg_platform.answer.ladder import LadderConfig
+from kg_platform.commands.ask import add_parser, render_text
 
 QUESTION = "Does aspirin prevent myocardial infarction?"
 
@@ -37,7 +42,7 @@ def test_top_k_cuts_after_ranking(kg: KnowledgeGraph) -> None:
 
 def test_json_schema_is_stable(kg: KnowledgeGraph) -> None:
     doc = json.loads(json.dumps(kg.ask(QUESTION).to_json()))
-    assert doc["schema_version"] == SCHEMA_VERSION == 5
+    assert doc["schema_version"] == SCHEMA_VERSION == 6
     # each version only appends keys: every v1 and v2 key keeps its name and place
     assert list(doc) == [
         "schema_version", "question", "as_of", "graph_build", "groundings", "pairs",
@@ -83,6 +88,68 @@ def test_cli_json_and_errors(question_lake, capsys) -> None:
     assert (
         "Verdict: ANSWERABLE" in out
         and "DIRECT [Aspirin + Myocardial Infarction] 100 (2001)" in out
+    )
+
+
+def test_a_path_budget_cuts_the_search_and_the_answer_says_so(kg, question_lake, capsys) -> None:
+    """The aspirin pair read one citation link at a time: a budget it fits answers as
+    without one and says so; a budget already spent stops after the first slice (the
+    DIRECT article and the link 400 -> 100), and the answer says it was cut, in its JSON,
+    its explanation and the CLI's text; a refusal that only the cut caused is
+    ``path_search_cut``, never ``insufficient_paths``."""
+    full = kg.ask(QUESTION)
+    sliced = kg.with_config(replace(kg.config, path_slice_links=1))
+    roomy = sliced.ask(QUESTION, path_budget_ms=600_000)
+    assert roomy.path_search == {"budget_ms": 600000.0, "cut": False, "links_read": 2, "links": 2}
+    assert (roomy.verdict, roomy.evidence) == (full.verdict, full.evidence)
+    assert "path_search" not in full.to_json()  # no budget, no key
+    cut = sliced.ask(QUESTION, path_budget_ms=1e-6)
+    doc = json.loads(json.dumps(cut.to_json()))
+    assert (doc["schema_version"], list(doc)[-1], doc["path_search"]) == (
+        6,
+        "path_search",
+        {"budget_ms": 1e-06, "cut": True, "links_read": 1, "links": 2},
+    )
+    assert [e["rendered"] for e in doc["evidence"]] == [
+        "DIRECT [Aspirin + Myocardial Infarction] 100 (2001)",
+        "BRIDGE [Aspirin + Myocardial Infarction] 100 <--cited-by-- 400 (2026)",
+    ]
+    assert doc["verdict"]["counts"]["candidate_paths"] == 2
+    assert doc["verdict"]["explanation"] == (
+        "2 evidence path(s) support the concept pair. The path search was cut by its 1e-06 ms "
+        "budget after reading 1 of 2 citation links: the counts are lower bounds and the "
+        "evidence is the best of what was read. Ranked by structural score."
+    )
+    assert "Path search: CUT SHORT by its 1e-06 ms budget (1 of 2 citation links read)" in (
+        render_text(cut)
+    )
+    strict = sliced.with_config(replace(sliced.config, ladder=LadderConfig(min_paths=3)))
+    assert strict.ask(QUESTION, path_budget_ms=600_000).verdict.answerable
+    refused = strict.ask(QUESTION, path_budget_ms=1e-6).to_json()["verdict"]
+    assert (refused["answerable"], refused["reason"], refused["gate"]) == (
+        False,
+        "path_search_cut",
+        3,
+    )
+    assert refused["explanation"] == (
+        "The path search was cut by its 1e-06 ms budget after reading 1 of 2 citation links, "
+        "before it found enough evidence (insufficient_paths on what was read); without a "
+        "budget it may answer."
+    )
+    with pytest.raises(ValueError, match="path budget 0 ms: must be a positive number"):
+        kg.ask(QUESTION, path_budget_ms=0)
+    parser = argparse.ArgumentParser()
+    add_parser(parser.add_subparsers())
+    lake = ["--lake", question_lake.root]
+    args = parser.parse_args(["ask", QUESTION, *lake, "--path-budget-ms", "60000"])
+    assert args.func(args) == 0
+    assert "Path search: within its 60000 ms budget (2 of 2 citation links read)" in (
+        capsys.readouterr().out
+    )
+    args = parser.parse_args(["ask", QUESTION, *lake, "--path-budget-ms", "-5"])
+    assert args.func(args) == 2
+    assert capsys.readouterr().err == (
+        "kg ask: --path-budget-ms -5: must be a positive number of milliseconds\n"
     )
 
 

@@ -162,7 +162,7 @@ def test_refusals_carry_the_ranker_and_no_signals(dense_kg) -> None:
 
 def test_json_adds_ranker_signals_grounder_and_similarity(dense_kg) -> None:
     doc = json.loads(json.dumps(dense_kg.ask(PREVENTION).to_json()))
-    assert doc["schema_version"] == 5
+    assert doc["schema_version"] == 6
     # version 2's keys keep their place; version 3 appends the answer after them
     assert list(doc)[-6:] == [
         "ranker",

@@ -97,7 +97,7 @@ def test_kg_ask_json_with_a_tiny_verifier_folder(question_lake, tmp_path, capsys
     args = parser.parse_args([*argv, "--verifier-tau", "1"])
     assert args.func(args) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert doc["schema_version"] == 5 and doc["verdict"]["answerable"] is True
+    assert doc["schema_version"] == 6 and doc["verdict"]["answerable"] is True
     check = doc["verdict"]["verifier"]
     assert check["verifier"] == "verifier:cross-encoder:nli" and len(check["read"]) == 3
     assert 0 < check["p_noinfo"] < 1

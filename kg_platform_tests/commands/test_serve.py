@@ -163,6 +163,45 @@ def test_ask_is_kg_ask_json(server, lake) -> None:
     assert [e["pmid"] for e in top1["evidence"]] == [100]
 
 
+def test_both_workers_answer_questions_under_a_path_budget(server, lake) -> None:
+    """16 clients at once, a connection each, ask under a path budget: every answer is the
+    one asked in this process with the same budget, `path_search` included (the aspirin
+    pair's 2 citation links read of 2, not cut), and the request log shows that both
+    worker processes answered POST /ask."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from kg_platform.answer.api import KnowledgeGraph
+
+    base, home = server
+    want = _stable(KnowledgeGraph.open(lake).ask(ANSWERED, path_budget_ms=60_000).to_json())
+    assert want["path_search"] == {
+        "budget_ms": 60000.0,
+        "cut": False,
+        "links_read": 2,
+        "links": 2,
+    }
+    log = home / "serve.log"
+    start = log.stat().st_size
+    body = {"question": ANSWERED, "path_budget_ms": 60_000}
+    answered: set[int] = set()
+    with ThreadPoolExecutor(16) as pool:
+        for _ in range(20):  # rounds of 16 until both workers have answered one
+            for status, doc in pool.map(lambda _: _post(base + "/ask", body), range(16)):
+                assert status == 200
+                assert {k: v for k, v in _stable(doc).items() if k != "partition"} == want
+            with open(log, "rb") as f:
+                f.seek(start)
+                lines = f.read().decode().splitlines()
+            answered = {
+                int(line.split("[", 1)[1].split("]", 1)[0])
+                for line in lines
+                if " POST /ask 200 " in line
+            }
+            if len(answered) == 2:
+                break
+    assert answered == set(_workers(base))
+
+
 @pytest.mark.parametrize(
     ("body", "status", "message"),
     [
@@ -186,6 +225,21 @@ def test_ask_is_kg_ask_json(server, lake) -> None:
         ({"question": ANSWERED, "top_k": 10**12}, 422, "top_k: 1000000000000 is outside 1..100"),
         ({"question": ANSWERED, "as_of": "2001"}, 422, "as_of: expected an integer, got str"),
         ({"question": ANSWERED, "path": "/etc"}, 422, "body: unknown fields ['path']"),
+        (
+            {"question": ANSWERED, "path_budget_ms": 0},
+            422,
+            "path_budget_ms: '0' is not a number of milliseconds in (0, 600000]",
+        ),
+        (
+            {"question": ANSWERED, "path_budget_ms": "50"},
+            422,
+            "path_budget_ms: '50' is not a number of milliseconds in (0, 600000]",
+        ),
+        (
+            {"question": ANSWERED, "path_budget_ms": True},
+            422,
+            "path_budget_ms: 'True' is not a number of milliseconds in (0, 600000]",
+        ),
         ({"question": ANSWERED, "release": "../../etc"}, 400, "release '../../etc': not served"),
         (["not", "an", "object"], 400, "body: expected a JSON object"),
     ],

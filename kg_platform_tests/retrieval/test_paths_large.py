@@ -9,6 +9,7 @@ recomputed from the raw Parquet with polars; the ranking is recomputed with a fu
 from __future__ import annotations
 
 import dataclasses
+import time
 
 import numpy as np
 import polars as pl
@@ -502,3 +503,55 @@ def test_numpy_pair_evidence_equals_the_compiled_pass(corpus, pairs, descriptors
                     assert got.scores.tobytes() == want.scores.tobytes(), (pair, top_k)
     with pytest.raises(ValueError, match="top_k: must be at least 1, got 0"):
         pair_evidence_numpy(store, pairs[0], [], 0)
+
+
+def test_a_budgeted_search_reads_in_slices_and_stops_at_its_deadline(
+    corpus, pairs, descriptors
+) -> None:
+    """With its deadline far off, a search read in slices of any size gives the single
+    pass's counts, rows, order and scores bit for bit, and says it read every link. With
+    its deadline passed, a giant pair's search stops after its first slice and says so:
+    its counts and rows are exactly the ladder's and the ranking's over the DIRECT paths
+    and the links of the first slice's articles, recounted from every candidate."""
+    store = corpus[1]
+    later = time.perf_counter() + 3600.0
+    sliced = 0
+    for pair in pairs:
+        for filters in ([], descriptors[3:5]):
+            idx = [store.desc_idx(d) for d in filters]
+            for gates, _, _ in GATES[:2]:
+                want = pair_evidence(store, pair, idx, 10, **gates)
+                assert (want.cut, want.links_read) == (False, want.links)
+                for slice_links in (1, 97, 1_000):
+                    got = pair_evidence(
+                        store, pair, idx, 10, **gates, deadline=later, slice_links=slice_links
+                    )
+                    assert (got.counts, got.cut) == (want.counts, False), (pair, slice_links)
+                    assert (got.links_read, got.links) == (want.links, want.links)
+                    assert _rows(store, got.top).equals(_rows(store, want.top)), pair
+                    assert got.scores.tobytes() == want.scores.tobytes(), pair
+                    sliced += len(paths_module._slices(paths_module._bridge_plan(store, pair), 97))
+    assert sliced > 2 * len(pairs) * 4  # most pairs were read in several slices
+
+    giant = _pair(descriptors[0], descriptors[1])
+    plan = paths_module._bridge_plan(store, giant)
+    _, first_end, first_links = paths_module._slices(plan, 1_000)[0]
+    got = pair_evidence(store, giant, [], 10, deadline=time.perf_counter(), slice_links=1_000)
+    assert (got.cut, got.links_read, got.links) == (True, first_links, plan.reads)
+    assert 0 < first_links < plan.reads
+    c = collect_candidates(store, giant)
+    # a BRIDGE row's article on the expanded side is its terminal when expanded from b
+    near_end = c.terminal if plan.from_b else c.source
+    read = np.flatnonzero((c.kind == DIRECT) | np.isin(near_end, plan.near[:first_end]))
+    assert 0 < read.size < len(c)
+    part = _rows_at(c, read)
+    flags = path_flags(store, part)
+    inp = LadderInput(1, 2, len(part), flags["quotable"], flags["retracted"], flags["year"])
+    counts, alive = path_counts(inp, LadderConfig())
+    assert got.counts == dataclasses.asdict(counts)
+    scores = structural_scores(store, part, [], flags["concern"])
+    head = rank_rows(part, alive, scores)[:10]
+    assert _rows(store, got.top).equals(_rows(store, _rows_at(part, head)))
+    assert got.scores.tobytes() == scores[head].tobytes()
+    with pytest.raises(ValueError, match="slice_links: must be at least 1, got 0"):
+        pair_evidence(store, giant, [], 10, deadline=later, slice_links=0)
