@@ -7,10 +7,20 @@ questions the graph answers (``answer.examples.graph_questions``), one it refuse
 giant pairs (a question naming two of the four BRIDGE descriptors on the most articles,
 when it grounds to them). Reports p50/p95/p99 latency and requests/s, overall and for the giant and
 non-giant questions apart, against the same questions asked one after another in this
-process on an opened ``KnowledgeGraph`` (after one untimed round). Every reply is checked
-to be a 200 with the in-process answer's verdict. ``peak_rss``: the server's and each
-worker's own peak RSS (VmHWM) at the end of the load run. ``--heavy-candidates N ...``
-measures the same with `kg serve --heavy-candidates N` too (``service_by_config``).
+process on an opened ``KnowledgeGraph`` (after one untimed round). Every reply is checked:
+``n_lost`` (no reply, or not a 200), ``n_cut`` (the path budget cut the search and the answer
+says so: `path_search.cut`, and its explanation or its `path_search_cut` refusal), ``n_wrong``
+(any other verdict than the in-process answer's, or a cut answer that does not say so).
+``peak_rss``: the server's and each worker's own peak RSS (VmHWM) at the end of the load run.
+``--heavy-candidates N ...`` and ``--path-budget-ms MS ...`` measure the same with `kg serve
+--heavy-candidates N` and `--path-budget-ms MS` too (``service_by_config``), every
+``--workers`` value each.
+
+``--half-rate``: after the closed-loop run (its requests/s at ``--clients`` is taken as the
+saturating rate), the same questions are sent open loop at half that rate for
+``--half-rate-s`` seconds, each request's latency counted from the moment it was due (a
+late send counts against the server), as ``half_rate``; ``questions_per_s_per_core`` is the
+saturating rate over the machine's cores.
 
     KG_HOME=.kg .venv/bin/python benchmarks/serve.py --requests 800 --workers 1 2
 
@@ -83,14 +93,19 @@ def free_port() -> int:
 
 
 def start_server(
-    lake: str, port: int, workers: int = 1, heavy_candidates: int | None = None
+    lake: str,
+    port: int,
+    workers: int = 1,
+    heavy_candidates: int | None = None,
+    path_budget_ms: float | None = None,
 ) -> subprocess.Popen:
     command = [sys.executable, "-m", "kg_platform.cli", "serve", "--lake", lake]
     # its log (a line per request) goes to a file: a pipe nobody reads would fill and stop it
     log = tempfile.TemporaryFile()  # noqa: SIM115 (lives as long as the server)
     server = subprocess.Popen(
         [*command, "--port", str(port), "--workers", str(workers)]
-        + ([] if heavy_candidates is None else ["--heavy-candidates", str(heavy_candidates)]),
+        + ([] if heavy_candidates is None else ["--heavy-candidates", str(heavy_candidates)])
+        + ([] if path_budget_ms is None else ["--path-budget-ms", str(path_budget_ms)]),
         stdout=subprocess.DEVNULL,
         stderr=log,
     )
@@ -110,12 +125,39 @@ def start_server(
     raise RuntimeError(f"kg serve did not start: {log.read().decode()[-2000:]}")
 
 
-def load_run(port: int, work: list[tuple[str, bool]], clients: int, verdicts: dict) -> dict:
+def judge(status: int, doc: dict | None, want: dict) -> str:
+    """``same`` (the in-process verdict), ``cut`` (the path budget cut the search and the
+    answer says so), ``wrong`` (anything else) or ``lost`` (no 200 reply)."""
+    if status != 200 or doc is None:
+        return "lost"
+    search = doc.get("path_search") or {}
+    verdict = doc["verdict"]
+    if search.get("cut"):
+        says = verdict["reason"] == "path_search_cut" or (
+            verdict["answerable"] and "cut by its" in verdict["explanation"]
+        )
+        return "cut" if says else "wrong"
+    return "same" if verdict == want else "wrong"
+
+
+def load_run(
+    port: int,
+    work: list[tuple[str, bool]],
+    clients: int,
+    verdicts: dict,
+    rate: float | None = None,
+) -> dict:
+    """``work`` sent by ``clients`` threads, each with a keep-alive connection: closed loop
+    (each sends its next question when its last is answered), or with ``rate`` open loop
+    (request i due at i / rate seconds; its latency counts from then)."""
     lock = threading.Lock()
     queue = iter(range(len(work)))
     latencies: list[tuple[bool, float]] = []
     by_question: dict[str, list[float]] = {}
     errors: list[str] = []
+    outcomes = {"same": 0, "cut": 0, "wrong": 0, "lost": 0}
+    late: list[float] = []
+    began = time.perf_counter()
 
     def client() -> None:
         connection = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
@@ -127,28 +169,46 @@ def load_run(port: int, work: list[tuple[str, bool]], clients: int, verdicts: di
             question, giant = work[i]
             body = json.dumps({"question": question})
             started = time.perf_counter()
-            connection.request("POST", "/ask", body, {"content-type": "application/json"})
-            response = connection.getresponse()
-            doc = json.loads(response.read())
+            if rate is not None:
+                due = began + i / rate
+                if due > started:
+                    time.sleep(due - started)
+                late.append(max(0.0, started - due) * 1000.0)
+                started = due
+            try:
+                connection.request("POST", "/ask", body, {"content-type": "application/json"})
+                response = connection.getresponse()
+                status, doc = response.status, json.loads(response.read())
+            except (OSError, http.client.HTTPException, ValueError):
+                connection.close()
+                connection = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
+                status, doc = 0, None
             elapsed = (time.perf_counter() - started) * 1000.0
+            outcome = judge(status, doc, verdicts[question])
             with lock:
                 latencies.append((giant, elapsed))
                 by_question.setdefault(question, []).append(elapsed)
-                if response.status != 200 or doc["verdict"] != verdicts[question]:
-                    errors.append(f"{question!r}: {response.status}")
+                outcomes[outcome] += 1
+                if outcome in ("wrong", "lost"):
+                    errors.append(f"{question!r}: {status} {outcome}")
 
     threads = [threading.Thread(target=client) for _ in range(clients)]
-    started = time.perf_counter()
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    seconds = time.perf_counter() - started
+    seconds = time.perf_counter() - began
     return {
         "clients": clients,
+        "offered_per_s": None if rate is None else round(rate, 1),
         "requests": len(work),
         "seconds": round(seconds, 2),
         "requests_per_s": round(len(work) / seconds, 1),
+        "n_same": outcomes["same"],
+        "n_cut": outcomes["cut"],
+        "n_wrong": outcomes["wrong"],
+        "n_lost": outcomes["lost"],
+        "sent_late_ms_p95": round(float(np.percentile(late, 95)), 2) if late else None,
         "all": percentiles([ms for _, ms in latencies]),
         "non_giant": percentiles([ms for g, ms in latencies if not g]),
         "giant": percentiles([ms for g, ms in latencies if g]),
@@ -210,10 +270,31 @@ def main() -> int:
         help="also measure `kg serve --heavy-candidates N` for each N (the largest pairs "
         "searched one at a time per worker), with every --workers value (service_by_config)",
     )
+    parser.add_argument(
+        "--path-budget-ms",
+        type=float,
+        nargs="+",
+        default=None,
+        help="also measure `kg serve --path-budget-ms MS` for each MS, with every --workers "
+        "value (service_by_config)",
+    )
+    parser.add_argument(
+        "--half-rate",
+        action="store_true",
+        help="also send the questions open loop at half the closed-loop rate (half_rate)",
+    )
+    parser.add_argument("--half-rate-s", type=float, default=20.0)
     args = parser.parse_args()
     lake_root = args.lake or Settings.load().lake
     result = measure(
-        lake_root, args.clients, args.requests, args.questions, args.workers, args.heavy_candidates
+        lake_root,
+        args.clients,
+        args.requests,
+        args.questions,
+        args.workers,
+        args.heavy_candidates,
+        args.path_budget_ms,
+        args.half_rate_s if args.half_rate else None,
     )
     print(json.dumps(result))
     return 0
@@ -226,6 +307,8 @@ def measure(
     n_questions: int,
     workers_list: list[int],
     heavy_list: list[int] | None = None,
+    budget_list: list[float] | None = None,
+    half_rate_s: float | None = None,
 ) -> dict:
     """The figures above for the published graph build `kg serve --lake lake_root` serves."""
     lake, _ = scoped_lake(
@@ -247,21 +330,33 @@ def measure(
     work = [questions[i % len(questions)] for i in range(requests)]
 
     by_config = {}
-    # kg serve as started by default first (no heavy lane), then each --heavy-candidates
-    for heavy in [None, *(heavy_list or [])]:
+    cores = os.cpu_count() or 1
+    # kg serve as started by default first (no heavy lane, no budget), then each
+    # --heavy-candidates, then each --path-budget-ms
+    settings = [(None, None)] + [(h, None) for h in heavy_list or []]
+    settings += [(None, b) for b in budget_list or []]
+    for heavy, budget in settings:
         for workers in workers_list:
             port = free_port()
-            server = start_server(lake_root, port, workers, heavy)
+            server = start_server(lake_root, port, workers, heavy, budget)
             try:
                 for _ in range(workers):  # warm each worker's first question (if it can)
                     load_run(port, questions, workers, verdicts)
                 got = load_run(port, work, clients, verdicts)
+                got["loadavg"] = [round(x, 2) for x in os.getloadavg()]
+                got["questions_per_s_per_core"] = round(got["requests_per_s"] / cores, 1)
+                if half_rate_s is not None:
+                    rate = got["requests_per_s"] / 2.0
+                    n = max(1, int(rate * half_rate_s))
+                    half = [questions[i % len(questions)] for i in range(n)]
+                    got["half_rate"] = load_run(port, half, max(clients, 32), verdicts, rate)
+                    got["half_rate"]["loadavg"] = [round(x, 2) for x in os.getloadavg()]
                 got["peak_rss"] = process_tree_peak_mb(server.pid)
-                by_config[(workers, heavy)] = got
+                by_config[(workers, heavy, budget)] = got
             finally:
                 server.terminate()
                 server.wait(timeout=60)
-    by_workers = {w: r for (w, heavy), r in by_config.items() if heavy is None}
+    by_workers = {w: r for (w, h, b), r in by_config.items() if h is None and b is None}
     served = by_workers[workers_list[0]]
     return {
         "lake": lake_root,
@@ -274,10 +369,11 @@ def measure(
         "service": served,  # the first --workers value
         "service_by_workers": {str(w): r for w, r in by_workers.items()},
         "service_by_config": {
-            f"workers={w} heavy_candidates={'none' if h is None else h}": r
-            for (w, h), r in by_config.items()
+            f"workers={w} heavy_candidates={'none' if h is None else h} "
+            f"path_budget_ms={'none' if b is None else f'{b:g}'}": r
+            for (w, h, b), r in by_config.items()
         }
-        if heavy_list
+        if heavy_list or budget_list
         else None,
         "in_process": {
             "all": percentiles([ms for _, ms in in_process]),
