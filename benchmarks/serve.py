@@ -20,7 +20,9 @@ says so: `path_search.cut`, and its explanation or its `path_search_cut` refusal
 saturating rate), the same questions are sent open loop at half that rate for
 ``--half-rate-s`` seconds, each request's latency counted from the moment it was due (a
 late send counts against the server), as ``half_rate``; ``questions_per_s_per_core`` is the
-saturating rate over the machine's cores.
+saturating rate over the machine's cores, and ``questions_per_cpu_s`` the questions over the
+CPU-seconds the server's processes used for them (on a machine shared with other work, the
+figure that does not depend on what else runs).
 
     KG_HOME=.kg .venv/bin/python benchmarks/serve.py --requests 800 --workers 1 2
 
@@ -226,6 +228,23 @@ def load_run(
     }
 
 
+def process_tree_cpu_s(root: int) -> float:
+    """CPU-seconds (user + system) used so far by a live process and its descendants."""
+    total, todo = 0, [root]
+    while todo:
+        pid = todo.pop()
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])  # utime, stime
+            for task in os.listdir(f"/proc/{pid}/task"):
+                with open(f"/proc/{pid}/task/{task}/children") as f:
+                    todo += [int(c) for c in f.read().split()]
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+    return total / os.sysconf("SC_CLK_TCK")
+
+
 def process_tree_peak_mb(root: int) -> dict:
     """Peak RSS (VmHWM) of a live process and of each of its descendants (the ``--workers``
     children), in MiB, read from /proc while they run."""
@@ -342,9 +361,14 @@ def measure(
             try:
                 for _ in range(workers):  # warm each worker's first question (if it can)
                     load_run(port, questions, workers, verdicts)
+                cpu = process_tree_cpu_s(server.pid)
                 got = load_run(port, work, clients, verdicts)
+                cpu = process_tree_cpu_s(server.pid) - cpu
                 got["loadavg"] = [round(x, 2) for x in os.getloadavg()]
                 got["questions_per_s_per_core"] = round(got["requests_per_s"] / cores, 1)
+                # the server's own CPU: what a question costs whatever else the machine runs
+                got["server_cpu_s"] = round(cpu, 2)
+                got["questions_per_cpu_s"] = round(len(work) / cpu, 1) if cpu else None
                 if half_rate_s is not None:
                     rate = got["requests_per_s"] / 2.0
                     n = max(1, int(rate * half_rate_s))
