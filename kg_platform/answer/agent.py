@@ -32,8 +32,9 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import polars as pl
 
-from kg_platform.answer.api import MESH_KEYS, Answer, KnowledgeGraph, RoledGrounding
+from kg_platform.answer.api import MESH_KEYS, KnowledgeGraph
 from kg_platform.answer.ladder import RefusalReason
+from kg_platform.answer.question import Answer, RoledGrounding
 from kg_platform.grounding.roles import Role
 
 DEFAULT_HOPS = 3

@@ -225,3 +225,12 @@ def verifier_gate(verdict: Verdict, check: dict, p_noinfo: np.ndarray, tau: floa
             verifier=check,
         )
     return replace(verdict, verifier=check)
+
+
+def gate_tau(given: float | None, verifier: object | None) -> float:
+    """Gate 7's tau: ``--verifier-tau`` when given, else the one saved with the verifier
+    (fitted on SciFact training folds), else the ladder's default."""
+    if given is not None:
+        return given
+    saved = getattr(verifier, "tau", None)
+    return DEFAULT_VERIFIER_TAU if saved is None else float(saved)

@@ -16,9 +16,7 @@ from kg_platform.settings import reader_folder
 
 # `kg <anything>` builds every parser: the question path loads only when a question is asked
 if TYPE_CHECKING:
-    from kg_platform.answer.api import Answer
     from kg_platform.answer.readers.base import Reader
-    from kg_platform.answer.verifier import Verifier
 
 RANKERS = ("auto", "dense", "structural")  # answer.api.RANKERS (test_api checks they agree)
 
@@ -101,55 +99,6 @@ def check_path_budget(ms: float | None) -> float | None:
     return ms
 
 
-def render_text(answer: Answer) -> str:
-    grounder = answer.grounder
-    kind = grounder.get("kind")
-    lines = [
-        f"Groundings ({kind}{', threshold ' + str(grounder['threshold']) if kind == 'hybrid' else ''}):"
-    ]
-    for r in answer.groundings:
-        g = r.grounding
-        dense = f" (dense, {g.variant})" if g.kind == "dense" else ""
-        lines.append(f"  {r.role:<6} {g.name} ({g.ui})  <- '{g.surface}' [{r.reason}]{dense}")
-    if not answer.groundings:
-        lines.append("  (none)")
-    lines.append("Concept pairs (major co-annotations / any):")
-    for p in answer.pairs:
-        mark = "*" if p == answer.chosen_pair else " "
-        lines.append(f" {mark} {p.label}: {p.major_co_annotations} / {p.co_annotations}")
-    v = answer.verdict
-    verdict = "ANSWERABLE" if v.answerable else f"REFUSED at gate {v.gate}: {v.reason}"
-    lines += [f"Verdict: {verdict}", f"  {v.explanation}", f"  counts: {v.counts}"]
-    lines.append(f"  ranker: {answer.ranker}")
-    if v.signals:
-        lines.append(f"  signals: {v.signals}")
-    if v.verifier:
-        lines.append(
-            f"  verifier: {v.verifier['verifier']}, lowest P(NOINFO) {v.verifier['p_noinfo']} "
-            f"(tau {v.verifier['tau']}) on {len(v.verifier['read'])} article(s); "
-            f"claim: {v.verifier['claim']}"
-        )
-    if answer.evidence:
-        lines.append("Evidence:")
-        for e in answer.evidence:
-            sim = "" if e.path.similarity is None else f" [similarity {e.path.similarity:.3f}]"
-            lines.append(
-                f"  PMID {e.path.terminal.pmid} ({e.path.terminal.year}) {e.title or ''}{sim}"
-            )
-            lines.append(f"    {e.path.render()}")
-    if answer.path_search is not None:
-        search = answer.path_search
-        lines.append(
-            f"Path search: {'CUT SHORT by' if search['cut'] else 'within'} its "
-            f"{search['budget_ms']:g} ms budget ({search['links_read']:,} of "
-            f"{search['links']:,} citation links read)"
-        )
-    lines.append(answer.reading.render())
-    timings = ", ".join(f"{k} {v:.1f}" for k, v in answer.timings_ms.items())
-    lines.append(f"Timings (ms): {timings}")
-    return "\n".join(lines) + "\n"
-
-
 def open_reader(folder: str | None) -> Reader | None:
     """The reader of ``--reader DIR``, else of KG_READER, else None; a ValueError names
     the folder and where it came from."""
@@ -168,35 +117,16 @@ def open_reader(folder: str | None) -> Reader | None:
         raise ValueError(f"{source}: {error}") from None
 
 
-def open_verifier(folder: str | None) -> Verifier | None:
-    if folder is None:
-        return None
-    from kg_platform.answer.verifier import load_verifier
-
-    try:
-        return load_verifier(folder)
-    except (OSError, ValueError) as error:
-        raise ValueError(f"--verifier: {folder}: {error}") from None
-
-
-def gate_tau(given: float | None, verifier: Verifier | None) -> float:
-    """Gate 7's tau: ``--verifier-tau`` when given, else the one saved with the verifier
-    (fitted on SciFact training folds), else the ladder's default."""
-    if given is not None:
-        return given
-    saved = getattr(verifier, "tau", None)
-    return DEFAULT_VERIFIER_TAU if saved is None else float(saved)
-
-
 def run_ask(args: argparse.Namespace) -> int:
-    from kg_platform.answer.api import (
-        AskConfig,
-        KnowledgeGraph,
+    from kg_platform.answer.api import AskConfig, KnowledgeGraph
+    from kg_platform.answer.ladder import LadderConfig, gate_tau
+    from kg_platform.answer.question import (
         QuestionError,
+        render_text,
         validate_question,
         validate_top_k,
     )
-    from kg_platform.answer.ladder import LadderConfig
+    from kg_platform.answer.verifier import open_verifier
     from kg_platform.commands.partition_args import scoped_lake
 
     started = time.perf_counter()  # imports end here; opening the build starts

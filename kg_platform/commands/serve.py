@@ -10,7 +10,6 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 import time
 
 from kg_platform.commands.ask import add_path_budget_arg, check_path_budget
@@ -69,39 +68,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run_serve)
 
 
-def heavy_lane(heavy_candidates: int | None):
-    """A worker's heavy lane for ``--heavy-candidates`` (None: none)."""
-    from kg_platform.serving.service import HeavyLane
-
-    if heavy_candidates is None:
-        return None
-    if heavy_candidates < 0:
-        raise ValueError(f"--heavy-candidates {heavy_candidates}: must be 0 or more")
-    return HeavyLane(heavy_candidates)
-
-
-# what a worker process opens: set by `kg serve` for the processes it starts
-SPEC_ENV = "KG_SERVE_SPEC"
-
-
-def corpus_is_synthetic(lake: str | None) -> bool:
-    """Whether the lake served was built from the synthetic demo corpus: the home's own lake,
-    its recorded PubMed source the synthetic folder `kg build` writes when NLM cannot be
-    reached, or NLM with that folder written (the demo)."""
-    from pathlib import Path
-
-    from kg_platform.settings import NLM_PUBMED_URL, Settings
-
-    settings = Settings.load()
-    if lake is not None and os.path.realpath(lake) != os.path.realpath(settings.lake):
-        return False
-    synthetic = settings.home / "synthetic"
-    source = settings.pubmed_source
-    if source != NLM_PUBMED_URL:
-        return Path(source).resolve() == synthetic.resolve()
-    return (synthetic / "baseline").is_dir()
-
-
 def run_serve(args: argparse.Namespace) -> int:
     if not 0 <= args.port <= 65535:
         raise ValueError(f"--port {args.port}: must be in 0..65535")
@@ -111,14 +77,13 @@ def run_serve(args: argparse.Namespace) -> int:
         raise ValueError(f"--copy-below-mib {args.copy_below_mib}: must be 0 or more")
     if not 0 < args.read_timeout <= 3600:
         raise ValueError(f"--read-timeout {args.read_timeout}: must be in (0, 3600] seconds")
-    heavy_lane(args.heavy_candidates)  # refused here, before anything starts
+    if args.heavy_candidates is not None and args.heavy_candidates < 0:
+        raise ValueError(f"--heavy-candidates {args.heavy_candidates}: must be 0 or more")
     check_path_budget(args.path_budget_ms)
-    import uvicorn
-
     from kg_platform.commands.ask import open_reader
     from kg_platform.commands.partition_args import scoped_lake
-    from kg_platform.serving.edge import Supervisor, WorkerRecord
-    from kg_platform.serving.service import Generation, GraphService
+    from kg_platform.serving.page import corpus_is_synthetic
+    from kg_platform.serving.service import GraphService, serve_workers
 
     open_reader(args.reader)  # a bad --reader is refused before any worker starts
     # the build `kg ask` would read, checked here (its sizes against its manifest) before
@@ -133,38 +98,18 @@ def run_serve(args: argparse.Namespace) -> int:
         flush=True,
     )
     del checked
-    with tempfile.TemporaryDirectory(prefix="kg-serve-") as shared:
-        spec = {
-            "lake": args.lake,
-            "release": args.release,
-            "mesh_year": args.mesh_year,
-            "reader": args.reader,
-            "heavy_candidates": args.heavy_candidates,
-            "path_budget_ms": args.path_budget_ms,
-            "generation": os.path.join(shared, "generation"),
-            "record": os.path.join(shared, "workers.json"),
-            "copy_below": int(args.copy_below_mib * 1024 * 1024),
-            "read_timeout": args.read_timeout,
-            "synthetic": corpus_is_synthetic(args.lake),
-        }
-        Generation.create(spec["generation"])
-        os.environ[SPEC_ENV] = json.dumps(spec)
-        # always a supervisor, with one worker too: a worker killed by the system (a
-        # SIGBUS from a file damaged under it) is replaced, with a back-off when it repeats
-        config = uvicorn.Config(
-            "kg_platform.commands.serve:worker_app",
-            factory=True,
-            workers=args.workers,
-            host=args.host,
-            port=args.port,
-            log_level="warning",
-            http="kg_platform.serving.edge:TimedHttp",
-            timeout_keep_alive=5,
-            # a worker warming up (compiling its passes) on a loaded machine answers late
-            timeout_worker_healthcheck=60,
-        )
-        socket = config.bind_socket()
-        Supervisor(config, [socket], WorkerRecord(spec["record"])).run()
+    spec = {
+        "lake": args.lake,
+        "release": args.release,
+        "mesh_year": args.mesh_year,
+        "reader": args.reader,
+        "heavy_candidates": args.heavy_candidates,
+        "path_budget_ms": args.path_budget_ms,
+        "copy_below": int(args.copy_below_mib * 1024 * 1024),
+        "read_timeout": args.read_timeout,
+        "synthetic": corpus_is_synthetic(args.lake),
+    }
+    serve_workers("kg_platform.commands.serve:worker_app", spec, args.workers, args.host, args.port)
     return 0
 
 
@@ -177,8 +122,9 @@ def worker_app():
 
     from kg_platform.commands.ask import open_reader
     from kg_platform.commands.partition_args import scoped_lake
+    from kg_platform.serving.app import build_app
     from kg_platform.serving.edge import TimedHttp, WorkerRecord
-    from kg_platform.serving.service import Generation, GraphService, build_app
+    from kg_platform.serving.service import SPEC_ENV, Generation, GraphService, HeavyLane
     from kg_platform.storage import mapped
 
     faulthandler.enable()  # a worker killed by a signal leaves its stack in the log
@@ -193,7 +139,7 @@ def worker_app():
         lambda: scoped_lake(args, quiet=True),
         open_reader(spec["reader"]),
         Generation(spec["generation"]),
-        lane=heavy_lane(spec["heavy_candidates"]),
+        lane=None if spec["heavy_candidates"] is None else HeavyLane(spec["heavy_candidates"]),
         tolerant=True,
         record=WorkerRecord(spec["record"]),
         path_budget_ms=spec["path_budget_ms"],

@@ -6,7 +6,7 @@ A client that opens a connection and sends its request line and headers slowly (
 holds a connection and little else, but a thousand of them hold a thousand: each request's
 head must arrive within ``TimedHttp.read_timeout`` seconds of its first byte (or of the
 connection, for the first), else 408 and the connection is closed. The body has the same
-deadline, enforced where it is read (``service.read_json_body``); between requests
+deadline, enforced where it is read (``app.read_json_body``); between requests
 uvicorn's keep-alive timeout closes an idle connection.
 """
 

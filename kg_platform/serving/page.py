@@ -5,7 +5,9 @@ build answers (made from the graph when the service warms up); the page says whe
 is loaded (no yes/no answers, evidence only) and when the corpus is synthetic (its PMIDs are
 not the real articles', so the PubMed links open unrelated papers)."""
 
+import os
 from html import escape
+from pathlib import Path
 
 # asked of a build that answers none of the questions made from it (or before one is open)
 FALLBACK_EXAMPLE = "Does aspirin prevent myocardial infarction?"
@@ -123,3 +125,19 @@ document.getElementById("ask").addEventListener("submit", async (event) => {
 </body>
 </html>
 """
+
+
+def corpus_is_synthetic(lake: str | None) -> bool:
+    """Whether the lake served was built from the synthetic demo corpus: the home's own lake,
+    its recorded PubMed source the synthetic folder `kg build` writes when NLM cannot be
+    reached, or NLM with that folder written (the demo)."""
+    from kg_platform.settings import NLM_PUBMED_URL, Settings
+
+    settings = Settings.load()
+    if lake is not None and os.path.realpath(lake) != os.path.realpath(settings.lake):
+        return False
+    synthetic = settings.home / "synthetic"
+    source = settings.pubmed_source
+    if source != NLM_PUBMED_URL:
+        return Path(source).resolve() == synthetic.resolve()
+    return (synthetic / "baseline").is_dir()

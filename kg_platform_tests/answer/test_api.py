@@ -8,9 +8,10 @@ from dataclasses import replace
 
 import pytest
 
-from kg_platform.answer.api import SCHEMA_VERSION, KnowledgeGraph
+from kg_platform.answer.api import KnowledgeGraph
 from kg_platform.answer.ladder import LadderConfig
-from kg_platform.commands.ask import add_parser, render_text
+from kg_platform.answer.question import SCHEMA_VERSION, render_text
+from kg_platform.commands.ask import add_parser
 
 QUESTION = "Does aspirin prevent myocardial infarction?"
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from kg_platform.answer.api import AskConfig, KnowledgeGraph, QuestionError
+from kg_platform.answer.api import AskConfig, KnowledgeGraph
 from kg_platform.answer.ladder import LadderConfig
+from kg_platform.answer.question import QuestionError
 
 
 @pytest.mark.parametrize(

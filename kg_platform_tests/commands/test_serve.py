@@ -548,7 +548,7 @@ def test_a_negative_heavy_candidates_is_refused_by_name(lake, tmp_path) -> None:
 
 
 def test_the_synthetic_demo_corpus_is_recognised(tmp_path, monkeypatch) -> None:
-    from kg_platform.commands.serve import corpus_is_synthetic
+    from kg_platform.serving.page import corpus_is_synthetic
 
     monkeypatch.setenv("KG_HOME", str(tmp_path))
     for name in [k for k in os.environ if k.startswith("KG_") and k != "KG_HOME"]:
@@ -685,7 +685,8 @@ def test_an_answer_read_while_its_file_shrank_is_withheld(lake, tmp_path, monkey
     import shutil
     from contextlib import nullcontext
 
-    from kg_platform.serving.service import GraphService, build_app
+    from kg_platform.serving.app import build_app
+    from kg_platform.serving.service import GraphService
     from kg_platform.storage import mapped
 
     monkeypatch.setitem(mapped._policy, "watch", True)  # `kg serve`'s policy, every file mapped

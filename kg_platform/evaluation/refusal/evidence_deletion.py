@@ -30,7 +30,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kg_platform.answer.api import Answer, KnowledgeGraph
+from kg_platform.answer.api import KnowledgeGraph
+from kg_platform.answer.question import Answer
 from kg_platform.evaluation.common.stats import bootstrap_mean_ci, bootstrap_rd_ci
 from kg_platform.retrieval.exclusion import excluded_nodes, pair_paths
 from kg_platform.retrieval.linking import ConceptPair

@@ -8,8 +8,8 @@ from types import SimpleNamespace
 
 import pytest
 
+from kg_platform.answer.ladder import gate_tau
 from kg_platform.answer.verifier import TAU_FILE, read_tau, write_tau
-from kg_platform.commands.ask import gate_tau
 from kg_platform.evaluation.refusal.report import (
     LadderEvalConfig,
     certification_finding,
