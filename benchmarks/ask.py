@@ -33,7 +33,7 @@ after linking: ``pair_evidence`` (one compiled pass: every candidate found, flag
 at gates 3-6, scored, and the best 10 kept), the ladder's decision, and ``top_paths``.
 
 Same-run reference: every set and every giant pair is timed again, interleaved round by
-round, with that pass replaced by the numpy passes it replaced (``paths._reference_*``
+round, with that pass replaced by the numpy passes it replaced (``numpy_passes``
 collect, flag and score every candidate into arrays, ``ladder.path_counts`` masks them and
 ``paths.top_rows`` ranks the survivors), and the top paths of both are compared
 (``same_top_paths``, ``same_evidence_as_reference``). ``*_over_reference`` is p95 over the
@@ -73,7 +73,7 @@ from kg_platform.evaluation.grounding.evaluation import load_pubmedqa  # noqa: E
 from kg_platform.graph import layout  # noqa: E402
 from kg_platform.graph.build import build_graph  # noqa: E402
 from kg_platform.mesh.tables import build_mesh_tables  # noqa: E402
-from kg_platform.retrieval import paths  # noqa: E402
+from kg_platform.retrieval import numpy_passes, paths  # noqa: E402
 from kg_platform.retrieval.linking import ConceptPair  # noqa: E402
 from kg_platform.storage.lake import Lake  # noqa: E402
 
@@ -119,9 +119,9 @@ def reference_pair_evidence(
     store, pair, filter_descriptors, top_k, quotable_gate=True, retracted_gate=True, as_of=None
 ) -> paths.PairEvidence:
     """``paths.pair_evidence`` from the numpy passes it replaced: every candidate collected,
-    flagged, counted by the ladder, scored and ranked (``paths._reference_*``, ``top_rows``)."""
-    c = paths._reference_collect_candidates(store, pair)
-    flags = paths._reference_path_flags(store, c)
+    flagged, counted by the ladder, scored and ranked (``numpy_passes``, ``top_rows``)."""
+    c = numpy_passes.collect_candidates(store, pair)
+    flags = numpy_passes.path_flags(store, c)
     disabled = set()
     if not quotable_gate:
         disabled.add(RefusalReason.NO_QUOTABLE_TERMINAL)
@@ -129,7 +129,7 @@ def reference_pair_evidence(
         disabled.add(RefusalReason.ONLY_RETRACTED_EVIDENCE)
     inp = LadderInput(1, 2, len(c), flags["quotable"], flags["retracted"], flags["year"], as_of)
     counts, alive = path_counts(inp, LadderConfig(disabled=frozenset(disabled)))
-    scores = paths._reference_structural_scores(store, c, filter_descriptors, flags["concern"])
+    scores = numpy_passes.structural_scores(store, c, filter_descriptors, flags["concern"])
     head = paths.top_rows(c, alive, scores, top_k)
     top = paths.Candidates(pair, c.kind[head], c.source[head], c.terminal[head], c.relation[head])
     return paths.PairEvidence(pair, asdict(counts), top, scores[head])

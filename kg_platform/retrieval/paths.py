@@ -17,8 +17,8 @@ Over such a pair (a million candidates and more) each numpy step was a pass of i
 expanding the citations, keeping the far ends, repeating the origins, gathering flags, years
 and in-degrees. ``collect_candidates``, ``path_flags`` and ``structural_scores`` each run as
 one compiled loop over the rows (``kg_platform.graph.path_passes``) with the same rows, flags
-and scores bit for bit; the numpy versions are kept below as ``_reference_*``, which the
-tests and ``benchmarks/ask.py`` compare against.
+and scores bit for bit; the numpy versions are kept in ``numpy_passes.py``, which the
+tests and ``benchmarks/ask.py`` compare against. The paths' types are ``candidates.py``.
 
 The question path with the structural ranker needs less than all of that: the counts the
 ladder's gates 3-6 look at and the ``top_k`` best surviving paths. ``pair_evidence`` gives
@@ -32,110 +32,34 @@ from __future__ import annotations
 import sys
 import time
 import weakref
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
 from kg_platform.graph.layout import CONCERN, QUOTABLE, RETRACTED
-from kg_platform.graph.store import KGStore, in_sorted, intersect_sorted
+from kg_platform.graph.store import KGStore, intersect_sorted
+from kg_platform.retrieval import numpy_passes
+from kg_platform.retrieval.candidates import (
+    BRIDGE,
+    CITED_BY,
+    CITES,
+    DIRECT,
+    KIND_NAMES,
+    NO_HOP,
+    RELATION_NAMES,
+    Candidates,
+    EvidencePath,
+    Hop,
+    membership,
+    node_table,
+)
 from kg_platform.retrieval.linking import ConceptPair
-
-DIRECT, BRIDGE = 0, 1
-NO_HOP, CITES, CITED_BY = 0, 1, 2
-KIND_NAMES = {DIRECT: "DIRECT", BRIDGE: "BRIDGE"}
-RELATION_ARROWS = {CITES: "--cites-->", CITED_BY: "<--cited-by--"}
-RELATION_NAMES = {NO_HOP: "about", CITES: "cites", CITED_BY: "cited_by"}
-
-
-@dataclass(frozen=True)
-class Hop:
-    """One article on a path and how it was reached from the previous one."""
-
-    pmid: int
-    year: int | None
-    relation: str  # "about" for the first article, then "cites" or "cited_by"
-
-
-@dataclass(frozen=True)
-class EvidencePath:
-    """A DIRECT or BRIDGE path with its provenance. The last hop is the terminal: the
-    article whose text would be quoted."""
-
-    kind: str
-    concepts: tuple[str, str]
-    hops: tuple[Hop, ...]
-    score: float
-    quotable: bool
-    retracted: bool
-    concern: bool
-    # cosine of the question with the terminal's abstract; None: structural ranking, or the
-    # terminal has no vector in the embedding index
-    similarity: float | None = None
-
-    @property
-    def terminal(self) -> Hop:
-        return self.hops[-1]
-
-    def render(self) -> str:
-        """``BRIDGE [Aspirin + Myocardial Infarction] 39308168 <--cited-by-- 41584723 (2026)``"""
-        label = f"{self.kind} [{self.concepts[0]} + {self.concepts[1]}]"
-        parts = [str(self.hops[0].pmid)]
-        for hop in self.hops[1:]:
-            arrow = RELATION_ARROWS[CITES if hop.relation == "cites" else CITED_BY]
-            parts.append(f"{arrow} {hop.pmid}")
-        year = self.terminal.year
-        return f"{label} {' '.join(parts)}" + (f" ({year})" if year else "")
-
-
-@dataclass(frozen=True)
-class Candidates:
-    """Every candidate path of one pair as aligned arrays (node indices into the store)."""
-
-    pair: ConceptPair
-    kind: np.ndarray  # DIRECT or BRIDGE, int8
-    source: np.ndarray  # first article, int64
-    terminal: np.ndarray  # last article (== source for DIRECT), int64
-    relation: np.ndarray  # NO_HOP, CITES or CITED_BY, int8
-
-    def __len__(self) -> int:
-        return int(self.kind.size)
-
-    @classmethod
-    def empty(cls, pair: ConceptPair) -> Candidates:
-        z = np.zeros(0, dtype=np.int64)
-        return cls(pair, z.astype(np.int8), z, z, z.astype(np.int8))
-
-
-Membership = Callable[[np.ndarray], np.ndarray]
-
-
-def _node_table(ascending: np.ndarray, lookups: int, n_nodes: int) -> np.ndarray | None:
-    """A boolean table over every node marking ``ascending``, when that is cheaper than a
-    binary search for about ``lookups`` node indices below ``n_nodes``; else None. A binary
-    search costs ~12 ns per level per value (more once ``ascending`` leaves the cache); a
-    boolean table over every node ~0.2 ns per node to allocate, ~20 ns per value to read."""
-    levels = float(np.log2(ascending.size + 1))
-    if lookups * (levels + 1.0) * 12.0 <= 0.2 * n_nodes + 10.0 * ascending.size:
-        return None
-    table = np.zeros(n_nodes, dtype=bool)
-    table[ascending] = True
-    return table
-
-
-def _membership(ascending: np.ndarray, lookups: int, n_nodes: int) -> Membership:
-    """A test ``values -> mask of values found in ascending``, by ``_node_table`` or by a
-    binary search, whichever is cheaper; both give the same mask."""
-    table = _node_table(ascending, lookups, n_nodes)
-    if table is None:
-        return lambda values: in_sorted(values, ascending)
-    return lambda values: table[values]
 
 
 def _far_lookup(far: np.ndarray, lookups: int, n_nodes: int) -> tuple[np.ndarray, np.ndarray]:
-    """``(table, ascending)`` for ``path_passes.links``: ``_node_table`` and no list, or
+    """``(table, ascending)`` for ``path_passes.links``: ``node_table`` and no list, or
     where a binary search is cheaper, no table and the far nodes."""
-    table = _node_table(far, lookups, n_nodes)
+    table = node_table(far, lookups, n_nodes)
     if table is None:
         return np.zeros(0, dtype=bool), far
     return table, far[:0]
@@ -416,7 +340,10 @@ def candidate_bound(store: KGStore, pair: ConceptPair) -> int:
     a, b = store.desc_idx(pair.a_ui), store.desc_idx(pair.b_ui)
     kinds = ("cite", "cited_by")
     reads = min(
-        sum(_reference_reads(store, kind, store.articles_of(d, major_only=True)) for kind in kinds)
+        sum(
+            numpy_passes.neighbour_count(store, kind, store.articles_of(d, major_only=True))
+            for kind in kinds
+        )
         for d in (a, b)
     )
     return reads + min(store.articles_of(a).size, store.articles_of(b).size)
@@ -475,15 +402,15 @@ def pair_evidence_numpy(
     retracted_gate: bool = True,
     as_of: int | None = None,
 ) -> PairEvidence:
-    """``pair_evidence`` by the numpy passes (``_reference_*`` and ``top_rows``): the same
+    """``pair_evidence`` by the numpy passes (``numpy_passes`` and ``top_rows``): the same
     counts, rows, order and scores, with every candidate's arrays kept. For a pair small
     enough that loading the compiled passes would cost more than the numpy passes."""
     if top_k < 1:
         raise ValueError(f"top_k: must be at least 1, got {top_k}")
-    c = _reference_collect_candidates(store, pair)
-    flags = _reference_path_flags(store, c)
+    c = numpy_passes.collect_candidates(store, pair)
+    flags = numpy_passes.path_flags(store, c)
     alive, counts = gate_candidates(flags, len(c), quotable_gate, retracted_gate, as_of)
-    scores = _reference_structural_scores(store, c, filter_descriptors, flags["concern"])
+    scores = numpy_passes.structural_scores(store, c, filter_descriptors, flags["concern"])
     rows = top_rows(c, alive, scores, top_k) if counts["evidence"] else np.zeros(0, np.int64)
     top = Candidates(
         pair,
@@ -498,9 +425,9 @@ def pair_evidence_numpy(
 def path_flags(store: KGStore, c: Candidates) -> dict[str, np.ndarray]:
     """Per candidate: quotable terminal, retracted anywhere on the path, concern anywhere,
     newest year on the path (0 when unknown); one compiled pass over the rows (numpy's,
-    ``_reference_path_flags``, in a process without the compiled passes: the same flags)."""
+    ``numpy_passes.path_flags``, in a process without the compiled passes: the same flags)."""
     if not kernels_loaded():
-        return _reference_path_flags(store, c)
+        return numpy_passes.path_flags(store, c)
     from kg_platform.graph import path_passes
 
     n = len(c)
@@ -552,7 +479,7 @@ def structural_scores(
     carried = np.zeros(terminal.size if filter_descriptors else 0, dtype=np.uint8)
     for d in filter_descriptors:
         articles = store.articles_of(d)
-        carried += _membership(articles, terminal.size, store.n_articles)(terminal)
+        carried += membership(articles, terminal.size, store.n_articles)(terminal)
     degree = np.empty(terminal.size, dtype=np.int64)
     top = path_passes.in_degrees(store.array("cited_by_indptr"), terminal, degree)
     degree_term = np.log1p(np.arange(top + 1, dtype=np.float64))
@@ -675,115 +602,3 @@ def top_paths(
             )
         )
     return paths
-
-
-# -- the numpy passes the compiled ones replaced, kept as their reference ---------------
-
-
-def _reference_reads(store: KGStore, kind: str, nodes: np.ndarray) -> int:
-    """How many ``kind`` neighbours ``nodes`` have in all."""
-    indptr = store.array(f"{kind}_indptr")
-    return int((indptr[nodes + 1] - indptr[nodes]).sum())
-
-
-def _reference_links(
-    store: KGStore, kind: str, nodes: np.ndarray, is_far: Membership
-) -> tuple[np.ndarray, np.ndarray]:
-    """``(origin, neighbour)`` of every ``kind`` link from ``nodes`` to a node ``is_far``
-    accepts, self-links dropped, as int64; ordered by origin, then neighbour."""
-    expansion = store.expand(kind, nodes)
-    neighbours = expansion.neighbours
-    # integer gathers: a boolean mask index over a scattered mask is several times slower
-    hit = np.flatnonzero(is_far(neighbours))
-    origin = np.repeat(expansion.nodes, np.diff(expansion.indptr))[hit]
-    neighbour = neighbours[hit].astype(np.int64)
-    distinct = origin != neighbour
-    if not distinct.all():
-        origin, neighbour = origin[distinct], neighbour[distinct]
-    return origin, neighbour
-
-
-def _reference_collect_candidates(store: KGStore, pair: ConceptPair) -> Candidates:
-    """``collect_candidates`` in numpy passes, as it was before the compiled passes: the
-    reference they are tested and benchmarked against (the same rows in the same order).
-
-    All DIRECT and BRIDGE paths of ``pair``; nothing is capped here.
-
-    Rows come DIRECT first, then CITES, then CITED_BY; the order within a block is not part
-    of the contract (``rank_rows`` orders by explicit keys). BRIDGE paths are found from
-    whichever side has fewer citations to read: ``a cites b`` is ``b cited_by a``, so
-    expanding the b-side major articles and swapping source and terminal gives the same
-    paths at a cost proportional to the smaller side."""
-    a, b = store.desc_idx(pair.a_ui), store.desc_idx(pair.b_ui)
-    direct = intersect_sorted(store.articles_of(a), store.articles_of(b), store.n_articles).astype(
-        np.int64
-    )
-    a_major = store.articles_of(a, major_only=True)
-    b_major = store.articles_of(b, major_only=True)
-    kinds = ("cite", "cited_by")
-    a_reads = sum(_reference_reads(store, kind, a_major) for kind in kinds)
-    b_reads = sum(_reference_reads(store, kind, b_major) for kind in kinds)
-    from_b = b_reads < a_reads
-    near, far, reads = (b_major, a_major, b_reads) if from_b else (a_major, b_major, a_reads)
-    is_far = _membership(far, reads, store.n_articles)
-    bridges: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-    for kind in kinds:
-        origin, neighbour = _reference_links(store, kind, near, is_far)
-        relation = CITES if kind == "cite" else CITED_BY
-        if from_b:  # b --cites--> a is a <--cited-by-- b, and the other way round
-            relation = CITED_BY if relation == CITES else CITES
-            origin, neighbour = neighbour, origin
-        bridges[relation] = (origin, neighbour)
-    blocks = [(DIRECT, NO_HOP, direct, direct)]
-    blocks += [(BRIDGE, r, *bridges[r]) for r in (CITES, CITED_BY)]
-    return Candidates(
-        pair,
-        np.concatenate([np.full(s.size, k, dtype=np.int8) for k, _, s, _ in blocks]),
-        np.concatenate([s for _, _, s, _ in blocks]),
-        np.concatenate([t for _, _, _, t in blocks]),
-        np.concatenate([np.full(s.size, r, dtype=np.int8) for _, r, s, _ in blocks]),
-    )
-
-
-def _reference_path_flags(store: KGStore, c: Candidates) -> dict[str, np.ndarray]:
-    """``path_flags`` in numpy passes (the reference). Per candidate: quotable terminal, retracted anywhere on the path, concern anywhere,
-    newest year on the path (0 when unknown)."""
-    flags, years = store.array("flags"), store.array("year")
-    f_src, f_dst = flags[c.source], flags[c.terminal]
-    either = f_src | f_dst
-    return {
-        "quotable": (f_dst & QUOTABLE) != 0,
-        "retracted": (either & RETRACTED) != 0,
-        "concern": (either & CONCERN) != 0,
-        "year": np.maximum(years[c.source], years[c.terminal]).astype(np.int32),
-    }
-
-
-def _reference_structural_scores(
-    store: KGStore, c: Candidates, filter_descriptors: list[int], concern: np.ndarray
-) -> np.ndarray:
-    """``structural_scores`` in numpy passes (the reference). DIRECT outranks BRIDGE; a terminal that also carries the question's FILTER concepts
-    ranks higher; well-cited terminals and newer ones break ties; a path touching an
-    expression of concern ranks lower."""
-    # in place, but the same float operations in the same order as the plain formula:
-    # score = base + 0.5 * filter... + 0.1 * log1p(in_degree) + clip(year - 1900) / 2000
-    # - 0.5 * concern (adding 0.0 where a term does not apply changes no positive score)
-    score = np.where(c.kind == DIRECT, 2.0, 1.0)
-    terminal = c.terminal
-    for d in filter_descriptors:
-        articles = store.articles_of(d)
-        carries = _membership(articles, terminal.size, store.n_articles)(terminal)
-        np.add(score, 0.5, out=score, where=carries)
-    indptr = store.array("cited_by_indptr")
-    term = indptr[terminal + 1]
-    term -= indptr[terminal]
-    term = np.log1p(term.astype(np.float64))
-    term *= 0.1
-    score += term
-    term = store.array("year")[terminal].astype(np.float64)
-    term -= 1900.0
-    np.clip(term, 0.0, 200.0, out=term)
-    term /= 2000.0
-    score += term
-    np.subtract(score, 0.5, out=score, where=np.asarray(concern, dtype=bool))
-    return score

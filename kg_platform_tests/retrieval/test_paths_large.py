@@ -22,7 +22,9 @@ from kg_platform.graph import layout
 from kg_platform.graph.build import build_graph
 from kg_platform.graph.layout import CONCERN
 from kg_platform.graph.store import KGStore, intersect_sorted
+from kg_platform.retrieval import numpy_passes as reference
 from kg_platform.retrieval import paths as paths_module
+from kg_platform.retrieval.candidates import membership
 from kg_platform.retrieval.linking import ConceptPair
 from kg_platform.retrieval.paths import (
     BRIDGE,
@@ -31,10 +33,6 @@ from kg_platform.retrieval.paths import (
     DIRECT,
     NO_HOP,
     Candidates,
-    _membership,
-    _reference_collect_candidates,
-    _reference_path_flags,
-    _reference_structural_scores,
     collect_candidates,
     pair_evidence,
     pair_evidence_numpy,
@@ -345,7 +343,7 @@ def test_membership_and_intersection_agree_with_numpy(members, lookups, n_nodes)
     ascending = np.sort(rng.choice(n_nodes, members, replace=False)).astype(np.int32)
     values = rng.integers(0, n_nodes, lookups).astype(np.int32)
     values[: lookups // 2] = rng.choice(ascending, lookups // 2) if members else 0
-    found = _membership(ascending, lookups, n_nodes)(values)
+    found = membership(ascending, lookups, n_nodes)(values)
     assert np.array_equal(found, np.isin(values, ascending))
     other = np.unique(values)
     pairs = [(ascending, other), (other, ascending), (ascending, ascending[::3])]
@@ -382,11 +380,11 @@ def test_compiled_passes_equal_the_numpy_reference(
         monkeypatch.setattr(paths_module, "_far_lookup", _forced_lookup(lookup))
     filter_sets = [[], [descriptors[1]], [descriptors[3], descriptors[5]], descriptors[:3]]
     for pair in pairs:
-        c, ref = collect_candidates(store, pair), _reference_collect_candidates(store, pair)
+        c, ref = collect_candidates(store, pair), reference.collect_candidates(store, pair)
         for name in ("kind", "source", "terminal", "relation"):
             got, want = getattr(c, name), getattr(ref, name)
             assert got.dtype == want.dtype and np.array_equal(got, want), (pair, name)
-        flags, ref_flags = path_flags(store, c), _reference_path_flags(store, ref)
+        flags, ref_flags = path_flags(store, c), reference.path_flags(store, ref)
         assert list(flags) == list(ref_flags)
         for name, want in ref_flags.items():
             assert flags[name].dtype == want.dtype, name
@@ -395,7 +393,7 @@ def test_compiled_passes_equal_the_numpy_reference(
         for uis in filter_sets:
             filters = [store.desc_idx(ui) for ui in uis]
             scores = structural_scores(store, c, filters, flags["concern"])
-            want = _reference_structural_scores(store, ref, filters, ref_flags["concern"])
+            want = reference.structural_scores(store, ref, filters, ref_flags["concern"])
             assert scores.dtype == want.dtype and np.array_equal(scores, want), (pair, uis)
             for top_k in (1, 10, 200):
                 assert top_paths(store, c, keep, scores, flags, top_k) == top_paths(
