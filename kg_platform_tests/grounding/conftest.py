@@ -5,16 +5,15 @@ import pytest
 
 from kg_platform.grounding.grounder import Grounder
 from kg_platform_tests.conftest import require_reference
+from kg_platform_tests.support.shared import reference_mesh_build
 
 
 @pytest.fixture(scope="session")
-def mesh_frames() -> dict[str, pl.DataFrame]:
+def mesh_frames(tmp_path_factory) -> dict[str, pl.DataFrame]:
     """The real MeSH 2024 tables, built by kg_platform.mesh from the reference TSVs and the
-    thesaurus terms table, once per session."""
-    from kg_platform.mesh.tables import build_mesh_tables
-
-    # the parent folder: the TSVs with the thesaurus, every concept's terms
-    tables = build_mesh_tables(str(require_reference("mesh")))
+    thesaurus terms table (the parent folder: every concept's terms), once per test run for
+    both workers: the same build as mesh/conftest's ``reference_build``."""
+    tables = reference_mesh_build(tmp_path_factory).tables
     return {t: pl.from_arrow(tables[t]) for t in ("descriptors", "tree", "terms")}
 
 

@@ -3,7 +3,8 @@ manifest records each file's size and sha256 (the surface table's rows too), `kg
 and `kg build` compare the sizes and the index file's header on every plan, hash a file
 written after the partition's materialisation, and `kg status --verify` hashes them all.
 The assets are materialised for real (mesh_tables from the reference TSVs, then
-grounding_index) on a real instance, and the files damaged in place."""
+grounding_index) on a real instance, and the files damaged in place; the same run's
+mesh_tables is checked as mesh_tables of the reference TSVs."""
 
 from __future__ import annotations
 
@@ -14,12 +15,14 @@ import re
 from pathlib import Path
 
 import dagster as dg
+import polars as pl
 import pytest
 
 from kg_platform.assets.grounding import grounding_index
 from kg_platform.assets.mesh import mesh_tables
 from kg_platform.commands.integrity import published_problem
 from kg_platform.grounding.surface_index import SurfaceIndex
+from kg_platform.mesh.contracts import CHECKS
 from kg_platform.resources.lake import LakeResource
 from kg_platform.resources.mesh import MeshSourceResource
 from kg_platform.storage.lake import Lake
@@ -30,8 +33,9 @@ TIME = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC"
 
 
 @pytest.fixture(scope="module")
-def published(tmp_path_factory) -> tuple[Lake, dg.DagsterInstance]:
-    """(the lake root, the instance) after mesh_tables and grounding_index of MeSH 2024."""
+def materialised(tmp_path_factory) -> tuple[Lake, dg.DagsterInstance, dg.ExecuteInProcessResult]:
+    """(the lake, the instance, the run's result) after mesh_tables and grounding_index of
+    MeSH 2024 from the reference TSVs: the one materialisation of both in this suite."""
     lake = Lake(str(tmp_path_factory.mktemp("grounding") / "lake"))
     instance = dg.DagsterInstance.ephemeral()
     instance.add_dynamic_partitions("mesh_years", [YEAR])
@@ -45,7 +49,57 @@ def published(tmp_path_factory) -> tuple[Lake, dg.DagsterInstance]:
         },
     )
     assert result.success
+    return lake, instance, result
+
+
+@pytest.fixture(scope="module")
+def published(materialised) -> tuple[Lake, dg.DagsterInstance]:
+    """(the lake root, the instance) after mesh_tables and grounding_index of MeSH 2024."""
+    lake, instance, _ = materialised
     return lake, instance
+
+
+def test_reference_tsvs_into_the_lake(materialised) -> None:
+    """mesh_tables of the reference TSVs: its checks, its metadata and its tables (the
+    mesh_tables half of this module's materialisation)."""
+    lake, _, result = materialised
+    checks = {
+        e.check_name: e
+        for e in result.get_asset_check_evaluations()
+        if e.asset_key == dg.AssetKey("mesh_tables")
+    }
+    assert sorted(checks) == sorted(CHECKS)
+    assert {name for name, e in checks.items() if not e.passed} == set()
+    recount = checks["recount_matches_source"].metadata
+    assert {k: recount[f"source_{k}"].value for k in ("descriptors", "tree_numbers")} == {
+        "descriptors": 30_764,
+        "tree_numbers": 64_457,
+    }
+    # the thesaurus's entry terms of every concept (the descriptor TSV alone had 137,409)
+    assert recount["written_entry_terms"].value == 233_172
+    terms_recount = checks["terms_recount_matches_source"].metadata
+    assert {k: terms_recount[f"source_{k}"].value for k in ("term_rows", "concepts")} == {
+        "term_rows": 263_936,
+        "concepts": 61_048,
+    }
+    assert checks["terms_descriptors_known"].metadata["terms_unknown_descriptor"].value == 0
+    assert recount["written_supplementary_records"].value == 323_304
+    assert checks["supplementary_mappings_known"].metadata["dangling_mappings_dropped"].value == 0
+
+    metadata = result.asset_materializations_for_node("mesh_tables")[0].metadata
+    assert metadata["rows_descriptors"].value == 30_764
+    assert metadata["rows_tree"].value == 64_457
+    assert metadata["rule_scr_short_removed"].value == 45_746
+    assert metadata["rule_scr_claimed_removed"].value == 32
+    assert metadata["rule_deinversion_added"].value == 2_086
+    assert metadata["dangling_supplementary_mappings"].value == 0
+    assert "using the TSVs" in metadata["source"].value
+
+    descriptors = pl.from_arrow(lake.read_parquet("mesh/2024/descriptors.parquet"))
+    assert descriptors.height == 30_764
+    assert descriptors.filter(pl.col("ui") == "D009203")["n_trees"].to_list() == [4]
+    assert lake.exists("mesh/2024/manifest.json")
+    assert lake.scoped(mesh_year="2024").exists("mesh/manifest.json")
 
 
 def folder(lake: Lake) -> Path:

@@ -1,4 +1,5 @@
-"""MeSH fixtures: the reference MeSH (TSVs + allowable CSV) is built once per session."""
+"""MeSH fixtures: the reference MeSH (TSVs + allowable CSV) is built once per test run, for
+both xdist workers (kg_platform_tests/support/shared.py)."""
 
 from __future__ import annotations
 
@@ -6,8 +7,9 @@ import polars as pl
 import pytest
 
 from kg_platform.mesh.source import MeshSourceSpec, resolve_mesh_source
-from kg_platform.mesh.tables import MeshBuild, build_mesh
+from kg_platform.mesh.tables import MeshBuild
 from kg_platform_tests.conftest import require_reference
+from kg_platform_tests.support.shared import reference_mesh_build
 
 
 @pytest.fixture(scope="session")
@@ -17,8 +19,9 @@ def reference_mesh_spec() -> MeshSourceSpec:
 
 
 @pytest.fixture(scope="session")
-def reference_build(reference_mesh_spec: MeshSourceSpec) -> MeshBuild:
-    return build_mesh(reference_mesh_spec)
+def reference_build(tmp_path_factory) -> MeshBuild:
+    """``build_mesh`` of ``reference_mesh_spec``'s folder."""
+    return reference_mesh_build(tmp_path_factory)
 
 
 @pytest.fixture(scope="session")

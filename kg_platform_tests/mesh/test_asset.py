@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dagster as dg
-import polars as pl
 
 from kg_platform.assets.mesh import mesh_tables
 from kg_platform.mesh.contracts import CHECKS
@@ -49,46 +48,6 @@ def _recorded_checks(
         e.check_name: e
         for e in (r.event_log_entry.dagster_event.asset_check_evaluation_data for r in records)
     }
-
-
-def test_reference_tsvs_into_the_lake(tmp_path):
-    lake_root = str(tmp_path / "lake")
-    result = _materialize(lake_root, str(require_reference("mesh")))
-    assert result.success
-    checks = _checks(result)
-    assert sorted(checks) == sorted(CHECKS)
-    assert {name for name, e in checks.items() if not e.passed} == set()
-    recount = checks["recount_matches_source"].metadata
-    assert {k: recount[f"source_{k}"].value for k in ("descriptors", "tree_numbers")} == {
-        "descriptors": 30_764,
-        "tree_numbers": 64_457,
-    }
-    # the thesaurus's entry terms of every concept (the descriptor TSV alone had 137,409)
-    assert recount["written_entry_terms"].value == 233_172
-    terms_recount = checks["terms_recount_matches_source"].metadata
-    assert {k: terms_recount[f"source_{k}"].value for k in ("term_rows", "concepts")} == {
-        "term_rows": 263_936,
-        "concepts": 61_048,
-    }
-    assert checks["terms_descriptors_known"].metadata["terms_unknown_descriptor"].value == 0
-    assert recount["written_supplementary_records"].value == 323_304
-    assert checks["supplementary_mappings_known"].metadata["dangling_mappings_dropped"].value == 0
-
-    metadata = result.asset_materializations_for_node("mesh_tables")[0].metadata
-    assert metadata["rows_descriptors"].value == 30_764
-    assert metadata["rows_tree"].value == 64_457
-    assert metadata["rule_scr_short_removed"].value == 45_746
-    assert metadata["rule_scr_claimed_removed"].value == 32
-    assert metadata["rule_deinversion_added"].value == 2_086
-    assert metadata["dangling_supplementary_mappings"].value == 0
-    assert "using the TSVs" in metadata["source"].value
-
-    lake = Lake(lake_root)
-    descriptors = pl.from_arrow(lake.read_parquet("mesh/2024/descriptors.parquet"))
-    assert descriptors.height == 30_764
-    assert descriptors.filter(pl.col("ui") == "D009203")["n_trees"].to_list() == [4]
-    assert lake.exists("mesh/2024/manifest.json")
-    assert lake.scoped(mesh_year="2024").exists("mesh/manifest.json")
 
 
 def test_failed_blocking_check_keeps_the_previous_tables(tmp_path):
