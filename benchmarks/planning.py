@@ -64,8 +64,8 @@ def child(args) -> None:
     """One measurement in this process (run with the tree under test first on PYTHONPATH)."""
     import dagster as dg
 
+    from kg_platform.assets.build_keys import BuildKeys
     from kg_platform.commands import build, status
-    from kg_platform.commands.build_plan import BuildKeys
     from kg_platform.storage.lake import Lake
 
     settings, _, asset_graph, instance = _setup(args)

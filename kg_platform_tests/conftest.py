@@ -56,7 +56,7 @@ def _without_current_defs_state_storage():
     # leaves a dead one behind, and every later Definitions load in this process fails with
     # "Attempted to resolve undefined DagsterInstance weakref". Each module and each test
     # starts without one and puts back what it found.
-    from kg_platform.orchestration.dagster_internals import set_defs_state_storage
+    from dagster._core.storage.defs_state.base import set_defs_state_storage
 
     with set_defs_state_storage(None):
         yield

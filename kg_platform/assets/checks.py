@@ -160,23 +160,6 @@ def data_version(digest: str) -> dg.DataVersion:
     return dg.DataVersion(digest[:16])
 
 
-def latest_data_version(
-    context: dg.AssetExecutionContext, asset: str, partition: str | None
-) -> str | None:
-    """The data version of the latest materialisation of ``asset[partition]``."""
-    result = context.instance.fetch_materializations(
-        dg.AssetRecordsFilter(
-            asset_key=dg.AssetKey(asset), asset_partitions=[partition] if partition else None
-        ),
-        limit=1,
-    )
-    if not result.records:
-        return None
-    materialization = result.records[0].asset_materialization
-    tags = (materialization.tags or {}) if materialization else {}
-    return tags.get("dagster/data_version")
-
-
 def published_report(
     context: dg.AssetExecutionContext,
     store: Any,

@@ -4,7 +4,6 @@ import json
 
 import dagster as dg
 
-from kg_platform.assets import versions
 from kg_platform.assets.checks import check_results, check_specs, files_failure
 from kg_platform.assets.partitions import (
     FILES_TO_RELEASE,
@@ -20,6 +19,7 @@ from kg_platform.embeddings.contracts import (
     SHARD_CHECKS,
     TOKEN_CHECKS,
 )
+from kg_platform.orchestration import records
 from kg_platform.orchestration.instance import GPU_POOL
 from kg_platform.orchestration.queues import embedding_queue_tags
 from kg_platform.resources.encoder import EncoderResource
@@ -119,7 +119,7 @@ def embedding_shards(
     for release, members in sorted(by_release.items()):
         scoped = lake.get().scoped(release=release)
         run = embed_shards(scoped, encoder.get(), members)
-        corpus = versions.latest(context.instance, "corpus", release)
+        corpus = records.latest(context.instance, "corpus", release)
         shards = {s.file: s for s in run.shards}
         for status in run.verified:
             target = None
@@ -136,13 +136,13 @@ def embedding_shards(
                         "run_texts_per_s": round(run.texts_per_s, 1),
                         "run_padding_overhead": round(run.padding_overhead, 4),
                     },
-                    tags=versions.provenance_tags(
+                    tags=records.provenance_tags(
                         shard_version(scoped, status.file),
                         SHARDS_CODE_VERSION,
                         {"corpus": corpus},
                     ),
                 )
-                target = versions.latest(context.instance, "embedding_shards", status.file)
+                target = records.latest(context.instance, "embedding_shards", status.file)
             else:
                 failed[status.file] = f"{status.file}: shard {status.reason}"
             yield from check_results(

@@ -6,15 +6,11 @@ import tempfile
 
 import dagster as dg
 
-from kg_platform.assets.checks import (
-    check_results,
-    check_specs,
-    data_version,
-    latest_data_version,
-)
+from kg_platform.assets.checks import check_results, check_specs, data_version
 from kg_platform.assets.partitions import graph_builds, on_dimension, pubmed_releases, scope_for
 from kg_platform.graph.contracts import CHECKS
 from kg_platform.graph.version import GRAPH_FORMAT
+from kg_platform.orchestration.records import latest
 from kg_platform.resources.catalog import CatalogResource
 from kg_platform.resources.lake import LakeResource
 from kg_platform.storage.catalog import Catalog
@@ -77,16 +73,10 @@ def graph(
 
     scope = scope_for(context)
     the_lake = lake.get().scoped(scope)
-    provenance = {
-        "corpus": {
-            "partition": scope.release,
-            "data_version": latest_data_version(context, "corpus", scope.release),
-        },
-        "mesh_tables": {
-            "partition": scope.mesh_year,
-            "data_version": latest_data_version(context, "mesh_tables", scope.mesh_year),
-        },
-    }
+    provenance = {}
+    for asset, partition in (("corpus", scope.release), ("mesh_tables", scope.mesh_year)):
+        found = latest(context.instance, asset, partition)
+        provenance[asset] = {"partition": partition, "data_version": found and found.data_version}
     # the build readers open now: an update's build is patched and recounted from it and the
     # fold's change
     try:

@@ -6,7 +6,6 @@ from collections.abc import Iterator
 
 import dagster as dg
 
-from kg_platform.assets import versions
 from kg_platform.assets.checks import (
     blocking_failure,
     check_results,
@@ -22,6 +21,7 @@ from kg_platform.assets.partitions import (
     scope_for,
 )
 from kg_platform.assets.table_metadata import table_metadata
+from kg_platform.orchestration import records
 from kg_platform.orchestration.instance import NCBI_POOL
 from kg_platform.orchestration.queues import parse_queue_tags
 from kg_platform.pubmed import tables as pubmed_tables_domain
@@ -62,7 +62,7 @@ def changed_source_versions(instance, source) -> dict[str, str]:
     the one its latest observation recorded (new or changed at the source)."""
     wanted = set(instance.get_dynamic_partitions(pubmed_files.name))
     files = [f for f in source.list_files() if f.name in wanted]
-    recorded = versions.latest_observed(instance, "pubmed_source_file")
+    recorded = records.latest_observed(instance, "pubmed_source_file")
     return {
         name: md5 for name, md5 in source.published_md5s(files).items() if recorded.get(name) != md5
     }
@@ -179,7 +179,7 @@ class FileBatch:
         # a new version of a file already in the lake waits at its pending key until it
         # parses: the raw key keeps the last version that did
         result = self.source.fetch(wanted, self.lake, raw_key(wanted), pending_key(wanted))
-        observed = versions.latest(
+        observed = records.latest(
             self.context.instance, "pubmed_source_file", name, observation=True
         )
         yield dg.AssetMaterialization(
@@ -193,7 +193,7 @@ class FileBatch:
                 "skipped_already_verified": result.skipped,
                 "attempts": result.attempts,
             },
-            tags=versions.provenance_tags(
+            tags=records.provenance_tags(
                 result.md5, CODE_VERSION, {"pubmed_source_file": observed}
             ),
         )
@@ -226,7 +226,7 @@ class FileBatch:
         target = None
         if published.digest is not None:
             promote(self.lake, self.parsed_from.get(name))
-            xml = versions.latest(instance, "pubmed_xml", name)
+            xml = records.latest(instance, "pubmed_xml", name)
             yield dg.AssetMaterialization(
                 "pubmed_tables",
                 partition=name,
@@ -234,11 +234,11 @@ class FileBatch:
                     **outcome.metadata(),
                     **table_metadata(PUBMED_TABLES["articles"], outcome.rows.get("articles", 0)),
                 },
-                tags=versions.provenance_tags(
+                tags=records.provenance_tags(
                     data_version(published.digest).value, CODE_VERSION, {"pubmed_xml": xml}
                 ),
             )
-            target = versions.latest(instance, "pubmed_tables", name).target
+            target = records.latest(instance, "pubmed_tables", name).target
         yield from check_results(
             self.context,
             outcome.checks,

@@ -1,6 +1,6 @@
 """`kg build`: validate the sources, add the partitions, and ask the persistent Dagster instance
 for what is missing, failed or stale in the selection, as one asset backfill that Dagster plans
-and runs (build_run.py); one progress line per run, a bar over files, and a summary whose
+and runs (orchestration/backfill.py); one progress line per run, a bar over files, and a summary whose
 counts come from the instance."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import requests
 
-from kg_platform.commands.build_plan import BuildKeys
-from kg_platform.commands.build_run import QUIET, Reporter
+from kg_platform.orchestration.backfill import Reporter
+from kg_platform.orchestration.runs import QUIET
 from kg_platform.settings import NLM_MESH_URL, NLM_PUBMED_URL, Settings, reference_data_dir
 
 DEMO_RECORDS = 20_000
@@ -116,24 +116,6 @@ def ensure_synthetic(settings: Settings) -> None:
     )
 
 
-def register_partitions(instance, keys: BuildKeys) -> list[str]:
-    """Add this build's partition keys; drop file keys of any other source, so a release
-    folds exactly this source's files (their tables stay in the lake, listed as stale by
-    `kg status`). Returns the dropped keys."""
-    from kg_platform.assets import partitions as p
-
-    known = set(instance.get_dynamic_partitions(p.pubmed_files.name))
-    dropped = sorted(known - set(keys.files))
-    for key in dropped:
-        instance.delete_dynamic_partition(p.pubmed_files.name, key)
-    instance.add_dynamic_partitions(p.pubmed_files.name, keys.files)
-    instance.add_dynamic_partitions(p.pubmed_releases.name, [keys.release])
-    instance.add_dynamic_partitions(p.mesh_years.name, [keys.mesh_year])
-    instance.add_dynamic_partitions(p.pubmedqa_sets.name, keys.pubmedqa_sets)
-    instance.add_dynamic_partitions(p.hotpotqa_sets.name, keys.hotpotqa_sets)
-    return dropped
-
-
 def register_question_sets(lake, selected: set) -> tuple[list[str], list[str]]:
     """The reference question sets the selected reports read, copied into the lake."""
     import dagster as dg
@@ -228,7 +210,7 @@ def share_choice(settings: Settings) -> None:
 
 def prepare_and_recover(settings: Settings, jobs: int):
     """The instance for ``jobs`` runs at once, rid of what a killed build left (dead runs...)."""
-    from kg_platform.commands.build_run import daemon_serves
+    from kg_platform.orchestration.backfill import daemon_serves
     from kg_platform.orchestration.instance import prepare_instance
     from kg_platform.orchestration.recovery import recover
 
@@ -240,6 +222,7 @@ def prepare_and_recover(settings: Settings, jobs: int):
 
 def register_build(instance, settings: Settings, names: list[str], year: str, selected: set):
     """This build's keys (release, MeSH year, question sets), added to the partitions."""
+    from kg_platform.assets.build_keys import BuildKeys, register_partitions
     from kg_platform.assets.partitions import release_of
     from kg_platform.storage.lake import Lake
 
@@ -255,11 +238,11 @@ def register_build(instance, settings: Settings, names: list[str], year: str, se
     return keys
 
 
-def plan_build(instance, asset_graph, selected: set, keys: BuildKeys, lake: str, args) -> set:
+def plan_build(instance, asset_graph, selected: set, keys, lake: str, args) -> set:
     """The selection's partitions for these keys that are not fresh, or whose published
-    objects are damaged (integrity.py; a line each), all with --force."""
-    from kg_platform.commands.build_plan import partitions_to_redo, requested_partitions
-    from kg_platform.commands.integrity import damaged, recorded_findings
+    objects are damaged (assets/integrity.py; a line each), all with --force."""
+    from kg_platform.assets.integrity import damaged, recorded_findings
+    from kg_platform.orchestration.freshness import partitions_to_redo, requested_partitions
 
     requested = requested_partitions(asset_graph, selected, keys.for_partitions)
     findings = recorded_findings(Settings.load().dagster_home, lake)
@@ -279,26 +262,32 @@ def run_backfill(instance, asset_graph, todo: set, keys, settings, args, log_pat
     """``todo`` as one asset backfill, run to its end with a line per run (None: nothing to do)."""
     if not todo:
         return None
+    from kg_platform.assets.build_keys import FILE_RUNS
     from kg_platform.assets.partitions import pubmed_files
-    from kg_platform.commands import build_run
+    from kg_platform.orchestration import backfill
     from kg_platform.orchestration.recovery import owner_tags
 
     file_keys = {ap for ap in todo if asset_graph.get(ap.asset_key).partitions_def == pubmed_files}
     files_todo = sorted({ap.partition_key for ap in file_keys})
     progress = Progress(files_todo, log_path, args.verbose)
     env = file_run_environment(len(files_todo), args.jobs)
-    with build_run.workspace(instance, log_path, env) as process_context:
-        backfill_id = build_run.submit_backfill(
+    with backfill.workspace(instance, log_path, env) as process_context:
+        backfill_id = backfill.submit_backfill(
             instance,
             process_context.create_request_context().asset_graph,
             todo,
             title=f"kg build {keys.release} x MeSH {keys.mesh_year}",
-            tags={build_run.BUILD_TAG: settings.lake, **owner_tags()},
-            run_config=build_run.run_config_for(settings.executor),
+            tags={backfill.BUILD_TAG: settings.lake, **owner_tags()},
+            run_config=backfill.run_config_for(settings.executor),
         )
         print(f"backfill {backfill_id} submitted (it shows in the UI under Runs > Backfills)")
-        return build_run.wait_for_backfill(
-            instance, process_context, backfill_id, progress.on_run, reporter=progress
+        return backfill.wait_for_backfill(
+            instance,
+            process_context,
+            backfill_id,
+            progress.on_run,
+            reporter=progress,
+            files=FILE_RUNS,
         )
 
 
@@ -336,7 +325,7 @@ def observe_source(defs, instance) -> None:
         instance=instance, raise_on_error=False, run_config=QUIET, tags=owner_tags()
     )
     if not result.success:
-        from kg_platform.commands.build_run import failure_message
+        from kg_platform.orchestration.runs import failure_message
 
         raise ValueError(f"observing the PubMed source: {failure_message(result)}")
 

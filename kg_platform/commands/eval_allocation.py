@@ -81,13 +81,14 @@ def materialise(settings, lake, question_set: str) -> str:
 
     from kg_platform.assets import allocation
     from kg_platform.assets.partitions import hotpotqa_sets
-    from kg_platform.commands.build_run import materialise_in_order
     from kg_platform.orchestration.instance import prepare_instance
+    from kg_platform.orchestration.runs import materialise_in_order
+    from kg_platform.resources.lake import LakeResource
 
     instance = prepare_instance(settings)
     instance.add_dynamic_partitions(hotpotqa_sets.name, [question_set])
     key = dg.MultiPartitionKey({"question_set": question_set, "configuration": CONFIGURATION})
     steps = [("allocation_report", key)]
     return materialise_in_order(
-        allocation.defs.assets, steps, instance, lake.root, "eval allocation"
+        allocation.defs.assets, steps, instance, LakeResource(root=lake.root), "eval allocation"
     )

@@ -104,9 +104,10 @@ def materialise(
 
     from kg_platform.assets import grounding, mesh
     from kg_platform.assets.partitions import mesh_years, pubmedqa_sets
-    from kg_platform.commands.build_run import materialise_in_order
     from kg_platform.orchestration.instance import prepare_instance
+    from kg_platform.orchestration.runs import materialise_in_order
     from kg_platform.resources.encoder import EncoderResource
+    from kg_platform.resources.lake import LakeResource
     from kg_platform.resources.mesh import MeshSourceResource
 
     instance = prepare_instance(settings)
@@ -121,7 +122,7 @@ def materialise(
         [*mesh.defs.assets, *grounding.defs.assets],
         [*steps, ("grounding_report", dg.MultiPartitionKey(key))],
         instance,
-        lake.root,
+        LakeResource(root=lake.root),
         f"eval {command}",
         configs={"grounding_report": config},
         resources={**defaults, **resources},

@@ -153,12 +153,13 @@ def materialise(settings, lake, config: ReaderConfig, dev: str, test: str) -> tu
 
     from kg_platform.assets import answering
     from kg_platform.assets.partitions import pubmedqa_sets, reader_configs
-    from kg_platform.commands.build_run import materialise_in_order
     from kg_platform.evaluation.common.question_sets import register_question_set
     from kg_platform.evaluation.common.trained import read_trained_reader
     from kg_platform.evaluation.pubmedqa.answering import read_report
     from kg_platform.evaluation.pubmedqa.reader_configs import register_reader_config
     from kg_platform.orchestration.instance import prepare_instance
+    from kg_platform.orchestration.runs import materialise_in_order
+    from kg_platform.resources.lake import LakeResource
 
     dev_key = register_question_set(lake, "pubmedqa", dev)
     test_key = register_question_set(lake, "pubmedqa", test)
@@ -176,7 +177,9 @@ def materialise(settings, lake, config: ReaderConfig, dev: str, test: str) -> tu
         ("posterior_cache", pair(test_key)),
         ("pubmedqa_report", pair(test_key)),
     ]
-    error = materialise_in_order(answering.defs.assets, steps, instance, lake.root, "eval pubmedqa")
+    error = materialise_in_order(
+        answering.defs.assets, steps, instance, LakeResource(root=lake.root), "eval pubmedqa"
+    )
     if error:
         return error, {}
     report = read_report(lake, dev_key, test_key, key)

@@ -135,13 +135,14 @@ def materialise(settings, lake, keys: dict[str, str]) -> str:
 
     from kg_platform.assets import verification
     from kg_platform.assets.partitions import ladder_configs, pubmedqa_sets
-    from kg_platform.commands.build_run import materialise_in_order
     from kg_platform.orchestration.instance import prepare_instance
+    from kg_platform.orchestration.runs import materialise_in_order
+    from kg_platform.resources.lake import LakeResource
 
     instance = prepare_instance(settings)
     instance.add_dynamic_partitions(pubmedqa_sets.name, [keys["question_set"]])
     instance.add_dynamic_partitions(ladder_configs.name, [keys["ladder_config"]])
     steps = [("refusal_report", dg.MultiPartitionKey(keys))]
     return materialise_in_order(
-        verification.defs.assets, steps, instance, lake.root, "eval refusal"
+        verification.defs.assets, steps, instance, LakeResource(root=lake.root), "eval refusal"
     )

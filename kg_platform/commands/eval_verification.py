@@ -171,8 +171,9 @@ def materialise(settings, lake, keys: dict) -> str:
         scifact_heldout_sets,
         verifier_configs,
     )
-    from kg_platform.commands.build_run import materialise_in_order
     from kg_platform.orchestration.instance import prepare_instance
+    from kg_platform.orchestration.runs import materialise_in_order
+    from kg_platform.resources.lake import LakeResource
 
     instance = prepare_instance(settings)
     instance.add_dynamic_partitions(verifier_configs.name, [keys["verifier_config"]])
@@ -190,7 +191,9 @@ def materialise(settings, lake, keys: dict) -> str:
         pair = {"question_set": keys["question_set"], "ladder_config": keys["ladder_config"]}
         steps.append(("refusal_report", dg.MultiPartitionKey(pair)))
     assets = [*answering.defs.assets, *verification.defs.assets]
-    return materialise_in_order(assets, steps, instance, lake.root, "eval verification")
+    return materialise_in_order(
+        assets, steps, instance, LakeResource(root=lake.root), "eval verification"
+    )
 
 
 def read_reports(lake, keys: dict) -> dict:

@@ -47,7 +47,7 @@ def partition_states(
     whose published object no longer matches is `corrupt`, its one line in ``problems``
     (``verify``: hashes compared too, where recorded). A partition built from one that is
     not fresh is `stale`, naming it in ``problems``."""
-    from kg_platform.commands.integrity import Integrity
+    from kg_platform.assets.integrity import Integrity
     from kg_platform.orchestration import freshness as f
 
     resolver = f.stale_resolver(instance, asset_graph)
@@ -194,7 +194,8 @@ def not_ok(states: dict[str, dict[str, str]]) -> dict[str, int]:
 
 def record_verified(home, lake_root: str, instance, states: dict, problems: dict) -> None:
     """What the hashes found, for the next `kg build` (integrity.record_findings)."""
-    from kg_platform.commands.integrity import last_materialised, record_findings
+    from kg_platform.assets.integrity import record_findings
+    from kg_platform.orchestration.records import latest
 
     found = []
     for asset, per in states.items():
@@ -202,7 +203,7 @@ def record_verified(home, lake_root: str, instance, states: dict, problems: dict
             line = problems.get((asset, partition))
             if state != "corrupt" or not line or not partition:
                 continue
-            m = last_materialised(instance, asset, partition)
+            m = latest(instance, asset, partition)
             if m is not None:
                 found.append((m, line))
     record_findings(home, lake_root, found)

@@ -116,7 +116,7 @@ def watched_celery_executor() -> dg.ExecutorDefinition:
     )
     def celery(init_context):
         """dagster-celery's executor; a step whose worker dies fails instead of hanging."""
-        from kg_platform.orchestration.dagster_internals import RetryMode
+        from dagster._core.execution.retries import RetryMode
 
         config = init_context.executor_config
         return WatchedCeleryExecutor(

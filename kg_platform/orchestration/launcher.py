@@ -7,8 +7,7 @@ such a run stays STARTED for ever; this one answers from the run worker's pid
 from __future__ import annotations
 
 import dagster as dg
-
-from kg_platform.orchestration.dagster_internals import CheckRunHealthResult, WorkerStatus
+from dagster._core.launcher import CheckRunHealthResult, WorkerStatus
 
 
 class LocalRunLauncher(dg.DefaultRunLauncher):

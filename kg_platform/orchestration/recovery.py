@@ -209,8 +209,7 @@ def recover(instance, lake_root: str, daemon_serves: bool) -> Recovered:
     backfill (unless a daemon serves the instance: it drives backfills itself), and remove
     the local lake's staging of dead processes. Call while holding the build lock."""
     from dagster import DagsterRunStatus, RunsFilter
-
-    from kg_platform.orchestration.dagster_internals import BulkActionsFilter, BulkActionStatus
+    from dagster._core.execution.backfill import BulkActionsFilter, BulkActionStatus
 
     done = Recovered()
     active = [

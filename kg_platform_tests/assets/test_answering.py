@@ -19,12 +19,12 @@ from kg_platform.answer.readers.crossfit import assign_folds
 from kg_platform.answer.readers.cues import CueRecipe
 from kg_platform.answer.readers.registry import train_reader
 from kg_platform.assets import answering
-from kg_platform.commands.build_run import failure_message
 from kg_platform.evaluation.common import contracts
 from kg_platform.evaluation.common.posteriors import cache_prefix
 from kg_platform.evaluation.common.question_sets import lake_key, register_question_set
 from kg_platform.evaluation.common.trained import read_trained_reader
 from kg_platform.evaluation.pubmedqa.reader_configs import ReaderConfig, register_reader_config
+from kg_platform.orchestration.runs import failure_message
 from kg_platform.resources.lake import LakeResource
 from kg_platform.storage.lake import Lake
 from kg_platform_tests.conftest import require_reference

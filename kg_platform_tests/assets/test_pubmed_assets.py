@@ -11,7 +11,7 @@ import dagster as dg
 import pytest
 
 from kg_platform.assets.pubmed import corpus, pubmed_file_batch
-from kg_platform.commands.build_run import failure_message
+from kg_platform.orchestration.runs import failure_message
 from kg_platform.resources.catalog import CatalogResource
 from kg_platform.resources.lake import LakeResource
 from kg_platform.resources.pubmed_source import PubmedSourceResource
@@ -145,9 +145,9 @@ def test_the_source_is_observed_only_where_an_md5_is_new_or_changed(mirror) -> N
     changes at the source: an observation of an unchanged release records nothing (the
     instance does not grow by one event per file per build), and the latest observation of
     each file stays the one Dagster's staleness compares."""
-    from kg_platform.assets import versions
     from kg_platform.assets.partitions import pubmed_files
     from kg_platform.assets.pubmed import observe_pubmed_source, pubmed_source_file
+    from kg_platform.orchestration import records as versions
 
     instance = new_instance()
     assert instance.get_dynamic_partitions(pubmed_files.name) == FILES

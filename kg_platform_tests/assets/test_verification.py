@@ -29,7 +29,6 @@ from kg_platform.answer.verifier import (
 )
 from kg_platform.assets import answering, verification
 from kg_platform.commands.ask import add_parser
-from kg_platform.commands.build_run import failure_message
 from kg_platform.evaluation.common import contracts
 from kg_platform.evaluation.common.posteriors import cache_prefix
 from kg_platform.evaluation.common.question_sets import lake_key, register_question_set
@@ -39,6 +38,7 @@ from kg_platform.evaluation.refusal import report as refusal
 from kg_platform.evaluation.scifact import report as scifact
 from kg_platform.evaluation.scifact import verifier_training as training
 from kg_platform.evaluation.scifact.evaluation import claim_folds
+from kg_platform.orchestration.runs import failure_message
 from kg_platform.resources.lake import LakeResource
 from kg_platform_tests.answer.readers import conftest as reader_fixtures
 from kg_platform_tests.conftest import require_reference
@@ -401,7 +401,7 @@ def test_an_altered_claims_file_fails_its_check_and_keeps_the_published_model(pi
 
 def test_kg_build_plans_no_verification_partitions() -> None:
     from kg_platform.assets import partitions as p
-    from kg_platform.commands.build_plan import BuildKeys
+    from kg_platform.assets.build_keys import BuildKeys
 
     keys = BuildKeys(["pubmed26n0001"], "pubmed26", "2024", ["pqal_dev400-1a2b3c4d"], [])
     for d in (p.verifier_configs, p.scifact_claim_sets, p.refusal_evaluations):

@@ -8,7 +8,7 @@ import hashlib
 
 import dagster as dg
 
-from kg_platform.assets import versions
+from kg_platform.orchestration import records as versions
 
 PARTS = dg.StaticPartitionsDefinition(["p1"])
 

@@ -15,7 +15,7 @@ import dagster as dg
 from kg_platform.assets.checks import data_version
 from kg_platform.assets.partitions import pubmed_files
 from kg_platform.cli import main
-from kg_platform.commands.build_run import partition_label
+from kg_platform.orchestration.runs import partition_label
 from kg_platform.pubmed.tables import table_key
 from kg_platform.schemas import PUBMED_TABLES
 from kg_platform.storage.lake import Lake

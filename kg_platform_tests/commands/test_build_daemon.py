@@ -13,9 +13,10 @@ import uuid
 from pathlib import Path
 
 import dagster as dg
+from dagster._daemon import controller
+from dagster._daemon.types import DaemonHeartbeat
 
-from kg_platform.commands import build_run
-from kg_platform.orchestration import dagster_internals as internals
+from kg_platform.orchestration import backfill as driver
 from kg_platform_tests.conftest import REPO_ROOT, require_reference
 
 # a bound on a test that waits for a real build, not a figure the test asserts
@@ -25,17 +26,17 @@ WAITING = "waiting for the Dagster daemon (`make ui`; its last heartbeat "
 
 def beat(instance, daemon_id: str, age_s: float) -> None:
     """The heartbeats of a daemon that last beat ``age_s`` ago, as its own loop writes them."""
-    for daemon_type in build_run.DAEMON_TYPES:
+    for daemon_type in driver.DAEMON_TYPES:
         instance.add_daemon_heartbeat(
-            internals.DaemonHeartbeat(time.time() - age_s, daemon_type, daemon_id, errors=[])
+            DaemonHeartbeat(time.time() - age_s, daemon_type, daemon_id, errors=[])
         )
 
 
 def test_the_window_is_dagsters_heartbeat_interval() -> None:
-    assert build_run.HEARTBEAT_S == internals.DEFAULT_HEARTBEAT_INTERVAL_SECONDS
-    assert build_run.DAGSTER_TOLERANCE_S == (
-        internals.DEFAULT_DAEMON_HEARTBEAT_TOLERANCE_SECONDS
-        + internals.DEFAULT_HEARTBEAT_INTERVAL_SECONDS
+    assert driver.HEARTBEAT_S == controller.DEFAULT_HEARTBEAT_INTERVAL_SECONDS
+    assert driver.DAGSTER_TOLERANCE_S == (
+        controller.DEFAULT_DAEMON_HEARTBEAT_TOLERANCE_SECONDS
+        + controller.DEFAULT_HEARTBEAT_INTERVAL_SECONDS
     )
 
 
@@ -46,9 +47,9 @@ def test_a_build_takes_over_from_a_daemon_that_stopped_beating(tmp_path: Path) -
     daemon_id = str(uuid.uuid4())
     # a daemon whose last heartbeat is 2 s short of the window: Dagster calls it healthy
     # (and would for 30 minutes), the build waits for it, saying so
-    almost_gone = build_run.LIVE_S - 2
+    almost_gone = driver.LIVE_S - 2
     beat(instance, daemon_id, almost_gone)
-    statuses = instance.get_daemon_statuses(list(build_run.DAEMON_TYPES))
+    statuses = instance.get_daemon_statuses(list(driver.DAEMON_TYPES))
     assert all(s.healthy for s in statuses.values())
 
     env = {k: v for k, v in os.environ.items() if not k.startswith(("KG_", "DAGSTER_"))}
@@ -88,7 +89,7 @@ def test_a_build_takes_over_from_a_daemon_that_stopped_beating(tmp_path: Path) -
     waiting = next(i for i, line in enumerate(lines) if line.startswith(WAITING))
     assert lines[waiting].endswith(
         f"to run backfill {lines[waiting - 1].split()[1]}: it looks at backfills every 30 s; "
-        f"if it stops beating for {build_run.LIVE_S}s, this build runs the backfill itself"
+        f"if it stops beating for {driver.LIVE_S}s, this build runs the backfill itself"
     ), out
     took_over = [line for line in lines if line.startswith("the Dagster daemon has not beaten")]
     assert len(took_over) == 1, out

@@ -297,9 +297,9 @@ def test_a_failed_file_leaves_what_is_built_from_it_stale(built, capsys) -> None
     and the corpus fresh (its inputs' data versions did not change); `kg status` says the
     corpus and the graph are stale, naming the file that failed."""
     import dagster as dg
+    from dagster._core.definitions.data_version import StaleStatus
 
     from kg_platform.definitions import build_definitions
-    from kg_platform.orchestration.dagster_internals import StaleStatus
     from kg_platform.orchestration.freshness import stale_resolver
     from kg_platform.settings import Settings
 

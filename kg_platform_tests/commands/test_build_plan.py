@@ -7,7 +7,7 @@ from __future__ import annotations
 import dagster as dg
 import pytest
 
-from kg_platform.commands.build_plan import partitions_to_redo, requested_partitions
+from kg_platform.orchestration.freshness import partitions_to_redo, requested_partitions
 
 files = dg.DynamicPartitionsDefinition(name="f")
 releases = dg.DynamicPartitionsDefinition(name="r")

@@ -6,10 +6,10 @@ import sys
 
 import pytest
 from dagster import DagsterSubprocessError
+from dagster._utils.error import serializable_error_info_from_exc_info
 
-from kg_platform.commands.build_run import innermost, one_line
-from kg_platform.orchestration.dagster_internals import serializable_error_info_from_exc_info
 from kg_platform.orchestration.executor import WorkerLost
+from kg_platform.orchestration.runs import innermost, one_line
 
 
 def recorded(raise_it) -> object:

@@ -227,7 +227,7 @@ def test_without_dev_the_reference_dev_file_is_read(tmp_path, kg_home, capsys, m
 
 def test_kg_build_asks_nothing_of_the_answering_assets() -> None:
     from kg_platform.assets import answering
-    from kg_platform.commands.build_plan import BuildKeys
+    from kg_platform.assets.build_keys import BuildKeys
 
     keys = BuildKeys(["pubmed26n0001"], "pubmed26", "2024", ["pqal_dev400-0babc0cc"], [])
     for asset in answering.defs.assets:

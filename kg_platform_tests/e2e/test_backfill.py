@@ -18,7 +18,7 @@ import dagster as dg
 import pytest
 
 from kg_platform.assets.partitions import pubmed_files
-from kg_platform.commands.build_run import partition_label
+from kg_platform.orchestration.runs import partition_label
 from kg_platform_tests.conftest import materialised_partitions, require_reference
 from kg_platform_tests.sources.mirror_server import serve_mirror
 from kg_platform_tests.support.platform import DONE, browser_page, content_hashes, running_platform

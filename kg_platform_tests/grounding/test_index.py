@@ -19,8 +19,8 @@ import polars as pl
 import pytest
 
 from kg_platform.assets.grounding import grounding_index
+from kg_platform.assets.integrity import published_problem
 from kg_platform.assets.mesh import mesh_tables
-from kg_platform.commands.integrity import published_problem
 from kg_platform.grounding.surface_index import SurfaceIndex
 from kg_platform.mesh.contracts import CHECKS
 from kg_platform.resources.lake import LakeResource

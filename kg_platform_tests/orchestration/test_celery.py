@@ -242,7 +242,7 @@ def parent_pid(pid: int) -> int:
 
 def steps(instance: dg.DagsterInstance, runs, kind: dg.DagsterEventType) -> set[tuple[str, str]]:
     """(step key, partition or partition range) of each event of ``kind`` in ``runs``."""
-    from kg_platform.commands.build_run import partition_label
+    from kg_platform.orchestration.runs import partition_label
 
     return {
         (e.step_key, partition_label(run.tags))
@@ -358,7 +358,7 @@ def test_reference_build_on_celery_into_s3_survives_a_killed_worker(
     from dagster_graphql.test.utils import execute_dagster_graphql
     from dagster_postgres import PostgresRunStorage
 
-    from kg_platform.commands import build_run
+    from kg_platform.orchestration import backfill, runs
     from kg_platform.orchestration.executor import PING_EVERY_S, PINGS_MISSED
     from kg_platform.storage.corpus import corpus_rows
     from kg_platform.storage.lake import Lake
@@ -386,9 +386,9 @@ def test_reference_build_on_celery_into_s3_survives_a_killed_worker(
         # the build: the killed step failed within the pings' allowance; the first file stays
         # recorded by it, the second and the fold were not
         (backfill_id,) = {b.backfill_id for b in instance.get_backfills()} - before
-        first = [r.dagster_run for r in build_run.backfill_runs(instance, backfill_id)]
+        first = [r.dagster_run for r in backfill.backfill_runs(instance, backfill_id)]
         assert [(r.run_id, r.status) for r in first] == [(run.run_id, dg.DagsterRunStatus.FAILURE)]
-        line, error = build_run.run_failure(instance, run.run_id)
+        line, error = runs.run_failure(instance, run.run_id)
         assert f"celery worker {killed_worker} stopped answering while running it" in error
         # the one line kg build prints names the lost step and worker, not the executor
         assert line.startswith(f"step {BATCH}: celery worker {killed_worker} stopped"), line
@@ -401,17 +401,17 @@ def test_reference_build_on_celery_into_s3_survives_a_killed_worker(
         assert instance.event_log_storage.get_concurrency_info("ncbi").active_slot_count == 0
 
         # Dagster's re-execution of the backfill from failure, as the UI launches it
-        with build_run.workspace(instance, home / "logs" / "reexecute.log") as context:
+        with backfill.workspace(instance, home / "logs" / "reexecute.log") as context:
             params = {"parentRunId": backfill_id, "strategy": "FROM_FAILURE"}
             launched = execute_dagster_graphql(
                 context.create_request_context(), REEXECUTE_BACKFILL, {"params": params}
             ).data["reexecutePartitionBackfill"]
             assert launched["__typename"] == "LaunchBackfillSuccess", launched
-            result = build_run.wait_for_backfill(
+            result = backfill.wait_for_backfill(
                 instance, context, launched["backfillId"], lambda run: None
             )
         assert result.status == "COMPLETED_SUCCESS"
-        second = [r.dagster_run for r in build_run.backfill_runs(instance, result.backfill_id)]
+        second = [r.dagster_run for r in backfill.backfill_runs(instance, result.backfill_id)]
         assert {r.status for r in second} == {dg.DagsterRunStatus.SUCCESS}
         # it redid only what was not recorded: the second file's tables, and the fold
         assert materialised_partitions(instance, second, "pubmed_tables") == {FILES[1]}

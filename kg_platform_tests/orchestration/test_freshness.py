@@ -9,10 +9,11 @@ from __future__ import annotations
 import dagster as dg
 import pytest
 
-from kg_platform.commands.build_plan import partitions_to_redo, requested_partitions
 from kg_platform.orchestration.freshness import (
     BulkStaleStatusResolver,
     partition_state,
+    partitions_to_redo,
+    requested_partitions,
     stale_resolver,
 )
 

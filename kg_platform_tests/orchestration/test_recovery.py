@@ -41,7 +41,7 @@ def instance(tmp_path: Path):
 def started_run(instance, pid: int | None, tags: dict | None = None) -> dg.DagsterRun:
     """A STARTED run whose worker reported ``pid``, as Dagster's run worker does (no pid:
     a run executed inside a CLI process, which reports none)."""
-    from kg_platform.orchestration.dagster_internals import EngineEventData
+    from dagster._core.events import EngineEventData
 
     run = instance.add_run(
         dg.DagsterRun(
@@ -66,7 +66,8 @@ def dead_pid() -> int:
 
 
 def test_the_launcher_answers_run_monitoring_from_the_worker_pid(instance) -> None:
-    from kg_platform.orchestration.dagster_internals import WorkerStatus, monitor_started_run
+    from dagster._core.launcher import WorkerStatus
+    from dagster._daemon.monitoring.run_monitoring import monitor_started_run
 
     assert isinstance(instance.run_launcher, LocalRunLauncher)
     assert instance.run_monitoring_enabled

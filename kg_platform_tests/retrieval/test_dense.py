@@ -109,7 +109,7 @@ def test_the_semantic_ranker_scores_each_question_afresh():
 def test_a_damaged_published_index_is_named_on_open(tmp_path):
     import json
 
-    from kg_platform.commands.integrity import published_problem
+    from kg_platform.assets.integrity import published_problem
     from kg_platform.embeddings.index import INDEX_MANIFEST, INDEX_PMIDS, INDEX_VECTORS
     from kg_platform.storage.lake import Lake
 

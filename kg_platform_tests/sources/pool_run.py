@@ -38,7 +38,7 @@ def pubmed_xml_job() -> dg.JobDefinition:
 
 
 def main(partition: str) -> int:
-    from kg_platform.commands.build_run import run_config_for
+    from kg_platform.orchestration.backfill import run_config_for
 
     with dg.DagsterInstance.get() as instance:
         result = dg.execute_job(

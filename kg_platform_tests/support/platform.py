@@ -23,8 +23,6 @@ import pyarrow.parquet as pq
 import pytest
 import requests
 
-from kg_platform.orchestration import dagster_internals as internals
-
 # the checkout (kg_platform_tests/support/platform.py -> two folders up)
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -34,7 +32,7 @@ REPOSITORY = {"repositoryLocationName": "kg_platform", "repositoryName": "__repo
 # The backfill daemon wakes every 30 s; a test cannot wait minutes per step, so the daemon
 # process used here wakes every 2 s. Nothing else about it changes.
 DAEMON = (
-    f"import sys, {internals.NAMES['DEFAULT_DAEMON_INTERVAL_SECONDS']} as c; "
+    "import sys, dagster._daemon.controller as c; "
     "c.DEFAULT_DAEMON_INTERVAL_SECONDS = 2; from importlib.metadata import entry_points; "
     "sys.argv = ['dagster-daemon', 'run', '-w', 'workspace.yaml']; "
     "entry_points(group='console_scripts')['dagster-daemon'].load()()"

@@ -32,52 +32,16 @@ whose materialisation is still the one judged, and redoes those that still diffe
 
 from __future__ import annotations
 
-import importlib
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
+from kg_platform.orchestration.records import Recorded, latest
 from kg_platform.storage.lake import Lake
 
 # beside the instance: what the last `kg status --verify` (or `kg build --verify`) found
 FINDINGS = "verify_findings.json"
-
-
-@dataclass(frozen=True)
-class Materialised:
-    """A partition's latest materialisation, as the instance records it."""
-
-    asset: str
-    partition: str
-    timestamp: float
-    data_version: str | None
-    metadata: dict = field(default_factory=dict, compare=False)
-
-
-def _materialised(asset: str, partition: str, record) -> Materialised:
-    event = record.asset_materialization
-    tags = (event.tags or {}) if event is not None else {}
-    metadata = (
-        {k: getattr(v, "value", v) for k, v in (event.metadata or {}).items()} if event else {}
-    )
-    return Materialised(
-        asset, partition, record.timestamp, tags.get("dagster/data_version"), metadata
-    )
-
-
-def last_materialised(instance, asset: str, partition: str) -> Materialised | None:
-    """The latest materialisation of ``asset``'s ``partition`` in the instance (None when
-    there is none)."""
-    import dagster as dg
-
-    found = instance.fetch_materializations(
-        dg.AssetRecordsFilter(
-            asset_key=dg.AssetKey.from_user_string(asset), asset_partitions=[partition]
-        ),
-        limit=1,
-    ).records
-    return _materialised(asset, partition, found[0]) if found else None
 
 
 def _dimensions(partition: str) -> dict[str, str]:
@@ -112,36 +76,12 @@ class Published:
     listings."""
 
     scope: Callable[[Lake, str], Lake]
-    cheap: Callable[[Lake, Materialised | None, Listings], str | None]
-    files: Callable[[Lake, Materialised | None, Listings], list[str]]  # what the stamp compares
-    hashed: Callable[[Lake, Materialised | None, Listings], str | None]
+    cheap: Callable[[Lake, Recorded | None, Listings], str | None]
+    files: Callable[[Lake, Recorded | None, Listings], list[str]]  # what the stamp compares
+    hashed: Callable[[Lake, Recorded | None, Listings], str | None]
 
 
-def _deferred(function: str, first: bool = False, **kwargs) -> Callable[..., str | None]:
-    """``module:name``, imported when first called (the domain modules load numpy and Polars;
-    `kg status` imports this one at start), called on the lake with ``kwargs``; with
-    ``first``, the first line of the list it returns, or None."""
-    module, name = function.split(":")
-
-    def call(lake: Lake, *_) -> str | None:
-        found = getattr(importlib.import_module(module), name)(lake, **kwargs)
-        return (found[0] if found else None) if first else found
-
-    return call
-
-
-def _listed(module: str, manifest: str, *others: str) -> Callable[..., list[str]]:
-    """The keys named ``manifest`` and ``others`` in ``module``, when the manifest is
-    published (none before)."""
-
-    def keys(lake: Lake, *_) -> list[str]:
-        found = [getattr(importlib.import_module(module), n) for n in (manifest, *others)]
-        return found if lake.exists(found[0]) else []
-
-    return keys
-
-
-def _digest_problem(lake: Lake, keys: list[str], m: Materialised | None, what: str) -> str | None:
+def _digest_problem(lake: Lake, keys: list[str], m: Recorded | None, what: str) -> str | None:
     """The objects' content digest (Lake.digest, as the asset computed its data version)
     against the materialisation's data version; None when they agree or none is recorded."""
     if m is None or not m.data_version:
@@ -164,6 +104,12 @@ def _graph_cheap(lake: Lake, *_) -> str | None:
     if not lake.exists(CURRENT_POINTER):
         return f"{lake.path(CURRENT_POINTER)}: missing"
     return published_problem(lake)
+
+
+def _graph_hashed(lake: Lake, *_) -> str | None:
+    from kg_platform.graph.layout import published_problem
+
+    return published_problem(lake, verify=True)
 
 
 def _graph_files(lake: Lake, *_) -> list[str]:
@@ -196,7 +142,7 @@ def _corpus_files(lake: Lake, *_) -> list[str]:
     return [key for table in CORPUS_TABLES for key in corpus_parts(lake, table)]
 
 
-def _corpus_hashed(lake: Lake, materialised: Materialised | None, *_) -> str | None:
+def _corpus_hashed(lake: Lake, materialised: Recorded | None, *_) -> str | None:
     """The parts against their materialisation's data version: the first 16 hex digits of
     fold.corpus_version over every part's bytes (assets/pubmed.py's corpus)."""
     from kg_platform.pubmed.fold import corpus_version
@@ -214,7 +160,7 @@ def _corpus_hashed(lake: Lake, materialised: Materialised | None, *_) -> str | N
 
 
 # -- the MeSH tables -----------------------------------------------------------------------
-def _mesh_keys(m: Materialised | None) -> dict[str, int | None]:
+def _mesh_keys(m: Recorded | None) -> dict[str, int | None]:
     """key -> the bytes its materialisation records (``bytes_<table>``; None when not
     recorded), for each table of the MeSH year, in the order the data version hashed them."""
     from kg_platform.schemas import MESH_TABLES
@@ -239,18 +185,18 @@ def _sized_problem(lake: Lake, seen: Listings, keys: dict[str, int | None], who:
     return None
 
 
-def _mesh_cheap(lake: Lake, m: Materialised | None, seen: Listings) -> str | None:
+def _mesh_cheap(lake: Lake, m: Recorded | None, seen: Listings) -> str | None:
     return _sized_problem(lake, seen, _mesh_keys(m), f"mesh_tables[{m.partition if m else ''}]")
 
 
-def _mesh_hashed(lake: Lake, m: Materialised | None, seen: Listings) -> str | None:
+def _mesh_hashed(lake: Lake, m: Recorded | None, seen: Listings) -> str | None:
     keys = _mesh_keys(m)
     problem = _sized_problem(lake, seen, keys, f"mesh_tables[{m.partition if m else ''}]")
     return problem or _digest_problem(lake, list(keys), m, f"{lake.path('mesh')}: the tables")
 
 
 # -- a file's tables -----------------------------------------------------------------------
-def _file_table_keys(m: Materialised) -> list[str]:
+def _file_table_keys(m: Recorded) -> list[str]:
     from kg_platform.pubmed.tables import table_key
     from kg_platform.schemas import PUBMED_TABLES
 
@@ -259,7 +205,7 @@ def _file_table_keys(m: Materialised) -> list[str]:
     return [table_key(t, m.partition) for t in written or sorted(PUBMED_TABLES)]
 
 
-def _tables_cheap(lake: Lake, m: Materialised | None, seen: Listings) -> str | None:
+def _tables_cheap(lake: Lake, m: Recorded | None, seen: Listings) -> str | None:
     """Each of the file's tables is there, and together they are the bytes the parse wrote;
     when they are not, the first whose Parquet footer is cut is named."""
     if m is None:
@@ -287,11 +233,11 @@ def _tables_cheap(lake: Lake, m: Materialised | None, seen: Listings) -> str | N
     )
 
 
-def _tables_files(lake: Lake, m: Materialised | None, *_) -> list[str]:
+def _tables_files(lake: Lake, m: Recorded | None, *_) -> list[str]:
     return _file_table_keys(m) if m is not None else []
 
 
-def _tables_hashed(lake: Lake, m: Materialised | None, seen: Listings) -> str | None:
+def _tables_hashed(lake: Lake, m: Recorded | None, seen: Listings) -> str | None:
     problem = _tables_cheap(lake, m, seen)
     if problem is not None or m is None:
         return problem
@@ -301,7 +247,7 @@ def _tables_hashed(lake: Lake, m: Materialised | None, seen: Listings) -> str | 
 
 
 # -- the raw file --------------------------------------------------------------------------
-def _raw_key(lake: Lake, m: Materialised | None, seen: Listings) -> str | None:
+def _raw_key(lake: Lake, m: Recorded | None, seen: Listings) -> str | None:
     """Where the file's latest download is: its pending key (a download not parsed yet,
     pubmed/source.py) when there is one, else its raw key; None when it is in neither."""
     from kg_platform.pubmed.source import SUB_DIRS, parse_source_name, pending_key, raw_key
@@ -318,7 +264,7 @@ def _raw_key(lake: Lake, m: Materialised | None, seen: Listings) -> str | None:
     return None
 
 
-def _raw_cheap(lake: Lake, m: Materialised | None, seen: Listings) -> str | None:
+def _raw_cheap(lake: Lake, m: Recorded | None, seen: Listings) -> str | None:
     from kg_platform.pubmed.source import SUB_DIRS, parse_source_name, raw_key
 
     if m is None:
@@ -339,12 +285,12 @@ def _raw_cheap(lake: Lake, m: Materialised | None, seen: Listings) -> str | None
     return None
 
 
-def _raw_files(lake: Lake, m: Materialised | None, seen: Listings) -> list[str]:
+def _raw_files(lake: Lake, m: Recorded | None, seen: Listings) -> list[str]:
     key = _raw_key(lake, m, seen)
     return [key] if key else []
 
 
-def _raw_hashed(lake: Lake, m: Materialised | None, seen: Listings) -> str | None:
+def _raw_hashed(lake: Lake, m: Recorded | None, seen: Listings) -> str | None:
     import hashlib
 
     problem = _raw_cheap(lake, m, seen)
@@ -360,6 +306,43 @@ def _raw_hashed(lake: Lake, m: Materialised | None, seen: Listings) -> str | Non
     return f"{lake.path(key)}: md5 {digest.hexdigest()}, the download verified {m.data_version}"
 
 
+# -- the embedding and grounding indexes (their modules load numpy: imported when called) --
+def _index_cheap(lake: Lake, *_) -> str | None:
+    from kg_platform.embeddings.index import index_problem
+
+    return index_problem(lake)
+
+
+def _index_files(lake: Lake, *_) -> list[str]:
+    from kg_platform.embeddings.index import INDEX_MANIFEST, INDEX_PMIDS, INDEX_VECTORS
+
+    return [INDEX_MANIFEST, INDEX_PMIDS, INDEX_VECTORS] if lake.exists(INDEX_MANIFEST) else []
+
+
+def _index_hashed(lake: Lake, *_) -> str | None:
+    from kg_platform.embeddings.index import index_hash_problems
+
+    return next(iter(index_hash_problems(lake)), None)
+
+
+def _grounding_cheap(lake: Lake, *_) -> str | None:
+    from kg_platform.grounding.index import published_problem
+
+    return published_problem(lake)
+
+
+def _grounding_files(lake: Lake, *_) -> list[str]:
+    from kg_platform.grounding.index import INDEX_KEY, MANIFEST_KEY, SURFACES_KEY
+
+    return [MANIFEST_KEY, SURFACES_KEY, INDEX_KEY] if lake.exists(MANIFEST_KEY) else []
+
+
+def _grounding_hashed(lake: Lake, *_) -> str | None:
+    from kg_platform.grounding.index import hash_problems
+
+    return next(iter(hash_problems(lake)), None)
+
+
 CHECKED: dict[str, Published] = {
     "pubmed_xml": Published(lambda lake, p: lake, _raw_cheap, _raw_files, _raw_hashed),
     "pubmed_tables": Published(lambda lake, p: lake, _tables_cheap, _tables_files, _tables_hashed),
@@ -373,28 +356,28 @@ CHECKED: dict[str, Published] = {
         lambda lake, p: lake.scoped(**_dimensions(p)),
         _graph_cheap,
         _graph_files,
-        _deferred("kg_platform.graph.layout:published_problem", verify=True),
+        _graph_hashed,
     ),
     "corpus": Published(
         lambda lake, p: lake.scoped(release=p), _corpus_cheap, _corpus_files, _corpus_hashed
     ),
     "embedding_index": Published(
         lambda lake, p: lake.scoped(release=p),
-        _deferred("kg_platform.embeddings.index:index_problem"),
-        _listed("kg_platform.embeddings.index", "INDEX_MANIFEST", "INDEX_PMIDS", "INDEX_VECTORS"),
-        _deferred("kg_platform.embeddings.index:index_hash_problems", first=True),
+        _index_cheap,
+        _index_files,
+        _index_hashed,
     ),
     "grounding_index": Published(
         lambda lake, p: lake.scoped(mesh_year=p),
-        _deferred("kg_platform.grounding.index:published_problem"),
-        _listed("kg_platform.grounding.index", "MANIFEST_KEY", "SURFACES_KEY", "INDEX_KEY"),
-        _deferred("kg_platform.grounding.index:hash_problems", first=True),
+        _grounding_cheap,
+        _grounding_files,
+        _grounding_hashed,
     ),
 }
 
 
 def changed_since(
-    lake: Lake, files: list[str], materialised: Materialised, seen: Listings | None = None
+    lake: Lake, files: list[str], materialised: Recorded, seen: Listings | None = None
 ) -> str | None:
     """The files written after the materialisation, in one line with its time; None when
     none was."""
@@ -427,19 +410,10 @@ class Integrity:
         self.instance, self.resolver, self.verify = instance, resolver, verify
         self.seen = Listings()
 
-    def materialised(self, asset: str, partition: str) -> Materialised | None:
+    def materialised(self, asset: str, partition: str) -> Recorded | None:
         if self.instance is None:
             return None
-        bulk = getattr(self.resolver, "latest_records", None)
-        if bulk is None:
-            return last_materialised(self.instance, asset, partition)
-        import dagster as dg
-
-        records = bulk(
-            dg.AssetKey.from_user_string(asset), dg.DagsterEventType.ASSET_MATERIALIZATION
-        )
-        record = records.get(partition)
-        return _materialised(asset, partition, record) if record is not None else None
+        return latest(self.instance, asset, partition, resolver=self.resolver)
 
     def problem(self, asset: str, partition: str | None, verify: bool | None = None) -> str | None:
         """One line naming what of ``asset``'s published ``partition`` no longer matches what
@@ -479,7 +453,7 @@ def published_problem(
 
 
 # -- what the hashes found, for the next build ----------------------------------------------
-def record_findings(dagster_home: Path, lake_root: str, found: list[tuple[Materialised, str]]):
+def record_findings(dagster_home: Path, lake_root: str, found: list[tuple[Recorded, str]]):
     """Write what a verify found (each partition's judged materialisation and its line),
     replacing the previous record: a verify judges every partition."""
     from kg_platform.storage.local import write_text_atomically
