@@ -35,7 +35,7 @@ at gates 3-6, scored, and the best 10 kept), the ladder's decision, and ``top_pa
 Same-run reference: every set and every giant pair is timed again, interleaved round by
 round, with that pass replaced by the numpy passes it replaced (``numpy_passes``
 collect, flag and score every candidate into arrays, ``ladder.path_counts`` masks them and
-``paths.top_rows`` ranks the survivors), and the top paths of both are compared
+``ranking.top_rows`` ranks the survivors), and the top paths of both are compared
 (``same_top_paths``, ``same_evidence_as_reference``). ``*_over_reference`` is p95 over the
 reference's p95 (lower is better). The last line printed is one JSON object.
 
@@ -73,7 +73,7 @@ from kg_platform.evaluation.grounding.evaluation import load_pubmedqa  # noqa: E
 from kg_platform.graph import layout  # noqa: E402
 from kg_platform.graph.build import build_graph  # noqa: E402
 from kg_platform.mesh.tables import build_mesh_tables  # noqa: E402
-from kg_platform.retrieval import numpy_passes, paths  # noqa: E402
+from kg_platform.retrieval import numpy_passes, paths, ranking  # noqa: E402
 from kg_platform.retrieval.linking import ConceptPair  # noqa: E402
 from kg_platform.storage.lake import Lake  # noqa: E402
 
@@ -130,7 +130,7 @@ def reference_pair_evidence(
     inp = LadderInput(1, 2, len(c), flags["quotable"], flags["retracted"], flags["year"], as_of)
     counts, alive = path_counts(inp, LadderConfig(disabled=frozenset(disabled)))
     scores = numpy_passes.structural_scores(store, c, filter_descriptors, flags["concern"])
-    head = paths.top_rows(c, alive, scores, top_k)
+    head = ranking.top_rows(c, alive, scores, top_k)
     top = paths.Candidates(pair, c.kind[head], c.source[head], c.terminal[head], c.relation[head])
     return paths.PairEvidence(pair, asdict(counts), top, scores[head])
 
@@ -172,7 +172,7 @@ def pair_path(
     if verdict.answerable:
         kept = np.ones(len(found.top), dtype=bool)
         flags = paths.path_flags(store, found.top)
-        top = paths.top_paths(store, found.top, kept, found.scores, flags, 10)
+        top = ranking.top_paths(store, found.top, kept, found.scores, flags, 10)
     return time.perf_counter() - t, time.thread_time() - cpu, found.counts["candidates"], top
 
 

@@ -47,12 +47,12 @@ from kg_platform.graph.store import KGStore
 from kg_platform.grounding.grounder import Grounder
 from kg_platform.grounding.roles import Role, RoleConfig
 from kg_platform.grounding.surface_index import INDEX_KEY, IndexedRoles, SurfaceIndex
+from kg_platform.retrieval.candidates import EvidencePath
 from kg_platform.retrieval.exclusion import pair_evidence_excluding, without_articles
 from kg_platform.retrieval.linking import ConceptPair, concepts_in_graph, score_pairs
 from kg_platform.retrieval.paths import (
     BUDGET_SLICE_LINKS,
     Candidates,
-    EvidencePath,
     PairEvidence,
     PathBudget,
     collect_candidates,
@@ -61,9 +61,9 @@ from kg_platform.retrieval.paths import (
     pair_evidence_numpy,
     path_flags,
     structural_scores,
-    top_paths,
     use_compiled,
 )
+from kg_platform.retrieval.ranking import top_paths
 from kg_platform.storage.lake import Lake
 
 # A cold `kg ask` imports only what its question needs: polars (the table-built grounder,

@@ -6,8 +6,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from enum import StrEnum
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from kg_platform.answer.verifier import Verifier
 
 
 class RefusalReason(StrEnum):
@@ -234,3 +238,15 @@ def gate_tau(given: float | None, verifier: object | None) -> float:
         return given
     saved = getattr(verifier, "tau", None)
     return DEFAULT_VERIFIER_TAU if saved is None else float(saved)
+
+
+def open_verifier(folder: str | None) -> Verifier | None:
+    """Gate 7's verifier of `--verifier DIR` (None: none); a ValueError names the folder."""
+    if folder is None:
+        return None
+    from kg_platform.answer.verifier import load_verifier
+
+    try:
+        return load_verifier(folder)
+    except (OSError, ValueError) as error:
+        raise ValueError(f"--verifier: {folder}: {error}") from None

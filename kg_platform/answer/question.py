@@ -13,8 +13,8 @@ from kg_platform.answer.reading import Reading
 if TYPE_CHECKING:
     from kg_platform.answer.ladder import Verdict
     from kg_platform.grounding.grounder import Grounding
+    from kg_platform.retrieval.candidates import EvidencePath
     from kg_platform.retrieval.linking import ConceptPair
-    from kg_platform.retrieval.paths import EvidencePath
 
 # 2: adds `ranker`, `signals` (top level and in `verdict`), `grounder` and evidence
 # `similarity` to version 1; nothing of version 1 was removed, renamed or reordered

@@ -264,16 +264,6 @@ def load_verifier(
     return ClassifierVerifier(classifier, columns, tau=tau)
 
 
-def open_verifier(folder: str | None) -> ClassifierVerifier | ProbeVerifier | None:
-    """The verifier of `--verifier DIR` (None: none); a ValueError names the folder."""
-    if folder is None:
-        return None
-    try:
-        return load_verifier(folder)
-    except (OSError, ValueError) as error:
-        raise ValueError(f"--verifier: {folder}: {error}") from None
-
-
 def write_tau(folder: str | os.PathLike[str], tau: float, fitted_on: dict[str, Any]) -> None:
     """Record gate 7's ``tau`` in ``folder``/verifier.json with what it was fitted on."""
     if not 0.0 <= tau <= 1.0:

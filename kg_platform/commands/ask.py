@@ -8,15 +8,15 @@ import argparse
 import json
 import sys
 import time
-from typing import TYPE_CHECKING
 
 from kg_platform.answer.ladder import DEFAULT_VERIFIER_TAU
-from kg_platform.commands.partition_args import add_partition_args
-from kg_platform.settings import reader_folder
+from kg_platform.commands.partition_args import (
+    add_partition_args,
+    add_path_budget_arg,
+    check_path_budget,
+)
 
 # `kg <anything>` builds every parser: the question path loads only when a question is asked
-if TYPE_CHECKING:
-    from kg_platform.answer.readers.base import Reader
 
 RANKERS = ("auto", "dense", "structural")  # answer.api.RANKERS (test_api checks they agree)
 
@@ -79,55 +79,18 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run_ask)
 
 
-def add_path_budget_arg(parser: argparse.ArgumentParser) -> None:
-    """``--path-budget-ms``, as `kg ask` and `kg serve` take it."""
-    parser.add_argument(
-        "--path-budget-ms",
-        type=float,
-        default=None,
-        metavar="MS",
-        help="stop a question's path search after MS milliseconds (structural ranker): the "
-        "answer then says the search was cut (JSON `path_search`), and a refusal that only "
-        "the cut caused is `path_search_cut` (default: no budget, every path read)",
-    )
-
-
-def check_path_budget(ms: float | None) -> float | None:
-    """``--path-budget-ms`` refused by name unless a positive, finite number."""
-    if ms is not None and not 0.0 < ms < float("inf"):
-        raise ValueError(f"--path-budget-ms {ms:g}: must be a positive number of milliseconds")
-    return ms
-
-
-def open_reader(folder: str | None) -> Reader | None:
-    """The reader of ``--reader DIR``, else of KG_READER, else None; a ValueError names
-    the folder and where it came from."""
-    from kg_platform.answer.readers.loading import load_reader
-
-    source = "--reader"
-    if folder is None:
-        folder, source = reader_folder(), "KG_READER"
-        if not folder:
-            return None
-    if not folder.strip():
-        raise ValueError(f"{source}: no folder given")
-    try:
-        return load_reader(folder)
-    except ValueError as error:
-        raise ValueError(f"{source}: {error}") from None
-
-
 def run_ask(args: argparse.Namespace) -> int:
     from kg_platform.answer.api import AskConfig, KnowledgeGraph
-    from kg_platform.answer.ladder import LadderConfig, gate_tau
+    from kg_platform.answer.ladder import LadderConfig, gate_tau, open_verifier
     from kg_platform.answer.question import (
         QuestionError,
         render_text,
         validate_question,
         validate_top_k,
     )
-    from kg_platform.answer.verifier import open_verifier
+    from kg_platform.answer.readers.loading import open_reader
     from kg_platform.commands.partition_args import scoped_lake
+    from kg_platform.settings import reader_folder
 
     started = time.perf_counter()  # imports end here; opening the build starts
 
@@ -138,7 +101,7 @@ def run_ask(args: argparse.Namespace) -> int:
         check_path_budget(args.path_budget_ms)
         if args.agent and args.path_budget_ms is not None:
             raise ValueError("--path-budget-ms: the agent loop (--agent) takes no budget")
-        reader = open_reader(args.reader)
+        reader = open_reader(args.reader, reader_folder())
         verifier = open_verifier(args.verifier)
         config = AskConfig(
             ranker=args.ranker,

@@ -62,9 +62,8 @@ def add_eval_parser(subparsers: argparse._SubParsersAction) -> None:
 def ladder_config(args: argparse.Namespace):
     """The ladder configuration of the options; a ValueError (or OSError) names a bad one
     before anything is registered."""
-    from kg_platform.answer.ladder import LadderConfig, gate_tau
+    from kg_platform.answer.ladder import LadderConfig, gate_tau, open_verifier
     from kg_platform.answer.readers.base import content_hash, load_pubmedqa
-    from kg_platform.answer.verifier import open_verifier
     from kg_platform.commands.partition_args import scoped_lake
     from kg_platform.evaluation.refusal.report import LadderEvalConfig
 

@@ -1,4 +1,5 @@
-"""`--release` and `--mesh-year` for every reading command: which graph build to read."""
+"""`--release` and `--mesh-year` for every reading command: which graph build to read; and
+`--path-budget-ms`, as `kg ask` and `kg serve` take it."""
 
 from __future__ import annotations
 
@@ -12,6 +13,25 @@ from kg_platform.storage.lake import Lake
 def add_partition_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--release", help="PubMed release, e.g. pubmed26 (default: newest built)")
     parser.add_argument("--mesh-year", help="MeSH year, e.g. 2024 (default: newest built)")
+
+
+def add_path_budget_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--path-budget-ms",
+        type=float,
+        default=None,
+        metavar="MS",
+        help="stop a question's path search after MS milliseconds (structural ranker): the "
+        "answer then says the search was cut (JSON `path_search`), and a refusal that only "
+        "the cut caused is `path_search_cut` (default: no budget, every path read)",
+    )
+
+
+def check_path_budget(ms: float | None) -> float | None:
+    """``--path-budget-ms`` refused by name unless a positive, finite number."""
+    if ms is not None and not 0.0 < ms < float("inf"):
+        raise ValueError(f"--path-budget-ms {ms:g}: must be a positive number of milliseconds")
+    return ms
 
 
 def scoped_lake(

@@ -12,8 +12,11 @@ import os
 import sys
 import time
 
-from kg_platform.commands.ask import add_path_budget_arg, check_path_budget
-from kg_platform.commands.partition_args import add_partition_args
+from kg_platform.commands.partition_args import (
+    add_partition_args,
+    add_path_budget_arg,
+    check_path_budget,
+)
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -80,12 +83,13 @@ def run_serve(args: argparse.Namespace) -> int:
     if args.heavy_candidates is not None and args.heavy_candidates < 0:
         raise ValueError(f"--heavy-candidates {args.heavy_candidates}: must be 0 or more")
     check_path_budget(args.path_budget_ms)
-    from kg_platform.commands.ask import open_reader
+    from kg_platform.answer.readers.loading import open_reader
     from kg_platform.commands.partition_args import scoped_lake
     from kg_platform.serving.page import corpus_is_synthetic
     from kg_platform.serving.service import GraphService, serve_workers
+    from kg_platform.settings import reader_folder
 
-    open_reader(args.reader)  # a bad --reader is refused before any worker starts
+    open_reader(args.reader, reader_folder())  # a bad --reader is refused before any worker starts
     # the build `kg ask` would read, checked here (its sizes against its manifest) before
     # any worker starts; each worker opens it again, warms up, and says when it is ready
     checked = GraphService(lambda: scoped_lake(args, quiet=True), None, kernels=False).current
@@ -120,11 +124,12 @@ def worker_app():
     and takes requests."""
     import faulthandler
 
-    from kg_platform.commands.ask import open_reader
+    from kg_platform.answer.readers.loading import open_reader
     from kg_platform.commands.partition_args import scoped_lake
     from kg_platform.serving.app import build_app
     from kg_platform.serving.edge import TimedHttp, WorkerRecord
     from kg_platform.serving.service import SPEC_ENV, Generation, GraphService, HeavyLane
+    from kg_platform.settings import reader_folder
     from kg_platform.storage import mapped
 
     faulthandler.enable()  # a worker killed by a signal leaves its stack in the log
@@ -137,7 +142,7 @@ def worker_app():
     started = time.perf_counter()
     service = GraphService(
         lambda: scoped_lake(args, quiet=True),
-        open_reader(spec["reader"]),
+        open_reader(spec["reader"], reader_folder()),
         Generation(spec["generation"]),
         lane=None if spec["heavy_candidates"] is None else HeavyLane(spec["heavy_candidates"]),
         tolerant=True,

@@ -22,17 +22,17 @@ from collections.abc import Iterable
 import numpy as np
 
 from kg_platform.graph.store import KGStore, in_sorted
+from kg_platform.retrieval.candidates import BRIDGE
 from kg_platform.retrieval.linking import ConceptPair
 from kg_platform.retrieval.paths import (
-    BRIDGE,
     Candidates,
     PairEvidence,
     collect_candidates,
     gate_candidates,
     path_flags,
     structural_scores,
-    top_rows,
 )
+from kg_platform.retrieval.ranking import top_rows
 
 
 def excluded_nodes(store: KGStore, pmids: Iterable[int]) -> np.ndarray:

@@ -8,10 +8,10 @@ Every candidate is scored; the cut to ``top_k`` happens only after ranking all o
 reference lost the gold document on 40.8% of questions to a cap applied before its ranker).
 Every path gets a transparent structural score (``structural_scores``); when the lake has an
 embedding index the question path also passes each terminal's question-evidence similarity,
-which then leads the order (``rank_rows``). ``top_rows`` gives the first ``top_k`` rows of that
-order by partitioning every kept row on the ranking keys and sorting only the chosen ones:
-a pair of giant descriptors has hundreds of thousands of candidates, and a full sort of them
-cost more than everything else on the question path.
+which then leads the order (``ranking.rank_rows``). ``ranking.top_rows`` gives the first
+``top_k`` rows of that order by partitioning every kept row on the ranking keys and sorting
+only the chosen ones: a pair of giant descriptors has hundreds of thousands of candidates,
+and a full sort of them cost more than everything else on the question path.
 
 Over such a pair (a million candidates and more) each numpy step was a pass of its own:
 expanding the citations, keeping the far ends, repeating the origins, gathering flags, years
@@ -40,20 +40,16 @@ from kg_platform.graph.layout import CONCERN, QUOTABLE, RETRACTED
 from kg_platform.graph.store import KGStore, intersect_sorted
 from kg_platform.retrieval import numpy_passes
 from kg_platform.retrieval.candidates import (
-    BRIDGE,
     CITED_BY,
     CITES,
     DIRECT,
-    KIND_NAMES,
     NO_HOP,
-    RELATION_NAMES,
     Candidates,
-    EvidencePath,
-    Hop,
     membership,
     node_table,
 )
 from kg_platform.retrieval.linking import ConceptPair
+from kg_platform.retrieval.ranking import top_rows
 
 
 def _far_lookup(far: np.ndarray, lookups: int, n_nodes: int) -> tuple[np.ndarray, np.ndarray]:
@@ -490,115 +486,3 @@ def structural_scores(
         np.asarray(concern, dtype=bool), score,
     )  # fmt: skip
     return score
-
-
-def _rank_keys(
-    c: Candidates, scores: np.ndarray, similarity: np.ndarray | None
-) -> list[tuple[np.ndarray, bool]]:
-    """The order of ``rank_rows`` as ``(per-candidate key, descending)``, primary first.
-    The last three keys (terminal, relation, source) tell any two candidates apart."""
-    keys = []
-    if similarity is not None:
-        sim = np.asarray(similarity, dtype=np.float64)
-        # a terminal without a vector (NaN) ranks after every one with a vector
-        keys.append((np.where(np.isnan(sim), -np.inf, sim), True))
-    keys.append((np.asarray(scores, dtype=np.float64), True))
-    return keys + [(c.terminal, False), (c.relation, False), (c.source, False)]
-
-
-def _lexsort(keys: list[tuple[np.ndarray, bool]], rows: np.ndarray) -> np.ndarray:
-    """``rows`` best first. lexsort takes the primary key last; a descending key (always a
-    float) sorts by its negation."""
-    return rows[np.lexsort([-k[rows] if down else k[rows] for k, down in reversed(keys)])]
-
-
-def rank_rows(
-    c: Candidates,
-    keep: np.ndarray,
-    scores: np.ndarray,
-    similarity: np.ndarray | None = None,
-) -> np.ndarray:
-    """Every kept candidate row, best first, before any cut.
-
-    Structural: score, then terminal PMID order. Dense (``similarity`` aligned with the
-    candidates, NaN where the terminal has no vector): candidates with a vector first, by
-    similarity; the structural score breaks ties and orders those without a vector. Paths
-    still tied (same terminal) go by relation (DIRECT, then cites, then cited_by), then by
-    source, so the order does not depend on the order of the candidate rows."""
-    return _lexsort(_rank_keys(c, scores, similarity), np.flatnonzero(keep))
-
-
-def top_rows(
-    c: Candidates,
-    keep: np.ndarray,
-    scores: np.ndarray,
-    top_k: int,
-    similarity: np.ndarray | None = None,
-) -> np.ndarray:
-    """``rank_rows(c, keep, scores, similarity)[:top_k]`` without sorting every row.
-
-    Every kept row is compared: key by key, a partition finds the value of the
-    ``top_k``-th best row; rows strictly better are in, rows equal to it go on to the next
-    key, the rest are out. Only the chosen rows are sorted."""
-    if top_k < 1:
-        raise ValueError(f"top_k: must be at least 1, got {top_k}")
-    keys = _rank_keys(c, scores, similarity)
-    pool = np.flatnonzero(keep)  # rows still undecided, ascending
-    chosen = []
-    need = top_k
-    for key, descending in keys:
-        if pool.size <= need:
-            break
-        values = key[pool]
-        if descending:
-            kth = np.partition(values, values.size - need)[values.size - need]
-            better = values > kth
-        else:
-            kth = np.partition(values, need - 1)[need - 1]
-            better = values < kth
-        chosen.append(pool[better])
-        need -= chosen[-1].size
-        pool = pool[values == kth]
-    # the keys tell candidates apart, so pool.size <= need; were two rows equal in every
-    # key, the earlier one goes first, as in the stable full sort
-    chosen.append(pool[:need])
-    return _lexsort(keys, np.sort(np.concatenate(chosen)))
-
-
-def top_paths(
-    store: KGStore,
-    c: Candidates,
-    keep: np.ndarray,
-    scores: np.ndarray,
-    flags: dict[str, np.ndarray],
-    top_k: int,
-    similarity: np.ndarray | None = None,
-) -> list[EvidencePath]:
-    """Rank every kept candidate, then cut to ``top_k`` and materialise those paths."""
-    order = top_rows(c, keep, scores, top_k, similarity)
-    years = store.array("year")
-    pmids = store.array("pmids")
-    concepts = (c.pair.a_name, c.pair.b_name)
-    paths = []
-    for r in order:
-        src, dst = int(c.source[r]), int(c.terminal[r])
-        first = Hop(int(pmids[src]), int(years[src]) or None, "about")
-        hops: tuple[Hop, ...] = (first,)
-        if c.kind[r] == BRIDGE:
-            hops += (
-                Hop(int(pmids[dst]), int(years[dst]) or None, RELATION_NAMES[int(c.relation[r])]),
-            )
-        sim = None if similarity is None or np.isnan(similarity[r]) else float(similarity[r])
-        paths.append(
-            EvidencePath(
-                kind=KIND_NAMES[int(c.kind[r])],
-                concepts=concepts,
-                hops=hops,
-                score=round(float(scores[r]), 6),
-                quotable=bool(flags["quotable"][r]),
-                retracted=bool(flags["retracted"][r]),
-                concern=bool(flags["concern"][r]),
-                similarity=None if sim is None else round(sim, 6),
-            )
-        )
-    return paths

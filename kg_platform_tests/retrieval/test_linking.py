@@ -7,8 +7,9 @@ import pytest
 
 from kg_platform.graph.store import KGStore
 from kg_platform.grounding.grounder import Grounding
+from kg_platform.retrieval.candidates import BRIDGE
 from kg_platform.retrieval.linking import concepts_in_graph, score_pairs
-from kg_platform.retrieval.paths import BRIDGE, CITED_BY, CITES, DIRECT, collect_candidates
+from kg_platform.retrieval.paths import CITED_BY, CITES, DIRECT, collect_candidates
 from kg_platform.storage.lake import Lake
 from kg_platform_tests.answer.graph_fixture import ASPIRIN, HEPARIN, MI, build_question_graph
 

@@ -24,10 +24,9 @@ from kg_platform.graph.layout import CONCERN
 from kg_platform.graph.store import KGStore, intersect_sorted
 from kg_platform.retrieval import numpy_passes as reference
 from kg_platform.retrieval import paths as paths_module
-from kg_platform.retrieval.candidates import membership
+from kg_platform.retrieval.candidates import BRIDGE, membership
 from kg_platform.retrieval.linking import ConceptPair
 from kg_platform.retrieval.paths import (
-    BRIDGE,
     CITED_BY,
     CITES,
     DIRECT,
@@ -37,11 +36,9 @@ from kg_platform.retrieval.paths import (
     pair_evidence,
     pair_evidence_numpy,
     path_flags,
-    rank_rows,
     structural_scores,
-    top_paths,
-    top_rows,
 )
+from kg_platform.retrieval.ranking import rank_rows, top_paths, top_rows
 from kg_platform.storage.corpus import read_corpus, write_corpus_table
 from kg_platform.storage.lake import Lake
 

@@ -63,3 +63,19 @@ def load_reader(folder: str | os.PathLike[str], device: str = "auto") -> Reader:
     from kg_platform.answer.readers.causal_lm import CausalLMReader
 
     return CausalLMReader(folder, device=device)
+
+
+def open_reader(folder: str | None, kg_reader: str) -> Reader | None:
+    """The reader of ``--reader DIR``, else of KG_READER (``kg_reader``), else None; a
+    ValueError names the folder and where it came from."""
+    source = "--reader"
+    if folder is None:
+        folder, source = kg_reader, "KG_READER"
+        if not folder:
+            return None
+    if not folder.strip():
+        raise ValueError(f"{source}: no folder given")
+    try:
+        return load_reader(folder)
+    except ValueError as error:
+        raise ValueError(f"{source}: {error}") from None
