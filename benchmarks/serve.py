@@ -54,6 +54,8 @@ from kg_platform.commands.partition_args import scoped_lake  # noqa: E402
 from kg_platform.settings import Settings  # noqa: E402
 
 REFUSED = "Is the colour of a quiet afternoon louder than its shadow?"
+# a client's keep-alive connection idle longer than this is replaced before its next request
+IDLE_RECONNECT_S = 4.0
 TARGET_P95_MS = 50.0
 
 
@@ -163,6 +165,7 @@ def load_run(
 
     def client() -> None:
         connection = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
+        used = time.perf_counter()
         while True:
             with lock:
                 i = next(queue, None)
@@ -177,15 +180,23 @@ def load_run(
                     time.sleep(due - started)
                 late.append(max(0.0, started - due) * 1000.0)
                 started = due
+            if time.perf_counter() - used > IDLE_RECONNECT_S:
+                # the server closes a keep-alive connection idle for 5 s (`kg serve`'s
+                # timeout_keep_alive); a request sent as it closes would be refused unread
+                connection.close()
+                connection = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
             try:
                 connection.request("POST", "/ask", body, {"content-type": "application/json"})
                 response = connection.getresponse()
                 status, doc = response.status, json.loads(response.read())
-            except (OSError, http.client.HTTPException, ValueError):
+            except (OSError, http.client.HTTPException, ValueError) as error:
                 connection.close()
                 connection = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
                 status, doc = 0, None
-            elapsed = (time.perf_counter() - started) * 1000.0
+                with lock:
+                    errors.append(f"{question!r}: {type(error).__name__}")
+            used = time.perf_counter()
+            elapsed = (used - started) * 1000.0
             outcome = judge(status, doc, verdicts[question])
             with lock:
                 latencies.append((giant, elapsed))
