@@ -24,14 +24,11 @@
 
 from __future__ import annotations
 
-import re
-
 import dagster as dg
 
 from kg_platform.evaluation.common.contracts import ALLOCATION_CONFIGURATIONS
+from kg_platform.pubmed.source import FILE_NAME
 from kg_platform.storage.scope import Scope
-
-FILE_KEY = re.compile(r"^(pubmed\d{2})n\d{4}$")
 
 pubmed_files = dg.DynamicPartitionsDefinition(name="pubmed_files")
 pubmed_releases = dg.DynamicPartitionsDefinition(name="pubmed_releases")
@@ -78,7 +75,7 @@ refusal_evaluations = dg.MultiPartitionsDefinition(
 
 def release_of(file: str) -> str:
     """``pubmed26n0001`` -> ``pubmed26``."""
-    match = FILE_KEY.match(file)
+    match = FILE_NAME.match(file)
     if not match:
         raise ValueError(f"{file}: not a PubMed file key (pubmedYYnNNNN)")
     return match.group(1)
@@ -86,7 +83,7 @@ def release_of(file: str) -> str:
 
 def files_of_release(files: list[str], release: str) -> list[str]:
     """The files of ``release`` among ``files``, sorted: what a release's assets read."""
-    return sorted(f for f in files if FILE_KEY.match(f) and release_of(f) == release)
+    return sorted(f for f in files if FILE_NAME.match(f) and release_of(f) == release)
 
 
 # file <-> release dependencies. Dagster's UI and daemon only honour its built-in mappings

@@ -38,7 +38,10 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 SUB_DIRS = ("baseline", "updatefiles")
-SOURCE_NAME = re.compile(r"^pubmed(\d{2})n(\d{4})\.xml\.gz$")
+# an NLM file name, pubmedYYnNNNN: its release (pubmedYY), the release number and the file's
+# number; the download is the name and XML_SUFFIX. The one spelling of the grammar.
+FILE_NAME = re.compile(r"^(pubmed(\d{2}))n(\d{4})$")
+XML_SUFFIX = ".xml.gz"
 MD5_LINE = re.compile(r"^MD5\((?P<name>[^)]+)\)\s*=\s*(?P<hex>[0-9a-fA-F]{32})\s*$")
 USER_AGENT = "kg-platform/0.1 (PubMed bulk download; at most 4 connections)"
 CHUNK = 1 << 20
@@ -71,23 +74,23 @@ class SourceFile:
     number: int  # 1
 
     def __post_init__(self) -> None:
-        match = SOURCE_NAME.match(f"{self.name}.xml.gz")
+        match = FILE_NAME.match(self.name)
         if match is None:
             raise ValueError(f"{self.name!r}: not a PubMed file name (pubmedYYnNNNN)")
         if self.sub_dir not in SUB_DIRS:
             raise ValueError(f"{self.name}: sub_dir {self.sub_dir!r} is not one of {SUB_DIRS}")
-        if (int(match.group(1)), int(match.group(2))) != (self.release, self.number):
+        if (int(match.group(2)), int(match.group(3))) != (self.release, self.number):
             raise ValueError(
                 f"{self.name}: release/number {self.release}/{self.number} disagree with the name"
             )
 
     @property
     def xml_filename(self) -> str:
-        return f"{self.name}.xml.gz"
+        return f"{self.name}{XML_SUFFIX}"
 
     @property
     def md5_filename(self) -> str:
-        return f"{self.name}.xml.gz.md5"
+        return f"{self.xml_filename}.md5"
 
     @property
     def is_update(self) -> bool:
@@ -101,14 +104,14 @@ def parse_source_name(name: str, sub_dir: str) -> SourceFile | None:
         return None
     if "/" in name or "\\" in name or ".." in name or "\x00" in name:
         return None
-    match = SOURCE_NAME.match(name)
-    if match is None:
+    match = FILE_NAME.match(name.removesuffix(XML_SUFFIX))
+    if match is None or not name.endswith(XML_SUFFIX):
         return None
     return SourceFile(
-        name=name.removesuffix(".xml.gz"),
+        name=match.group(0),
         sub_dir=sub_dir,
-        release=int(match.group(1)),
-        number=int(match.group(2)),
+        release=int(match.group(2)),
+        number=int(match.group(3)),
     )
 
 
