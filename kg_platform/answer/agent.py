@@ -32,10 +32,11 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import polars as pl
 
-from kg_platform.answer.api import MESH_KEYS, KnowledgeGraph
+from kg_platform.answer.api import KnowledgeGraph
 from kg_platform.answer.ladder import RefusalReason
 from kg_platform.answer.question import Answer, RoledGrounding
 from kg_platform.grounding.roles import Role
+from kg_platform.storage.mesh import read_mesh
 
 DEFAULT_HOPS = 3
 STEPS = ("broaden", "drop", "halve_min_paths")
@@ -85,7 +86,7 @@ class AgentLoop:
             raise ValueError(f"agent hops {hops}: must be at least 0")
         self.kg = kg
         self.hops = hops
-        tree = pl.from_arrow(kg.lake.read_parquet(MESH_KEYS["tree"]))
+        tree = pl.from_arrow(read_mesh(kg.lake, "tree"))
         self.tree_numbers: dict[str, list[str]] = {}
         self.ui_at: dict[str, str] = {}
         for ui, number in zip(tree["ui"].to_list(), tree["tree_number"].to_list(), strict=True):

@@ -23,12 +23,13 @@ import contextlib
 import copy
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from kg_platform.answer import RANKERS
 from kg_platform.answer.ladder import (
     LadderConfig,
     LadderInput,
@@ -45,8 +46,8 @@ from kg_platform.answer.reading import Reading, read_evidence, refused
 from kg_platform.answer.titles import TitleLookup
 from kg_platform.graph.store import KGStore
 from kg_platform.grounding.grounder import Grounder
+from kg_platform.grounding.loading import RoleTable, load_grounder
 from kg_platform.grounding.roles import Role, RoleConfig
-from kg_platform.grounding.surface_index import INDEX_KEY, IndexedRoles, SurfaceIndex
 from kg_platform.retrieval.candidates import EvidencePath
 from kg_platform.retrieval.exclusion import pair_evidence_excluding, without_articles
 from kg_platform.retrieval.linking import ConceptPair, concepts_in_graph, score_pairs
@@ -64,24 +65,18 @@ from kg_platform.retrieval.paths import (
     use_compiled,
 )
 from kg_platform.retrieval.ranking import top_paths
+from kg_platform.storage.embeddings import INDEX_MANIFEST
 from kg_platform.storage.lake import Lake
 
 # A cold `kg ask` imports only what its question needs: polars (the table-built grounder,
-# roles from tables), the encoder and dense index (dense ranker, hybrid grounder) and the
+# grounding/loading.py), the encoder and dense index (dense ranker, hybrid grounder) and the
 # verifier load inside the functions that use them.
 if TYPE_CHECKING:
-    import polars as pl
-
     from kg_platform.answer.verifier import Verifier
     from kg_platform.embeddings.encoder import Encoder
     from kg_platform.grounding.hybrid import HybridGrounder
     from kg_platform.retrieval.dense import SemanticRanker, SemanticScores
 
-# the embedding index's manifest (kg_platform.embeddings.index.INDEX_MANIFEST, checked by
-# test_api so the two never drift): spelled here to keep the encoder's imports off the path
-INDEX_MANIFEST = "embeddings/index/manifest.json"
-RANKERS = ("auto", "dense", "structural")
-MESH_KEYS = {t: f"mesh/{t}.parquet" for t in ("descriptors", "tree", "terms")}
 _NONE = np.zeros(0, dtype=np.int64)  # no article excluded
 # entered around one concept pair's path search (``KnowledgeGraph.ask(admit=...)``)
 Admission = Callable[[ConceptPair], contextlib.AbstractContextManager]
@@ -125,70 +120,6 @@ class AskConfig:
             raise ValueError(
                 f"verifier k {self.verifier_k}, chars {self.verifier_chars}: must be at least 1"
             )
-
-
-def _read(lake: Lake, key: str, what: str) -> pl.DataFrame:
-    import polars as pl
-
-    if not lake.exists(key):
-        raise FileNotFoundError(f"{lake.path(key)}: {what} not found; materialise `{what}` first")
-    return pl.from_arrow(lake.read_parquet(key))
-
-
-RoleTable = Mapping[str, tuple[str, str]]
-
-
-DEFAULT_ROLES = RoleConfig()
-
-
-def load_grounder(
-    lake: Lake, store: KGStore, config: RoleConfig = DEFAULT_ROLES
-) -> tuple[Grounder, RoleTable]:
-    """The grounder and each descriptor's (role, reason). From the load-ready grounding
-    index when it is published (milliseconds: memory-mapped, read per question; the
-    roles read from it too under the default RoleConfig); else rebuilt from the tables
-    (a lake materialised before the index existed, or another RoleConfig)."""
-    if lake.exists(INDEX_KEY):
-        index = SurfaceIndex.open(lake)
-        grounder = Grounder(index, index.names)
-        if config == DEFAULT_ROLES:
-            return grounder, IndexedRoles(index, store, config)
-        return grounder, _table_roles(lake, store, config)
-    from kg_platform.grounding.grounder import build_surface_table
-    from kg_platform.grounding.index import SURFACES_KEY
-
-    descriptors = _read(lake, MESH_KEYS["descriptors"], "mesh_tables")
-    names = dict(zip(descriptors["ui"].to_list(), descriptors["name"].to_list(), strict=True))
-    if lake.exists(SURFACES_KEY):
-        surfaces = _read(lake, SURFACES_KEY, "grounding_index")
-    else:
-        surfaces = build_surface_table(_read(lake, MESH_KEYS["terms"], "mesh_tables"))
-    return Grounder(surfaces, names), _table_roles(lake, store, config, descriptors)
-
-
-def _table_roles(
-    lake: Lake, store: KGStore, config: RoleConfig, descriptors: pl.DataFrame | None = None
-) -> RoleTable:
-    from kg_platform.grounding.roles import assign_roles
-
-    if descriptors is None:
-        descriptors = _read(lake, MESH_KEYS["descriptors"], "mesh_tables")
-    tree = _read(lake, MESH_KEYS["tree"], "mesh_tables")
-    roles = assign_roles(descriptors, tree, config, graph_article_counts(store), store.n_articles)
-    return dict(
-        zip(
-            roles["ui"].to_list(),
-            zip(roles["role"].to_list(), roles["reason"].to_list(), strict=True),
-            strict=True,
-        )
-    )
-
-
-def graph_article_counts(store: KGStore) -> pl.DataFrame:
-    import polars as pl
-
-    uis = np.char.decode(np.asarray(store.array("mesh_uis")), "ascii")
-    return pl.DataFrame({"ui": uis, "n_articles": np.asarray(store.array("mesh_article_count"))})
 
 
 class KnowledgeGraph:

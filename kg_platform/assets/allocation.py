@@ -6,8 +6,7 @@ from kg_platform.assets.checks import check_results, check_specs, data_version
 from kg_platform.assets.partitions import allocation_evaluations, dims_of, scope_for
 from kg_platform.evaluation.common.contracts import ALLOCATION_REPORT_CHECKS
 from kg_platform.resources.lake import LakeResource
-
-REPORT_PREFIX = "reports/allocation"
+from kg_platform.storage.reports import ALLOCATION as REPORT_PREFIX
 
 
 @dg.asset(

@@ -14,8 +14,8 @@ from kg_platform.orchestration.records import latest
 from kg_platform.resources.catalog import CatalogResource
 from kg_platform.resources.lake import LakeResource
 from kg_platform.storage.catalog import Catalog
+from kg_platform.storage.reports import CORPUS_PROFILE as PROFILE_PREFIX
 
-PROFILE_PREFIX = "reports/corpus_profile"
 # always recounted when present: the most used descriptor in PubMed, and a common disease
 NAMED_DESCRIPTORS = ("D006801", "D009203")  # Humans, Myocardial Infarction
 

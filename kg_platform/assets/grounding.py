@@ -8,6 +8,7 @@ from kg_platform.evaluation.common.contracts import GROUNDING_REPORT_CHECKS
 from kg_platform.grounding.contracts import CHECKS
 from kg_platform.resources.encoder import EncoderResource
 from kg_platform.resources.lake import LakeResource
+from kg_platform.storage.reports import GROUNDING
 
 # each step imports the grounding and evaluation modules it runs (polars, numpy) itself: the
 # definitions load in every process that starts a run
@@ -109,7 +110,7 @@ def grounding_report(
             compared = hybrid.evaluate_on_lake(the_lake, path, model, thresholds, cache, graph)
             hybrid.write_hybrid_report(staged, compared, question_set)
         results = check_results(context, report_checks(result), question_set)
-        digest = staged.digest(["reports/grounding/report.json"])
+        digest = staged.digest([f"{GROUNDING}/report.json"])
     return dg.MaterializeResult(
         metadata={
             "question_set": question_set,
@@ -128,7 +129,7 @@ def grounding_report(
             # the most any lexical grounder over the same MeSH surfaces reaches, and its cost
             "lexical_ceiling_coverage": result.ceiling.coverage,
             "lexical_ceiling_precision": result.ceiling.precision,
-            "report": dg.MetadataValue.path(the_lake.path("reports/grounding/report.md")),
+            "report": dg.MetadataValue.path(the_lake.path(f"{GROUNDING}/report.md")),
         },
         check_results=results,
         data_version=data_version(digest),

@@ -39,6 +39,8 @@ from pathlib import Path
 
 from kg_platform.orchestration.records import Recorded, latest
 from kg_platform.storage.lake import Lake
+from kg_platform.storage.mesh import mesh_key
+from kg_platform.storage.tables import file_tables_glob
 
 # beside the instance: what the last `kg status --verify` (or `kg build --verify`) found
 FINDINGS = "verify_findings.json"
@@ -171,7 +173,7 @@ def _mesh_keys(m: Recorded | None) -> dict[str, int | None]:
         if k.startswith("bytes_")
     }
     names = sorted(recorded) or sorted(MESH_TABLES)
-    return {f"mesh/{name}.parquet": recorded.get(name) for name in names}
+    return {mesh_key(name): recorded.get(name) for name in names}
 
 
 def _sized_problem(lake: Lake, seen: Listings, keys: dict[str, int | None], who: str) -> str | None:
@@ -197,8 +199,8 @@ def _mesh_hashed(lake: Lake, m: Recorded | None, seen: Listings) -> str | None:
 
 # -- a file's tables -----------------------------------------------------------------------
 def _file_table_keys(m: Recorded) -> list[str]:
-    from kg_platform.pubmed.tables import table_key
     from kg_platform.schemas import PUBMED_TABLES
+    from kg_platform.storage.tables import table_key
 
     # the tables the parse wrote (rows_<table>), in the order their digest hashed them
     written = sorted(k.removeprefix("rows_") for k in m.metadata if k.startswith("rows_"))
@@ -228,7 +230,7 @@ def _tables_cheap(lake: Lake, m: Recorded | None, seen: Listings) -> str | None:
                 return f"{lake.path(key)}: {size} bytes, cut short (no Parquet footer)"
     names = ", ".join(k.rsplit("/", 2)[1] for k in keys)
     return (
-        f"{lake.path('tables')}/*/{m.partition}.parquet ({names}): {total} bytes in all, "
+        f"{lake.path(file_tables_glob(m.partition))} ({names}): {total} bytes in all, "
         f"pubmed_tables[{m.partition}] wrote {recorded}"
     )
 
@@ -241,9 +243,7 @@ def _tables_hashed(lake: Lake, m: Recorded | None, seen: Listings) -> str | None
     problem = _tables_cheap(lake, m, seen)
     if problem is not None or m is None:
         return problem
-    return _digest_problem(
-        lake, _file_table_keys(m), m, f"{lake.path('tables')}/*/{m.partition}.parquet"
-    )
+    return _digest_problem(lake, _file_table_keys(m), m, lake.path(file_tables_glob(m.partition)))
 
 
 # -- the raw file --------------------------------------------------------------------------

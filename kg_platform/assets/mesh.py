@@ -12,6 +12,7 @@ from kg_platform.mesh.contracts import CHECKS
 from kg_platform.resources.lake import LakeResource
 from kg_platform.resources.mesh import MeshSourceResource
 from kg_platform.schemas import MESH_TABLES
+from kg_platform.storage.mesh import MESH_PREFIX, mesh_key
 
 
 @dg.asset(
@@ -49,10 +50,10 @@ def mesh_tables(
     with the_lake.transaction() as staged:
         results = check_results(context, outcomes, spec.location)
         written = write_mesh_tables(staged, build)
-        digest = staged.digest([f"mesh/{name}.parquet" for name in sorted(written)])
+        digest = staged.digest([mesh_key(name) for name in sorted(written)])
     metadata: dict[str, object] = {
         "source": dg.MetadataValue.md(f"```\n{spec.describe()}\n```"),
-        "path": the_lake.path("mesh"),
+        "path": the_lake.path(MESH_PREFIX),
         **table_metadata(MESH_TABLES["descriptors"], build.row_counts()["descriptors"]),
         **{f"rows_{name}": rows for name, rows in build.row_counts().items()},
         **{f"bytes_{name}": size for name, size in written.items()},

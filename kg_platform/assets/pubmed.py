@@ -38,6 +38,7 @@ from kg_platform.resources.catalog import CatalogResource
 from kg_platform.resources.lake import LakeResource
 from kg_platform.resources.pubmed_source import PubmedSourceResource
 from kg_platform.schemas import CORPUS_MODELS, PUBMED_TABLES
+from kg_platform.storage.tables import table_key
 
 # bump when what an asset writes changes meaning: its partitions then show as stale
 CODE_VERSION = "2"
@@ -312,7 +313,7 @@ def release_files(lake, release: str, names: list[str]) -> list[str]:
     files = [f.name for f in current_release([downloaded_file(lake, n) for n in names])]
     if not files:
         raise ValueError(f"corpus[{release}]: the baseline of {release} is not complete")
-    missing = [n for n in files if not lake.exists(f"tables/articles/{n}.parquet")]
+    missing = [n for n in files if not lake.exists(table_key("articles", n))]
     if missing:
         raise ValueError(
             f"corpus[{release}]: {len(missing)} of {len(files)} files have no tables yet "

@@ -9,6 +9,7 @@ import json
 import sys
 import time
 
+from kg_platform.answer import RANKERS
 from kg_platform.answer.ladder import DEFAULT_VERIFIER_TAU
 from kg_platform.commands.partition_args import (
     add_partition_args,
@@ -17,8 +18,6 @@ from kg_platform.commands.partition_args import (
 )
 
 # `kg <anything>` builds every parser: the question path loads only when a question is asked
-
-RANKERS = ("auto", "dense", "structural")  # answer.api.RANKERS (test_api checks they agree)
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:

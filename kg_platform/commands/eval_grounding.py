@@ -12,8 +12,7 @@ import json
 import sys
 
 from kg_platform.commands.partition_args import add_partition_args
-
-REPORT = "reports/grounding"
+from kg_platform.storage.reports import GROUNDING as REPORT
 
 
 def add_eval_parser(subparsers: argparse._SubParsersAction) -> None:

@@ -8,6 +8,7 @@ import sys
 
 from kg_platform.graph.layout import CURRENT_POINTER, choose_pair, published_pairs
 from kg_platform.storage.lake import Lake
+from kg_platform.storage.mesh import mesh_key
 
 
 def add_partition_args(parser: argparse.ArgumentParser) -> None:
@@ -63,7 +64,7 @@ def scoped_lake(
 def _unpartitioned(root: Lake, need_graph: bool) -> bool:
     if root.exists(CURRENT_POINTER):
         return True
-    return not need_graph and root.exists("mesh/descriptors.parquet")
+    return not need_graph and root.exists(mesh_key("descriptors"))
 
 
 def may_hold_graph(lake: Lake) -> bool:

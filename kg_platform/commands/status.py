@@ -122,9 +122,9 @@ def _upstream_not_fresh(asset_graph, partitions_store, states: dict, problems) -
 
 def other_source_tables(lake, files: set[str]) -> list[str]:
     """Per-file tables in the lake whose file is no partition of the current source."""
-    return sorted(
-        {k.rsplit("/", 1)[1].removesuffix(".parquet") for k in lake.list("tables/articles")} - files
-    )
+    from kg_platform.storage.tables import tabled_files
+
+    return sorted(tabled_files(lake) - files)
 
 
 def run_status(args: argparse.Namespace) -> int:

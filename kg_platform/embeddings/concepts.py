@@ -44,9 +44,10 @@ from kg_platform.checks import CheckOutcome
 from kg_platform.embeddings.encoder import Encoder
 from kg_platform.embeddings.feeder import FeederSettings, embed_stream
 from kg_platform.storage.lake import Lake
+from kg_platform.storage.mesh import mesh_key
 from kg_platform.text.vocabulary import with_concept_features
 
-MESH_TERMS = "mesh/terms.parquet"
+MESH_TERMS = mesh_key("terms")
 CONCEPTS = "embeddings/concepts"
 CONCEPT_VECTORS = f"{CONCEPTS}/vectors.f16.npy"
 CONCEPT_SURFACES = f"{CONCEPTS}/surfaces.parquet"

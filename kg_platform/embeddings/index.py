@@ -32,12 +32,9 @@ from kg_platform.embeddings.shards import (
     verify_shard,
 )
 from kg_platform.storage.digest import array_sha256
+from kg_platform.storage.embeddings import INDEX, INDEX_MANIFEST, INDEX_PMIDS, INDEX_VECTORS
 from kg_platform.storage.lake import Lake
 
-INDEX = "embeddings/index"
-INDEX_VECTORS = f"{INDEX}/vectors.f16.npy"
-INDEX_PMIDS = f"{INDEX}/pmids.npy"
-INDEX_MANIFEST = f"{INDEX}/manifest.json"
 # manifest name -> key of each array the index publishes
 INDEX_ARRAYS = {"pmids": INDEX_PMIDS, "vectors": INDEX_VECTORS}
 

@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING
 
 import duckdb
 
+from kg_platform.storage.reports import PROFILE_INPUTS, PROFILE_ROWS
+
 if TYPE_CHECKING:  # the evaluation reports import this module for its figures only
     import pyarrow as pa
 
@@ -197,8 +199,6 @@ def summarise(con: duckdb.DuckDBPyConnection) -> CorpusProfile:
 # -- an update's profile: the rows before and the fold's change ---------------------------
 # beside the report: the profile's rows and the corpus tables they were made from (their
 # corpus_fingerprint, what an incremental fold records of the corpus it replaced as base_inputs)
-PROFILE_ROWS = "reports/corpus_profile/state/rows.parquet"
-PROFILE_INPUTS = "reports/corpus_profile/state/inputs.json"
 PROFILED_TABLES = ("articles", "citations", "mesh_edges")
 
 

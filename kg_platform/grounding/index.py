@@ -25,10 +25,10 @@ from kg_platform.grounding.surface_index import (
     write_index,
 )
 from kg_platform.storage.lake import Lake
+from kg_platform.storage.mesh import read_mesh
 
 SURFACES_KEY = "grounding/surfaces.parquet"
 MANIFEST_KEY = "grounding/manifest.json"
-MESH_KEYS = {t: f"mesh/{t}.parquet" for t in ("terms", "descriptors", "tree")}
 # questions made from every SAMPLE_EVERY-th surface for the same-groundings check
 SAMPLE_EVERY = 500
 
@@ -48,11 +48,7 @@ def build_grounding_index(lake: Lake) -> tuple[GroundingIndexStats, list[CheckOu
     """Read mesh/terms, descriptors and tree; write grounding/surfaces.parquet, the
     load-ready grounding/index.kgi, then the manifest (last: it records both files' sizes
     and hashes); check the surfaces and the index against the table (contracts.CHECKS)."""
-    frames = {}
-    for table, key in MESH_KEYS.items():
-        if not lake.exists(key):
-            raise FileNotFoundError(f"{lake.path(key)}: materialise `mesh_tables` first")
-        frames[table] = pl.from_arrow(lake.read_parquet(key))
+    frames = {t: pl.from_arrow(read_mesh(lake, t)) for t in ("terms", "descriptors", "tree")}
     terms = frames["terms"]
     surfaces = build_surface_table(terms)
     by_kind = dict(surfaces.group_by("kind").len().sort("kind").iter_rows())

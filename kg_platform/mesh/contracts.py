@@ -6,6 +6,7 @@ the tables. So this module imports nothing of them.
 
 from kg_platform.checks import Checks
 from kg_platform.schemas import MESH_TABLE_NAMES
+from kg_platform.storage.mesh import mesh_key
 
 NLM_MESH_XML_URL = "https://nlmpubs.nlm.nih.gov/projects/mesh/MESH_FILES/xmlmesh/"
 
@@ -14,7 +15,7 @@ NLM_MESH_XML_URL = "https://nlmpubs.nlm.nih.gov/projects/mesh/MESH_FILES/xmlmesh
 # stops the tables being written)
 CHECKS: Checks = {
     **{
-        f"{table}_schema": (f"mesh/{table}.parquet matches its pandera model", True)
+        f"{table}_schema": (f"{mesh_key(table)} matches its pandera model", True)
         for table in MESH_TABLE_NAMES
     },
     "uis_well_formed_unique": (

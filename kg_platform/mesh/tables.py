@@ -25,6 +25,7 @@ from kg_platform.mesh.records import TERM_DETAIL_COLUMNS, MeshRecords
 from kg_platform.mesh.source import MeshSourceSpec, load_mesh_records, resolve_mesh_source
 from kg_platform.schemas import MESH_TABLE_NAMES, MeshTerms
 from kg_platform.storage.lake import Lake
+from kg_platform.storage.mesh import MESH_MANIFEST, mesh_key
 from kg_platform.text.normalise import normalise
 
 MIN_SCR_ALIAS_CHARS = 8
@@ -300,15 +301,14 @@ def write_mesh_tables(lake: Lake, build: MeshBuild) -> dict[str, int]:
     """Write `mesh/<table>.parquet` for the seven tables, each atomically (temporary name,
     then rename or a single put), then `mesh/manifest.json` naming the set; bytes per table."""
     sizes = {
-        name: lake.write_parquet(f"mesh/{name}.parquet", build.tables[name])
-        for name in MESH_TABLE_NAMES
+        name: lake.write_parquet(mesh_key(name), build.tables[name]) for name in MESH_TABLE_NAMES
     }
     manifest = {
-        "tables": {name: f"mesh/{name}.parquet" for name in MESH_TABLE_NAMES},
+        "tables": {name: mesh_key(name) for name in MESH_TABLE_NAMES},
         "rows": build.row_counts(),
         "loader_rules": build.stats.as_dict(),
         "supplementary_records": build.n_supplementary,
         "source": build.source_description,
     }
-    lake.write_bytes("mesh/manifest.json", json.dumps(manifest, indent=2).encode())
+    lake.write_bytes(MESH_MANIFEST, json.dumps(manifest, indent=2).encode())
     return sizes

@@ -20,6 +20,7 @@ from kg_platform.checks import CheckOutcome
 from kg_platform.pubmed.contracts import TABLE_CHECKS
 from kg_platform.schemas import PUBMED_TABLES
 from kg_platform.storage.lake import Lake
+from kg_platform.storage.tables import table_key
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -50,10 +51,6 @@ class TablesOutcome:
             "checks_passed": sum(c.passed for c in self.checks),
             "checks_failed": sum(not c.passed for c in self.checks),
         }
-
-
-def table_key(table: str, file: str) -> str:
-    return f"tables/{table}/{file}.parquet"
 
 
 @contextmanager

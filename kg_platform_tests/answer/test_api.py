@@ -217,17 +217,6 @@ def test_assets_materialise_index_and_report(tmp_path) -> None:
     assert KnowledgeGraph.open(scoped).ask(QUESTION).verdict.answerable
 
 
-def test_names_spelled_twice_to_keep_imports_light_agree() -> None:
-    """`kg ask` spells the rankers and the embedding index's manifest key itself, so that a
-    cold question imports neither the question path before parsing nor the encoder."""
-    from kg_platform.answer import api
-    from kg_platform.commands import ask
-    from kg_platform.embeddings.index import INDEX_MANIFEST
-
-    assert ask.RANKERS == api.RANKERS
-    assert api.INDEX_MANIFEST == INDEX_MANIFEST
-
-
 def test_a_cold_kg_ask_imports_no_heavy_library(question_lake, tmp_path) -> None:
     """`kg ask` in a fresh interpreter over a lake with the load-ready grounding index
     imports neither Dagster, polars, pandas, numba, torch nor fsspec (the graph's size check

@@ -138,8 +138,8 @@ def test_roles_are_assign_roles(index: SurfaceIndex, mesh_frames) -> None:
 def test_graph_share_applies_as_in_assign_roles(question_lake) -> None:
     """On the question graph (8 articles), with shares counted from 1 article on and a 0.2
     cap: Myocardial Infarction (3 of 8) is too common, Humans (8 of 8) stays a check tag."""
-    from kg_platform.answer.api import graph_article_counts
     from kg_platform.graph.store import KGStore
+    from kg_platform.grounding.loading import graph_article_counts
 
     build_grounding_index(question_lake)
     store = KGStore.open(question_lake)

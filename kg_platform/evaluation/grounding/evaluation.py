@@ -45,6 +45,8 @@ from kg_platform.evaluation.common.contracts import MIN_PRECISION
 from kg_platform.grounding.grounder import Grounder, build_surface_table
 from kg_platform.grounding.roles import Role, RoleConfig, assign_roles
 from kg_platform.storage.lake import Lake
+from kg_platform.storage.mesh import read_mesh
+from kg_platform.storage.reports import GROUNDING
 from kg_platform.text.normalise import normalise
 
 if TYPE_CHECKING:
@@ -477,13 +479,7 @@ def report_checks(result: GroundingEvaluation) -> list[CheckOutcome]:
 
 def mesh_frames(lake: Lake) -> dict[str, pl.DataFrame]:
     """The lake's MeSH descriptors, tree and terms; an error names a missing table."""
-    frames = {}
-    for table in ("descriptors", "tree", "terms"):
-        key = f"mesh/{table}.parquet"
-        if not lake.exists(key):
-            raise FileNotFoundError(f"{lake.path(key)}: materialise `mesh_tables` first")
-        frames[table] = pl.from_arrow(lake.read_parquet(key))
-    return frames
+    return {t: pl.from_arrow(read_mesh(lake, t)) for t in ("descriptors", "tree", "terms")}
 
 
 def graph_counts(graph: Lake | None) -> tuple[KGStore | None, pl.DataFrame | None, int | None]:
@@ -491,8 +487,8 @@ def graph_counts(graph: Lake | None) -> tuple[KGStore | None, pl.DataFrame | Non
     without a graph: roles from MeSH structure alone)."""
     if graph is None:
         return None, None, None
-    from kg_platform.answer.api import graph_article_counts
     from kg_platform.graph.store import KGStore
+    from kg_platform.grounding.loading import graph_article_counts
 
     store = KGStore.open(graph)
     return store, graph_article_counts(store), store.n_articles
@@ -516,8 +512,6 @@ def write_grounding_report(
         n_articles=n_articles,
         linkable=linkable,
     )
-    lake.write_bytes("reports/grounding/report.md", render_report(result, source).encode())
-    lake.write_bytes(
-        "reports/grounding/report.json", json.dumps(result.to_json(), indent=1).encode()
-    )
+    lake.write_bytes(f"{GROUNDING}/report.md", render_report(result, source).encode())
+    lake.write_bytes(f"{GROUNDING}/report.json", json.dumps(result.to_json(), indent=1).encode())
     return result

@@ -49,10 +49,10 @@ from kg_platform.grounding.hybrid import DENSE_KIND, HybridGrounder, SpanLink
 from kg_platform.grounding.roles import Role, RoleConfig, assign_roles
 from kg_platform.retrieval.linking import concepts_in_graph, score_pairs
 from kg_platform.storage.lake import Lake
+from kg_platform.storage.reports import GROUNDING_HYBRID as REPORT_PREFIX
 from kg_platform.text.normalise import normalise
 
 DEFAULT_THRESHOLDS = (0.80, 0.85, 0.90, 0.95)
-REPORT_PREFIX = "reports/grounding/hybrid"  # beside the grounding report of the same partition
 # the threshold rule: the most coverage among thresholds that keep BRIDGE precision at the
 # grounding target of the question-path issue (MIN_PRECISION, in contracts: at least 0.70)
 

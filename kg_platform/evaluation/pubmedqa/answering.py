@@ -58,9 +58,9 @@ from kg_platform.evaluation.pubmedqa.report import build_pubmedqa_report
 from kg_platform.pubmed.tables import local_copy
 from kg_platform.storage.corpus import corpus_parts, read_corpus
 from kg_platform.storage.lake import Lake
+from kg_platform.storage.reports import PUBMEDQA as REPORT_PREFIX
 from kg_platform.storage.scope import Scope
 
-REPORT_PREFIX = "reports/pubmedqa"
 MODELS_PREFIX = "readers/models"
 # the check names (READER_CHECKS, CACHE_CHECKS, REPORT_CHECKS) are declared in
 # kg_platform.evaluation.common.contracts, in the order the domain functions here return them

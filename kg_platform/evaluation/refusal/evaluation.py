@@ -34,7 +34,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import polars as pl
 
-from kg_platform.answer.api import MESH_KEYS, KnowledgeGraph
+from kg_platform.answer.api import KnowledgeGraph
 from kg_platform.answer.examples import TEMPLATES, graph_questions
 from kg_platform.answer.ladder import RefusalReason as R
 from kg_platform.evaluation.common.stats import bootstrap_rd_ci, paired_counts
@@ -47,6 +47,7 @@ from kg_platform.graph.layout import RETRACTED
 from kg_platform.grounding.grounder import question_words
 from kg_platform.grounding.roles import Role
 from kg_platform.retrieval.linking import concepts_in_graph
+from kg_platform.storage.mesh import read_mesh
 
 SWEEP_KS = tuple(range(1, 9))
 MAX_SWAP_TRIES = 25
@@ -109,7 +110,7 @@ class ControlMaker:
 
     def __init__(self, kg: KnowledgeGraph) -> None:
         self.kg = kg
-        tree = pl.from_arrow(kg.lake.read_parquet(MESH_KEYS["tree"]))
+        tree = pl.from_arrow(read_mesh(kg.lake, "tree"))
         self.categories: dict[str, set[str]] = {}
         for ui, number in zip(tree["ui"].to_list(), tree["tree_number"].to_list(), strict=True):
             self.categories.setdefault(ui, set()).add(number[:1])

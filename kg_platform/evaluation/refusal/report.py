@@ -60,9 +60,9 @@ from kg_platform.evaluation.refusal.evaluation import (
 from kg_platform.graph.layout import CURRENT_POINTER, choose_pair, published_pairs
 from kg_platform.graph.profile import figure_png, new_figure
 from kg_platform.storage.lake import Lake
+from kg_platform.storage.reports import REFUSAL as REPORT_PREFIX
 from kg_platform.storage.scope import Scope
 
-REPORT_PREFIX = "reports/refusal"
 CONFIGS_PREFIX = "refusal/configs"
 
 

@@ -40,8 +40,7 @@ from kg_platform.evaluation.scifact.verifier_training import (
 )
 from kg_platform.graph.profile import figure_png, new_figure
 from kg_platform.storage.lake import Lake
-
-REPORT_PREFIX = "reports/scifact"
+from kg_platform.storage.reports import SCIFACT as REPORT_PREFIX
 
 
 @dataclass(frozen=True)

@@ -52,6 +52,7 @@ from kg_platform.evaluation.scifact.verifier_training import (
     verifier_configs,
 )
 from kg_platform.storage.lake import Lake
+from kg_platform.storage.reports import SCIFACT_HELDOUT as HELDOUT_PREFIX
 
 MAX_NAMED_IDS = 10
 
@@ -196,8 +197,6 @@ def evaluate_transfer(
 
 
 # -- the held-out report of a registered claim set (the scifact_heldout_report asset) -------
-
-HELDOUT_PREFIX = "reports/scifact_heldout"
 
 
 def trained_from_record(

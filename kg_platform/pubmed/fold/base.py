@@ -10,12 +10,9 @@ import polars as pl
 
 from kg_platform.storage.corpus import CORPUS_TABLES
 from kg_platform.storage.lake import Lake
+from kg_platform.storage.tables import table_key
 
 CHILD_TABLES = [t for t in CORPUS_TABLES if t != "articles"]
-
-
-def table_key(table: str, file: str) -> str:
-    return f"tables/{table}/{file}.parquet"
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ import posixpath
 import polars as pl
 import pyarrow.parquet as pq
 
-from kg_platform.pubmed.fold.base import FoldResult, table_key
+from kg_platform.pubmed.fold.base import FoldResult
 from kg_platform.storage.corpus import (
     CORPUS_TABLES,
     PMID_BUCKET,
@@ -26,6 +26,7 @@ from kg_platform.storage.corpus import (
 )
 from kg_platform.storage.digest import file_sha256
 from kg_platform.storage.lake import Lake
+from kg_platform.storage.tables import table_key, tables_folder
 
 # The fold's own state beside the corpus (not a corpus table: no catalog view, no listing):
 # the files folded, an identity of each one's per-file tables, the corpus tables' sizes and
@@ -73,7 +74,7 @@ def file_stamps(lake: Lake, files: list[str]) -> dict[str, str]:
             continue
         listed = {
             posixpath.basename(e["name"]).removesuffix(".parquet"): e
-            for e in lake.fs.ls(lake.path(f"tables/{table}"), detail=True)
+            for e in lake.fs.ls(lake.path(tables_folder(table)), detail=True)
         }
         for f in files:
             entry = listed.get(f, {})
