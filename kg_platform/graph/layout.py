@@ -1,28 +1,38 @@
-"""Where the graph lives in the lake and what its arrays are called: shared by the build,
-the store and the checks so a name is spelled once."""
+"""What the graph's arrays are called and the CSR type they make up: shared by the build,
+the store and the checks so a name is spelled once. Where a build lives in the lake, and
+which build is published, is storage/graph.py's (its names are read here too)."""
 
 from __future__ import annotations
 
-import json
+import hashlib
 from dataclasses import dataclass
 
 import numpy as np
 
 from kg_platform.graph.version import GRAPH_FORMAT  # noqa: F401 (the build id reads it here)
 from kg_platform.storage.corpus import corpus_folder
-from kg_platform.storage.lake import Lake
-
-GRAPH_PREFIX = "graph"
-CURRENT_POINTER = "graph/current.json"
+from kg_platform.storage.graph import (  # noqa: F401 (the graph's lake keys, read as layout.*)
+    CURRENT_POINTER,
+    GRAPH_PREFIX,
+    array_key,
+    build_prefix,
+    choose_pair,
+    current_build_id,
+    hash_problems,
+    manifest_key,
+    publish,
+    published_pairs,
+    published_problem,
+    read_manifest,
+    size_problems,
+)
+from kg_platform.storage.mesh import mesh_key
 
 # the corpus tables a build reads, each a folder of parts (kg_platform.storage.corpus)
 CORPUS_INPUTS: dict[str, str] = {
     t: corpus_folder(t) for t in ("articles", "mesh_edges", "citations", "corrections", "pubtypes")
 }
-MESH_INPUTS: dict[str, str] = {
-    "descriptors": "mesh/descriptors.parquet",
-    "tree": "mesh/tree.parquet",
-}
+MESH_INPUTS: dict[str, str] = {t: mesh_key(t) for t in ("descriptors", "tree")}
 
 # per-article flag bits (uint8 array `flags`)
 QUOTABLE = 1  # has abstract text
@@ -87,10 +97,11 @@ class Csr:
     ``indices[indptr[r]:indptr[r + 1]]``, strictly ascending, each below ``n_cols``;
     ``flag`` (a flagged kind) has one entry per neighbour.
 
-    ``check`` in the manner of scipy's ``check_format``: the O(1) checks always (sizes and
-    the ends of indptr: two reads of a mapped array), the O(nnz) scans with ``full``; each
-    failure a ValueError naming the array and the numbers (not ``assert``, which ``python
-    -O`` drops)."""
+    ``check`` in the manner of scipy's ``check_format``: the O(1) checks (sizes and the ends
+    of indptr: two reads of a mapped array) whenever a Csr is made, the O(nnz) scans with
+    ``full``; each failure a ValueError naming the array and the numbers (not ``assert``,
+    which ``python -O`` drops). The one CSR type: the graph's edge kinds and the allocation
+    study's paragraph links (kg_platform.retrieval.allocation) alike."""
 
     kind: EdgeKind
     indptr: np.ndarray
@@ -98,6 +109,39 @@ class Csr:
     n_rows: int
     n_cols: int
     flag: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        self.check()
+
+    @classmethod
+    def from_edges(cls, kind: EdgeKind, n_nodes: int, edges: np.ndarray) -> Csr:
+        """A square Csr over ``0..n_nodes-1`` from (source, target) pairs: duplicates
+        dropped, targets ascending per source."""
+        edges = np.asarray(edges, dtype=np.int64).reshape(-1, 2)
+        if edges.size and (edges.min() < 0 or edges.max() >= n_nodes):
+            raise ValueError(f"edge endpoints must lie in [0, {n_nodes})")
+        edges = np.unique(edges, axis=0)  # sorted by source then target
+        indptr = np.zeros(n_nodes + 1, dtype=np.int64)
+        np.cumsum(np.bincount(edges[:, 0], minlength=n_nodes), out=indptr[1:])
+        return cls(kind, indptr, edges[:, 1].copy(), n_nodes, n_nodes)
+
+    @property
+    def n_edges(self) -> int:
+        return int(self.indices.size)
+
+    def neighbours(self, row: int) -> np.ndarray:
+        return self.indices[self.indptr[row] : self.indptr[row + 1]]
+
+    def edges(self) -> np.ndarray:
+        """(E, 2) array of (row, column) pairs in CSR order."""
+        rows = np.repeat(np.arange(self.n_rows, dtype=np.int64), np.diff(self.indptr))
+        return np.stack([rows, self.indices.astype(np.int64)], axis=1)
+
+    def sha256(self) -> str:
+        """Identity of the adjacency: little-endian int64 indptr then int64 indices."""
+        digest = hashlib.sha256(np.asarray(self.indptr, dtype="<i8").tobytes())
+        digest.update(np.asarray(self.indices, dtype="<i8").tobytes())
+        return digest.hexdigest()
 
     def named(self) -> dict[str, np.ndarray]:
         """The arrays by their names in the build."""
@@ -141,149 +185,3 @@ class Csr:
                 f"{int(rows[0])} at entry {int(inside[0])}"
             )
         return self
-
-
-def build_prefix(build_id: str) -> str:
-    return f"{GRAPH_PREFIX}/{build_id}"
-
-
-def array_key(build_id: str, name: str) -> str:
-    return f"{build_prefix(build_id)}/{name}.npy"
-
-
-def manifest_key(build_id: str) -> str:
-    return f"{build_prefix(build_id)}/manifest.json"
-
-
-def current_build_id(lake: Lake) -> str:
-    """The build id readers should open: graph/current.json, written after the checks pass."""
-    if not lake.exists(CURRENT_POINTER):
-        raise FileNotFoundError(
-            f"{lake.path(CURRENT_POINTER)}: no published graph build; materialise the `graph` asset"
-        )
-    try:
-        build_id = json.loads(lake.read_bytes(CURRENT_POINTER))["build_id"]
-        if not isinstance(build_id, str) or not build_id.isalnum():
-            raise ValueError(f"build_id {build_id!r} is no build id")
-        return build_id
-    except (ValueError, KeyError, TypeError) as exc:
-        raise ValueError(f"{lake.path(CURRENT_POINTER)}: not a graph pointer ({exc})") from exc
-
-
-def read_manifest(lake: Lake, build_id: str) -> dict:
-    """The build's manifest.json; FileNotFoundError when the build has none, ValueError naming
-    the file when it is not a manifest."""
-    key = manifest_key(build_id)
-    if not lake.exists(key):
-        raise FileNotFoundError(f"{lake.path(key)}: no such graph build")
-    try:
-        manifest = json.loads(lake.read_bytes(key))
-        arrays = manifest["arrays"]
-        for info in arrays.values():
-            int(info["nbytes"])
-    except (ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise ValueError(f"{lake.path(key)}: not a graph manifest ({exc})") from exc
-    return manifest
-
-
-def size_problems(lake: Lake, build_id: str, manifest: dict) -> list[str]:
-    """Each array file of the build that is missing or not of the size its manifest records,
-    one line naming the file, the array and the build (cheap: one listing, no read)."""
-    found = lake.sizes(build_prefix(build_id))
-    problems = []
-    for name, info in manifest["arrays"].items():
-        path = lake.path(array_key(build_id, name))
-        size = found.get(f"{name}.npy")
-        # manifests before the file size was recorded: the data plus a header of at most 4 KiB
-        expected = int(info.get("size") or 0)
-        fits = (
-            size == expected
-            if expected
-            else size is not None and 0 < size - int(info["nbytes"]) <= 4096
-        )
-        if size is None:
-            problems.append(f"{path}: array {name} of graph build {build_id} is missing")
-        elif not fits:
-            want = f"{expected} bytes" if expected else f"{info['nbytes']} bytes of data"
-            problems.append(
-                f"{path}: array {name} of graph build {build_id} is {size} bytes, "
-                f"its manifest says {want}"
-            )
-    return problems
-
-
-def hash_problems(lake: Lake, build_id: str, manifest: dict) -> list[str]:
-    """Each array of the build whose data no longer hashes to the sha256 its manifest
-    records, one line naming the file, the array and the build (reads every array)."""
-    import numpy as np
-
-    from kg_platform.storage.digest import array_sha256
-
-    problems = []
-    for name, info in manifest["arrays"].items():
-        key = array_key(build_id, name)
-        expected = info.get("sha256")
-        if expected and array_sha256(np.asarray(lake.read_npy(key))) != expected:
-            problems.append(
-                f"{lake.path(key)}: array {name} of graph build {build_id}: sha256 differs "
-                "from its manifest"
-            )
-    return problems
-
-
-def published_problem(lake: Lake, verify: bool = False) -> str | None:
-    """Why the published build of this (scoped) lake does not match its manifest: the
-    pointer, the manifest or an array file named; None when it matches or none is published.
-    ``verify``: the arrays' hashes too, once their sizes match."""
-    if not lake.exists(CURRENT_POINTER):
-        return None
-    try:
-        build_id = current_build_id(lake)
-        manifest = read_manifest(lake, build_id)
-        problems = size_problems(lake, build_id, manifest)
-        if verify and not problems:
-            problems = hash_problems(lake, build_id, manifest)
-    except (ValueError, FileNotFoundError) as exc:
-        return str(exc)
-    return problems[0] if problems else None
-
-
-def publish(lake: Lake, build_id: str) -> None:
-    """Point readers at ``build_id`` (one atomic write; the previous build stays on disk)."""
-    if not lake.exists(manifest_key(build_id)):
-        raise FileNotFoundError(f"{lake.path(manifest_key(build_id))}: build is not complete")
-    pointer = {"build_id": build_id, "manifest": manifest_key(build_id)}
-    lake.write_bytes(CURRENT_POINTER, json.dumps(pointer, indent=1).encode())
-
-
-def published_pairs(lake: Lake) -> list[tuple[str, str]]:
-    """(release, MeSH year) of every published graph build under graph/<release>/<year>/,
-    oldest first. ``lake`` is the unscoped root."""
-    pairs = []
-    for release_key in lake.list(GRAPH_PREFIX):
-        release = release_key.rsplit("/", 1)[1]
-        for year_key in lake.list(release_key):
-            if lake.exists(f"{year_key}/current.json"):
-                pairs.append((release, year_key.rsplit("/", 1)[1]))
-    return sorted(pairs)
-
-
-def choose_pair(
-    lake: Lake, release: str | None = None, mesh_year: str | None = None
-) -> tuple[str, str]:
-    """The graph build a reader opens: the newest published (release, MeSH year), or the
-    newest matching what was asked for; a clear error naming what exists otherwise."""
-    pairs = published_pairs(lake)
-    matching = [
-        (r, y)
-        for r, y in pairs
-        if (release is None or r == release) and (mesh_year is None or y == mesh_year)
-    ]
-    if not matching:
-        wanted = f"release {release or 'any'}, MeSH {mesh_year or 'any'}"
-        have = ", ".join(f"{r}/{y}" for r, y in pairs) or "none"
-        raise FileNotFoundError(
-            f"{lake.path(GRAPH_PREFIX)}: no published graph for {wanted} (published: {have}); "
-            "materialise `graph` for that partition"
-        )
-    return matching[-1]

@@ -204,10 +204,8 @@ def _patched_direction(
             f"{kind.name}: the previous build's row and the update disagree at row {row} "
             "(a column from both, or out of order)"
         )
-    built = layout.Csr(
-        kind, indptr, indices[:kept], n_rows, n_cols, flag[:kept] if kind.flagged else None
-    )
-    return built.check(), counts
+    flags = flag[:kept] if kind.flagged else None
+    return layout.Csr(kind, indptr, indices[:kept], n_rows, n_cols, flags), counts
 
 
 def _patched_pair(

@@ -18,12 +18,13 @@ admissions" and a single long random draw must not end it early.
 
 from __future__ import annotations
 
-import hashlib
 import math
 from dataclasses import asdict, dataclass, field
 from typing import Literal
 
 import numpy as np
+
+from kg_platform.graph.layout import Csr, EdgeKind
 
 OnOverflow = Literal["stop", "skip"]
 
@@ -32,6 +33,8 @@ ARM_RELATIONAL = "relational"
 ARM_RANDOM_NEIGHBOUR = "random_neighbour"
 ARM_SHUFFLED_GRAPH = "shuffled_graph"
 ARMS = (ARM_FLAT, ARM_RELATIONAL, ARM_RANDOM_NEIGHBOUR, ARM_SHUFFLED_GRAPH)
+# the directed links between retrievable objects (paragraphs), a square Csr over them
+LINKS = EdgeKind("links", "links", rows_are_articles=False, columns_are_articles=False)
 
 
 def _check_on_overflow(on_overflow: str) -> None:
@@ -87,76 +90,6 @@ class RelationalParams:
         if self.seeds is None:
             return max(1, math.ceil(budget.max_objects / 2))
         return min(int(self.seeds), budget.max_objects)
-
-
-@dataclass(frozen=True)
-class CsrGraph:
-    """A directed adjacency in CSR form over objects ``0..n_nodes-1``: the out-neighbours of
-    ``i`` are ``indices[indptr[i]:indptr[i+1]]``."""
-
-    indptr: np.ndarray
-    indices: np.ndarray
-
-    def __post_init__(self) -> None:
-        indptr = np.asarray(self.indptr)
-        indices = np.asarray(self.indices)
-        if indptr.ndim != 1 or indptr.size < 1 or indptr[0] != 0:
-            raise ValueError("graph indptr must be 1-D, non-empty and start at 0")
-        if np.any(np.diff(indptr) < 0):
-            raise ValueError("graph indptr must be non-decreasing")
-        if indptr[-1] != indices.size:
-            raise ValueError(
-                f"graph indptr ends at {int(indptr[-1])} but indices holds {indices.size} entries"
-            )
-        n = indptr.size - 1
-        if indices.size and (indices.min() < 0 or indices.max() >= n):
-            raise ValueError(f"graph indices must lie in [0, {n}); got an index out of range")
-
-    @property
-    def n_nodes(self) -> int:
-        return int(self.indptr.size - 1)
-
-    @property
-    def n_edges(self) -> int:
-        return int(self.indices.size)
-
-    def neighbours(self, node: int) -> np.ndarray:
-        return self.indices[self.indptr[node] : self.indptr[node + 1]]
-
-    def out_degrees(self) -> np.ndarray:
-        return np.diff(self.indptr).astype(np.int64)
-
-    def in_degrees(self) -> np.ndarray:
-        return np.bincount(self.indices, minlength=self.n_nodes).astype(np.int64)
-
-    def edges(self) -> np.ndarray:
-        """(E, 2) array of (source, target) pairs in CSR order."""
-        sources = np.repeat(np.arange(self.n_nodes, dtype=np.int64), self.out_degrees())
-        return np.stack([sources, self.indices.astype(np.int64)], axis=1)
-
-    def sha256(self) -> str:
-        """Identity of the adjacency: little-endian int64 indptr then int64 indices."""
-        digest = hashlib.sha256()
-        digest.update(np.asarray(self.indptr, dtype="<i8").tobytes())
-        digest.update(np.asarray(self.indices, dtype="<i8").tobytes())
-        return digest.hexdigest()
-
-    @classmethod
-    def from_edges(cls, n_nodes: int, edges: np.ndarray) -> CsrGraph:
-        """CSR from (source, target) pairs: duplicates dropped, targets sorted per source."""
-        edges = np.asarray(edges, dtype=np.int64).reshape(-1, 2)
-        if edges.size and (edges.min() < 0 or edges.max() >= n_nodes):
-            raise ValueError(f"edge endpoints must lie in [0, {n_nodes})")
-        if edges.size:
-            edges = np.unique(edges, axis=0)  # sorted by source then target
-        counts = (
-            np.bincount(edges[:, 0], minlength=n_nodes)
-            if edges.size
-            else np.zeros(n_nodes, dtype=np.int64)
-        )
-        indptr = np.zeros(n_nodes + 1, dtype=np.int64)
-        np.cumsum(counts, out=indptr[1:])
-        return cls(indptr=indptr, indices=edges[:, 1].astype(np.int64).copy())
 
 
 @dataclass(frozen=True)
@@ -246,7 +179,7 @@ def allocate_flat(
 def allocate_relational(
     ranking: np.ndarray | list[int],
     token_lengths: np.ndarray,
-    graph: CsrGraph,
+    graph: Csr,
     budget: Budget,
     params: RelationalParams | None = None,
     arm: str = ARM_RELATIONAL,
@@ -255,9 +188,9 @@ def allocate_relational(
     within ``neighbour_share`` of the remaining allowance, then the ranking again."""
     params = params or RelationalParams()
     ranking, token_lengths = _check_inputs(ranking, token_lengths)
-    if graph.n_nodes != token_lengths.size:
+    if graph.n_rows != token_lengths.size:
         raise ValueError(
-            f"graph has {graph.n_nodes} nodes but token_lengths covers {token_lengths.size} objects"
+            f"graph has {graph.n_rows} nodes but token_lengths covers {token_lengths.size} objects"
         )
     state = _Admission(token_lengths, budget)
     seeds = state.walk(ranking, params.on_overflow, limit=params.seeds_for(budget))
@@ -293,9 +226,7 @@ def allocate_random_neighbour(
     return _result(ARM_RANDOM_NEIGHBOUR, state, seeds, randoms, record)
 
 
-def rewire_degree_preserving(
-    graph: CsrGraph, seed: int, swaps_per_edge: int = 10
-) -> tuple[CsrGraph, int]:
+def rewire_degree_preserving(graph: Csr, seed: int, swaps_per_edge: int = 10) -> tuple[Csr, int]:
     """A degree-preserving randomisation of a directed graph by edge swaps.
 
     Repeatedly picks two edges a->b and c->d and replaces them by a->d and c->b, rejecting a
@@ -305,7 +236,7 @@ def rewire_degree_preserving(
     edges = graph.edges()
     n_edges = edges.shape[0]
     if n_edges < 2:
-        return CsrGraph.from_edges(graph.n_nodes, edges), 0
+        return Csr.from_edges(LINKS, graph.n_rows, edges), 0
     rng = np.random.default_rng(seed)
     attempts = swaps_per_edge * n_edges
     picks = rng.integers(0, n_edges, size=(attempts, 2))
@@ -324,7 +255,7 @@ def rewire_degree_preserving(
         targets[i], targets[j] = d, b
         accepted += 1
     rewired = np.stack([np.asarray(sources), np.asarray(targets)], axis=1)
-    return CsrGraph.from_edges(graph.n_nodes, rewired), accepted
+    return Csr.from_edges(LINKS, graph.n_rows, rewired), accepted
 
 
 # -- internals ------------------------------------------------------------------------------
@@ -368,7 +299,7 @@ def _rank_positions(ranking: np.ndarray, n_objects: int) -> np.ndarray:
 
 def _neighbour_candidates(
     seeds: list[int],
-    graph: CsrGraph,
+    graph: Csr,
     rank_of: np.ndarray,
     admitted: set[int],
     params: RelationalParams,

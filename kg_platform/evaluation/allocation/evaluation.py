@@ -34,6 +34,7 @@ from kg_platform.evaluation.common.stats import (
     outcomes_sha256,
     stratify,
 )
+from kg_platform.graph.layout import Csr
 from kg_platform.graph.profile import figure_png, new_figure, png_data_uri
 from kg_platform.retrieval.allocation import (
     ARM_FLAT,
@@ -43,7 +44,6 @@ from kg_platform.retrieval.allocation import (
     ARMS,
     Allocation,
     Budget,
-    CsrGraph,
     RelationalParams,
     allocate_flat,
     allocate_random_neighbour,
@@ -240,8 +240,8 @@ def run_allocation_eval(
 def _run_budget(
     dataset: HotpotDataset,
     rankings: list[np.ndarray],
-    graph: CsrGraph,
-    shuffled: CsrGraph,
+    graph: Csr,
+    shuffled: Csr,
     max_objects: int,
     median_tokens: float,
     config: AllocationEvalConfig,

@@ -32,7 +32,8 @@ from typing import Any
 import numpy as np
 
 from kg_platform.evaluation.common.bm25 import bm25_scores
-from kg_platform.retrieval.allocation import CsrGraph
+from kg_platform.graph.layout import Csr
+from kg_platform.retrieval.allocation import LINKS
 
 MIN_MENTION_CHARS = 3
 _DISAMBIGUATOR = re.compile(r"\s+\([^()]*\)$")
@@ -182,7 +183,7 @@ def mention_name(title: str) -> str:
     return _DISAMBIGUATOR.sub("", title).strip()
 
 
-def build_title_mention_graph(corpus: ParagraphCorpus) -> CsrGraph:
+def build_title_mention_graph(corpus: ParagraphCorpus) -> Csr:
     """A -> B when A's text mentions B's title (see the module docstring for the rule)."""
     separator = "\n\x00\n"  # never part of a title, so no match spans two paragraphs
     starts: list[int] = []
@@ -204,7 +205,7 @@ def build_title_mention_graph(corpus: ParagraphCorpus) -> CsrGraph:
     for name, targets in targets_of_name.items():
         sources = {bisect_right(starts, at) - 1 for at in _whole_word_occurrences(joined, name)}
         edges.extend((s, t) for s in sorted(sources) for t in targets if s != t)
-    return CsrGraph.from_edges(len(corpus), np.array(edges, dtype=np.int64).reshape(-1, 2))
+    return Csr.from_edges(LINKS, len(corpus), np.array(edges, dtype=np.int64).reshape(-1, 2))
 
 
 def _whole_word_occurrences(haystack: str, needle: str) -> list[int]:
