@@ -1,6 +1,5 @@
 """PubMed per-file assets (download, parse) and the release fold into the current corpus."""
 
-import os
 import time
 from collections.abc import Iterator
 
@@ -38,6 +37,7 @@ from kg_platform.resources.catalog import CatalogResource
 from kg_platform.resources.lake import LakeResource
 from kg_platform.resources.pubmed_source import PubmedSourceResource
 from kg_platform.schemas import CORPUS_MODELS, PUBMED_TABLES
+from kg_platform.settings import FILES_PER_RUN_ENV, whole_number
 from kg_platform.storage.tables import table_key
 
 # bump when what an asset writes changes meaning: its partitions then show as stale
@@ -74,10 +74,7 @@ def files_per_run() -> int:
     interpreter, the definitions, the parse pool) is paid once for this many files.
     ``KG_FILES_PER_RUN`` (read where the definitions load: the code server, the daemon and
     each run must agree) else 16 (docs/BENCHMARKS.md, *File runs*: why 16)."""
-    value = os.environ.get("KG_FILES_PER_RUN", "").strip() or "16"
-    if not value.isdigit() or int(value) < 1:
-        raise ValueError(f"KG_FILES_PER_RUN={value!r}: must be a whole number of at least 1")
-    return int(value)
+    return whole_number(FILES_PER_RUN_ENV) or 16
 
 
 FILES_PER_RUN = files_per_run()

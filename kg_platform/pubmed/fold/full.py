@@ -15,6 +15,7 @@ from kg_platform.pubmed.fold.base import FoldResult, check_files, table_key
 from kg_platform.pubmed.fold.incremental import fold_new_files
 from kg_platform.pubmed.fold.manifest import file_stamps, previous_fold, publish, staged_parts
 from kg_platform.pubmed.fold.parts import PartWriter, write_parts
+from kg_platform.settings import FOLD_MEMORY_LIMIT_ENV, fold_memory_limit
 from kg_platform.storage.corpus import CORPUS_TABLES, PMID_BUCKET
 from kg_platform.storage.lake import Lake
 
@@ -22,8 +23,6 @@ from kg_platform.storage.lake import Lake
 # The articles sort carries every abstract (~60 GB for a 40M-record baseline), so without a
 # limit it grows to DuckDB's default of 80% of RAM; a limit holds the RSS for some more CPU
 # (benchmarks/build.py --fold-records; docs/BENCHMARKS.md, *The fold*).
-FOLD_MEMORY_LIMIT_ENV = "KG_FOLD_MEMORY_LIMIT"
-DEFAULT_FOLD_MEMORY_LIMIT = "4GB"
 # The corpus tables are written sorted by PMID one PMID range at a time, each range holding
 # at most this many surviving records: one range's articles (~1.5 KB of abstract each, ~1.5
 # GB) sort within the memory limit, so no sort spills; the ranges are written in order, cut
@@ -32,11 +31,6 @@ DEFAULT_FOLD_MEMORY_LIMIT = "4GB"
 # --fold-records; docs/BENCHMARKS.md, *The fold*). Each range re-reads the
 # files whose PMIDs overlap it (with the footers cached), so fewer, larger ranges read less.
 FOLD_RANGE_RECORDS = 1_000_000
-
-
-def fold_memory_limit() -> str:
-    """DuckDB's memory limit for the fold and the graph's recount (``KG_FOLD_MEMORY_LIMIT``)."""
-    return os.environ.get(FOLD_MEMORY_LIMIT_ENV) or DEFAULT_FOLD_MEMORY_LIMIT
 
 
 def connect(

@@ -14,6 +14,7 @@ import polars as pl
 import pyarrow.parquet as pq
 
 from kg_platform.pubmed.fold.base import FoldResult
+from kg_platform.settings import FULL_FOLD_ENV, full_fold_forced
 from kg_platform.storage.corpus import (
     CORPUS_TABLES,
     PMID_BUCKET,
@@ -58,7 +59,6 @@ def added_key(table: str) -> str:
 FOLD_FORMAT = 2
 LAYOUT_CHANGE = "corpus layout: single files -> parts"
 # KG_FOLD_FULL=1: every fold reads every file (the reference the incremental fold equals)
-FULL_FOLD_ENV = "KG_FOLD_FULL"
 STATE_SCHEMA = {"pmid": pl.Int64, "deleted_ord": pl.Int32, "removed": pl.Boolean}
 
 
@@ -85,7 +85,7 @@ def file_stamps(lake: Lake, files: list[str]) -> dict[str, str]:
 def previous_fold(lake: Lake, files: list[str], stamps: dict[str, str]) -> tuple[dict | None, str]:
     """The manifest of the corpus in ``lake`` when ``files`` can be folded into it (a prefix
     of ``files``, unchanged since, the corpus as that fold wrote it), else None; and why."""
-    if os.environ.get(FULL_FOLD_ENV) == "1":
+    if full_fold_forced():
         return None, f"{FULL_FOLD_ENV}=1"
     if any(lake.exists(legacy_key(t)) for t in CORPUS_TABLES):
         return None, LAYOUT_CHANGE
