@@ -8,6 +8,7 @@ from kg_platform.evaluation.common.contracts import GROUNDING_REPORT_CHECKS
 from kg_platform.grounding.contracts import CHECKS
 from kg_platform.resources.encoder import EncoderResource
 from kg_platform.resources.lake import LakeResource
+from kg_platform.storage.mesh import mesh_key
 from kg_platform.storage.reports import GROUNDING
 
 # each step imports the grounding and evaluation modules it runs (polars, numpy) itself: the
@@ -35,7 +36,7 @@ def grounding_index(context: dg.AssetExecutionContext, lake: LakeResource) -> dg
     the_lake = lake.get().scoped(scope_for(context))
     with the_lake.transaction() as staged:
         stats, outcomes = build_grounding_index(staged)
-        results = check_results(context, outcomes, f"mesh/{context.partition_key}/terms")
+        results = check_results(context, outcomes, the_lake.path(mesh_key("terms")))
         digest = staged.digest([SURFACES_KEY, INDEX_KEY])
     return dg.MaterializeResult(
         metadata={
