@@ -51,13 +51,14 @@ def prepare(args) -> None:
     """What `kg build` does before it plans: the source's partitions and its observation."""
     import dagster as dg
 
-    from kg_platform.commands import build
+    from kg_platform.assets.pubmed import observe_source
+    from kg_platform.commands import build, build_sources
 
     settings, defs, asset_graph, instance = _setup(args)
     selected = set(dg.AssetSelection.from_string(args.select).resolve(asset_graph))
-    names = build.release_files(settings, None)
+    names = build_sources.release_files(settings, None)
     build.register_build(instance, settings, names, args.mesh_year, selected)
-    build.observe_source(defs, instance)
+    observe_source(defs, instance)
 
 
 def child(args) -> None:
@@ -65,11 +66,11 @@ def child(args) -> None:
     import dagster as dg
 
     from kg_platform.assets.build_keys import BuildKeys
-    from kg_platform.commands import build, status
+    from kg_platform.commands import build, build_sources, status
     from kg_platform.storage.lake import Lake
 
     settings, _, asset_graph, instance = _setup(args)
-    names = build.release_files(settings, None)
+    names = build_sources.release_files(settings, None)
     keys = BuildKeys(names, names[0][:8], args.mesh_year, [], [])
     if args.measure == "plan":
         selected = set(dg.AssetSelection.from_string(args.select).resolve(asset_graph))

@@ -4,12 +4,14 @@ asset, orchestration/freshness.py drops what is fresh), added to the instance's 
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import dagster as dg
 
 from kg_platform.assets import partitions as p
 from kg_platform.orchestration.runs import FileRuns
+from kg_platform.settings import PARSE_WORKERS_ENV, reference_data_dir
 
 
 @dataclass(frozen=True)
@@ -79,3 +81,55 @@ def register_partitions(instance, keys: BuildKeys) -> list[str]:
 
 # the assets one step materialises for a range of files (assets/pubmed.py), reported per file
 FILE_RUNS = FileRuns(frozenset({"pubmed_xml", "pubmed_tables"}), p.pubmed_files.name)
+
+
+# the reference question sets the evaluation reports read (under KG_REFERENCE_DATA)
+PUBMEDQA_DEV = "pubmedqa/pqal_dev400.json"
+HOTPOTQA_DEV = "hotpotqa/hotpot_dev_distractor_first60.json"
+
+
+def register_question_sets(lake, selected: set) -> tuple[list[str], list[str]]:
+    """The reference question sets the selected reports read, copied into the lake."""
+    from kg_platform.evaluation.common.question_sets import register_question_set
+
+    pubmedqa, hotpotqa = [], []
+    base = reference_data_dir()
+    if dg.AssetKey("grounding_report") in selected:
+        pubmedqa.append(register_question_set(lake, "pubmedqa", base / PUBMEDQA_DEV))
+    if dg.AssetKey("allocation_report") in selected:
+        hotpotqa.append(register_question_set(lake, "hotpotqa", base / HOTPOTQA_DEV))
+    return pubmedqa, hotpotqa
+
+
+def build_selection(select: str | None) -> tuple[dg.AssetSelection, list[str]]:
+    """The assets a build materialises: ``select`` (a Dagster selection string), else all of
+    them less the evaluation reports without reference data and the dense layer without a
+    GPU, with a line saying each left out."""
+    from kg_platform.orchestration.deployment import gpu_present
+
+    if select:
+        return dg.AssetSelection.from_string(select), []
+    selection, skipped = dg.AssetSelection.all(), []
+    if not reference_data_dir().exists():
+        # evaluation reports read the reference question sets, not the sources
+        skipped.append(f"no reference data at {reference_data_dir()}: skipping evaluation reports")
+        selection = selection - dg.AssetSelection.groups("evaluation")
+    if not gpu_present():
+        skipped.append(
+            "no GPU: skipping the dense layer (embeddings); add it with --select 'group:embeddings'"
+        )
+        selection = selection - dg.AssetSelection.groups("embeddings")
+    return selection, skipped
+
+
+def file_run_environment(n_files: int, jobs: int) -> dict[str, str]:
+    """What the code server and its runs get for this build's file runs: as many parse
+    processes per run as the cores over the runs that will run at once (a build of one batch
+    parses on every core; ``jobs`` batches at once, one core each). An operator's own
+    KG_PARSE_WORKERS wins."""
+    from kg_platform.assets.pubmed import FILES_PER_RUN
+
+    if PARSE_WORKERS_ENV in os.environ or not n_files:
+        return {}
+    at_once = max(1, min(jobs, -(-n_files // FILES_PER_RUN)))
+    return {PARSE_WORKERS_ENV: str(max(1, (os.cpu_count() or 1) // at_once))}

@@ -69,6 +69,23 @@ def changed_source_versions(instance, source) -> dict[str, str]:
     }
 
 
+def observe_source(defs, instance) -> None:
+    """Record each source file's published md5 (Dagster's observation of the source asset),
+    so a file changed at the source is a stale partition and is fetched again. When no md5
+    is new or changed the observation would record nothing, and its run (~1-2 s of a build
+    with nothing to do) is not started."""
+    from kg_platform.orchestration.runs import execute_in_process
+
+    try:
+        changed = changed_source_versions(instance, defs.resources["pubmed_source"].get())
+    except Exception as error:  # the observation run's own message, without its run
+        raise ValueError(f"observing the PubMed source: {error}") from error
+    if changed and (
+        failure := execute_in_process(defs.resolve_job_def("observe_pubmed_source"), instance)
+    ):
+        raise ValueError(f"observing the PubMed source: {failure}")
+
+
 def files_per_run() -> int:
     """Files per run of a backfill (BackfillPolicy.multi_run): a run's start-up (a fresh
     interpreter, the definitions, the parse pool) is paid once for this many files.

@@ -110,7 +110,7 @@ def reader_config(args: argparse.Namespace, dev_key: str) -> ReaderConfig:
 
 
 def run_eval_pubmedqa(args: argparse.Namespace) -> int:
-    from kg_platform.commands.build import PUBMEDQA_DEV
+    from kg_platform.assets.build_keys import PUBMEDQA_DEV
     from kg_platform.evaluation.common.question_sets import question_set_key
     from kg_platform.evaluation.pubmedqa.answering import check_split
     from kg_platform.settings import Settings, reference_data_dir

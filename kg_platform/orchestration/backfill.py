@@ -39,6 +39,35 @@ class BuildResult:
     runs: list[RunOutcome] = field(default_factory=list)
     backfill: object = None  # Dagster's PartitionBackfill, as it ended
 
+    @property
+    def failed(self) -> bool:
+        """A run failed or a check failed, or the backfill did not complete."""
+        return (
+            any(r.status != "SUCCESS" or r.checks_failed for r in self.runs)
+            or self.status != "COMPLETED_SUCCESS"
+        )
+
+    def never_run(self, requested: set) -> list[str]:
+        """asset [partition] of ``requested`` that the backfill neither materialised nor ran
+        and saw fail: what a failure upstream blocked (from Dagster's own backfill record)."""
+        if self.backfill is None:
+            return []
+        data = self.backfill.asset_backfill_data
+        done = set(data.materialized_subset.iterate_asset_partitions()) if data else set()
+        failed_runs = {
+            (a, p)
+            for r in self.runs
+            if r.status != "SUCCESS"
+            for a in r.assets
+            for p in (r.files_failed or [r.partition])
+        }
+        return sorted(
+            f"{ap.asset_key.to_user_string()} [{ap.partition_key}]"
+            for ap in requested
+            if ap not in done
+            and (ap.asset_key.to_user_string(), ap.partition_key) not in failed_runs
+        )
+
 
 def workspace(instance, log_path: Path, env: dict[str, str] | None = None):
     """Dagster's workspace for this code location: a code server the runs launch from. The
@@ -377,4 +406,29 @@ def say_driver(reporter: Reporter, backfill_id: str, age, serves: bool, first: b
         reporter.say(
             f"the Dagster daemon last beat {age:.0f}s ago (stopped): this build runs the "
             "backfill itself"
+        )
+
+
+def run_backfill(
+    instance,
+    partitions: set,
+    title: str,
+    tags: dict,
+    run_config: dict,
+    log_path: Path,
+    env: dict[str, str],
+    on_run: Callable[[RunOutcome], None],
+    reporter: Reporter,
+    files: FileRuns = NO_FILES,
+) -> BuildResult:
+    """``partitions`` as one asset backfill of this code location (workspace, with ``env``
+    and its output to ``log_path``), submitted and driven to its end (wait_for_backfill)."""
+    with workspace(instance, log_path, env) as process_context:
+        graph = process_context.create_request_context().asset_graph
+        backfill_id = submit_backfill(instance, graph, partitions, title, tags, run_config)
+        reporter.say(
+            f"backfill {backfill_id} submitted (it shows in the UI under Runs > Backfills)"
+        )
+        return wait_for_backfill(
+            instance, process_context, backfill_id, on_run, reporter=reporter, files=files
         )

@@ -314,3 +314,13 @@ def _remove_dead_remote_staging(lake) -> list[str]:
             shutil.rmtree(path, ignore_errors=True)
             removed.append(str(path))
     return sorted(removed)
+
+
+def prepare_and_recover(settings, jobs: int):
+    """(the instance for ``jobs`` runs at once, rid of what a killed build left, the line
+    saying what that was or "")."""
+    from kg_platform.orchestration.backfill import daemon_serves
+    from kg_platform.orchestration.instance import prepare_instance
+
+    instance = prepare_instance(settings, jobs)
+    return instance, recover(instance, settings.lake, daemon_serves(instance)).line()

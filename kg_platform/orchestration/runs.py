@@ -300,3 +300,15 @@ def materialise_in_order(
             flush=True,
         )
     return ""
+
+
+def execute_in_process(job, instance) -> str:
+    """``job`` run in this process on ``instance``, its console log quiet and tagged with this
+    process as its owner (an in-process run reports no worker pid: the tag lets the next
+    build fail it, recovery.py); its failure's one line, or ""."""
+    from kg_platform.orchestration.recovery import owner_tags
+
+    result = job.execute_in_process(
+        instance=instance, raise_on_error=False, run_config=QUIET, tags=owner_tags()
+    )
+    return "" if result.success else failure_message(result)

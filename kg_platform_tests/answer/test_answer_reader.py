@@ -300,7 +300,7 @@ def test_cli_bad_reader_is_named(read_lake, tmp_path, monkeypatch, capsys) -> No
 
 
 def test_build_summary_answers_its_examples(read_lake, reader_folder, tmp_path, capsys) -> None:
-    from kg_platform.commands.build import print_examples
+    from kg_platform.commands.build_report import print_examples
 
     question = "Is there a link between Aspirin and Myocardial Infarction?"
     print_examples(read_lake, reader_folder)

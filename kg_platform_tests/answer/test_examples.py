@@ -93,7 +93,7 @@ def test_answerable_examples_are_answered(synthetic):
 
 def test_build_summary_prints_the_examples(synthetic, tmp_path, capsys):
     from kg_platform.answer.reading import READER_HINT
-    from kg_platform.commands.build import print_examples
+    from kg_platform.commands.build_report import print_examples
 
     print_examples(Lake(synthetic[0]))
     # no reader: the questions, then one line on how to get answers
@@ -112,7 +112,7 @@ def test_build_summary_names_an_unreadable_graph_array(synthetic, tmp_path, caps
     no longer stops the examples; a truncated title array is named."""
     import shutil
 
-    from kg_platform.commands.build import print_examples
+    from kg_platform.commands.build_report import print_examples
 
     copy = tmp_path / "lake"
     shutil.copytree(synthetic[0], copy)

@@ -64,7 +64,7 @@ def test_a_domain_error_keeps_its_first_line(message) -> None:
 def test_file_runs_get_the_cores_over_the_runs_at_once(monkeypatch) -> None:
     """One batch of files parses on every core; two batches at once, half each; an
     operator's own KG_PARSE_WORKERS is left alone; the CLI's own environment is untouched."""
-    from kg_platform.commands.build import file_run_environment
+    from kg_platform.assets.build_keys import file_run_environment
 
     monkeypatch.delenv("KG_PARSE_WORKERS", raising=False)
     monkeypatch.setattr("os.cpu_count", lambda: 8)
