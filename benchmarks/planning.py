@@ -65,8 +65,9 @@ def child(args) -> None:
     """One measurement in this process (run with the tree under test first on PYTHONPATH)."""
     import dagster as dg
 
+    from kg_platform.assets import status
     from kg_platform.assets.build_keys import BuildKeys
-    from kg_platform.commands import build, build_sources, status
+    from kg_platform.commands import build, build_sources
     from kg_platform.storage.lake import Lake
 
     settings, _, asset_graph, instance = _setup(args)

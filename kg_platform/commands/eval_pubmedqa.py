@@ -11,12 +11,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
 from kg_platform.evaluation.pubmedqa.candidates import MAX_CANDIDATES, TRUNCATIONS
 from kg_platform.evaluation.pubmedqa.reader_configs import ReaderConfig
 
-READERS = ("cues", "minilm", "probe")
 HELD_OUT = 100
 
 
@@ -80,39 +78,11 @@ def add_eval_parser(subparsers: argparse._SubParsersAction) -> argparse.Argument
     return parser
 
 
-def reader_config(args: argparse.Namespace, dev_key: str) -> ReaderConfig:
-    """The configuration of ``--reader``; a ValueError naming it when it is unknown."""
-    from kg_platform.evaluation.pubmedqa.reader_configs import folder_config, recipe_of
-
-    options = {
-        "seed": args.seed,
-        "folds": args.folds,
-        "truncations": tuple(args.truncations),
-        "shuffled_seeds": args.shuffled_seeds,
-        "candidates": args.candidates,
-    }
-    if args.reader in READERS:
-        try:
-            recipe = json.loads(args.recipe)
-        except json.JSONDecodeError as error:
-            raise ValueError(f"--recipe {args.recipe}: not JSON ({error})") from None
-        config = ReaderConfig(reader=args.reader, training_set=dev_key, recipe=recipe, **options)
-        try:
-            recipe_of(config)
-        except TypeError as error:  # an unknown field
-            raise ValueError(f"--recipe {args.recipe}: {error}") from None
-        return config
-    if Path(args.reader).is_dir():
-        return folder_config(args.reader, dev_key, **options)
-    raise ValueError(
-        f"--reader {args.reader}: unknown reader (expected cues, minilm, probe or a reader folder)"
-    )
-
-
 def run_eval_pubmedqa(args: argparse.Namespace) -> int:
     from kg_platform.assets.build_keys import PUBMEDQA_DEV
     from kg_platform.evaluation.common.question_sets import question_set_key
     from kg_platform.evaluation.pubmedqa.answering import check_split
+    from kg_platform.evaluation.pubmedqa.reader_configs import config_for
     from kg_platform.settings import Settings, reference_data_dir
     from kg_platform.storage.lake import Lake
 
@@ -133,7 +103,16 @@ def run_eval_pubmedqa(args: argparse.Namespace) -> int:
                     flush=True,
                 )
         check_split(dev, test)
-        config = reader_config(args, question_set_key(dev))
+        config = config_for(
+            args.reader,
+            args.recipe,
+            question_set_key(dev),
+            seed=args.seed,
+            folds=args.folds,
+            truncations=tuple(args.truncations),
+            shuffled_seeds=args.shuffled_seeds,
+            candidates=args.candidates,
+        )
     except (OSError, ValueError) as error:
         print(f"kg eval pubmedqa: {error}", file=sys.stderr)
         return 2
@@ -154,8 +133,7 @@ def materialise(settings, lake, config: ReaderConfig, dev: str, test: str) -> tu
     from kg_platform.assets import answering
     from kg_platform.assets.partitions import pubmedqa_sets, reader_configs
     from kg_platform.evaluation.common.question_sets import register_question_set
-    from kg_platform.evaluation.common.trained import read_trained_reader
-    from kg_platform.evaluation.pubmedqa.answering import read_report
+    from kg_platform.evaluation.pubmedqa.answering import published_report
     from kg_platform.evaluation.pubmedqa.reader_configs import register_reader_config
     from kg_platform.orchestration.instance import prepare_instance
     from kg_platform.orchestration.runs import materialise_in_order
@@ -182,12 +160,7 @@ def materialise(settings, lake, config: ReaderConfig, dev: str, test: str) -> tu
     )
     if error:
         return error, {}
-    report = read_report(lake, dev_key, test_key, key)
-    record = read_trained_reader(lake, key)
-    return "", report | {
-        "partition": {"reader_config": key, "dev": dev_key, "test": test_key},
-        "reader_folder": lake.path(record["model_prefix"]),
-    }
+    return "", published_report(lake, dev_key, test_key, key)
 
 
 def print_report(report: dict, as_json: bool, held_out: bool = False) -> None:

@@ -200,13 +200,13 @@ def read_reports(lake, keys: dict) -> dict:
     """The trained verifier's record, its row of the SciFact report and the refusal report's
     figures, as the assets published them."""
     from kg_platform.evaluation.common.trained import read_trained_verifier
-    from kg_platform.evaluation.refusal import report as refusal
-    from kg_platform.evaluation.scifact.report import REPORT_PREFIX
+    from kg_platform.evaluation.refusal.report import published_figures
+    from kg_platform.evaluation.scifact.report import verifier_row
+    from kg_platform.evaluation.scifact.transfer import heldout_row
 
-    record = read_trained_verifier(lake, keys["verifier_config"])
-    scifact = json.loads(lake.read_bytes(f"{REPORT_PREFIX}/{keys['claim_set']}/report.json"))
-    (row,) = [v for v in scifact["verifiers"] if v["config"] == keys["verifier_config"]]
-    out = {
+    config = keys["verifier_config"]
+    record = read_trained_verifier(lake, config)
+    return {
         "verifier_model": {
             "model": record["model"],
             "path": lake.path(record["model_prefix"]),
@@ -214,31 +214,15 @@ def read_reports(lake, keys: dict) -> dict:
             "tau": record["tau"],
             "pairs": record["pairs"],
         },
-        "scifact": {"n_claims": scifact["n_claims"], "n_pairs": scifact["n_pairs"], **row},
-        "refusal": None,
-        "heldout": None,
+        "scifact": verifier_row(lake, keys["claim_set"], config),
+        "refusal": published_figures(lake, keys["question_set"], keys["ladder_config"])
+        if "ladder_config" in keys
+        else None,
+        "heldout": heldout_row(lake, keys["heldout_set"], config)
+        if "heldout_set" in keys
+        else None,
         "partition": dict(keys),
     }
-    if "heldout_set" in keys:
-        from kg_platform.evaluation.scifact.transfer import HELDOUT_PREFIX
-
-        doc = json.loads(lake.read_bytes(f"{HELDOUT_PREFIX}/{keys['heldout_set']}/report.json"))
-        (held,) = [v for v in doc["verifiers"] if v["config"] == keys["verifier_config"]]
-        out["heldout"] = held
-    if "ladder_config" in keys:
-        folder = f"{refusal.REPORT_PREFIX}/{keys['question_set']}/{keys['ladder_config']}"
-        doc = json.loads(lake.read_bytes(f"{folder}/report.json"))
-        out["refusal"] = {
-            **refusal.report_summary(doc),
-            "n_controls": doc["n_controls"],
-            "sweep": doc["sweep"],
-            "ablation_sets": doc["ablation_sets"],
-            "ablation_tiers": doc["ablation_tiers"],
-            "evidence_deletion": doc.get("evidence_deletion"),
-            "verifier": doc["verifier"],
-            "graph_build": doc["graph_build"],
-        }
-    return out
 
 
 def print_report(report: dict, as_json: bool) -> None:

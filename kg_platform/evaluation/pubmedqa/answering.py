@@ -39,7 +39,11 @@ from kg_platform.evaluation.common.question_sets import (
     QuestionSet,
     check_question_set_matches_key,
 )
-from kg_platform.evaluation.common.trained import reader_folder, reader_trained_key
+from kg_platform.evaluation.common.trained import (
+    read_trained_reader,
+    reader_folder,
+    reader_trained_key,
+)
 from kg_platform.evaluation.pubmedqa.candidates import (
     Candidate,
     CandidatePool,
@@ -416,6 +420,16 @@ def report_scope(dev: str, test: str, config_key: str) -> Scope:
 def read_report(lake: Lake, dev: str, test: str, config_key: str) -> dict:
     store = lake.scoped(report_scope(dev, test, config_key))
     return json.loads(store.read_bytes(f"{REPORT_PREFIX}/report.json"))
+
+
+def published_report(lake: Lake, dev: str, test: str, config_key: str) -> dict:
+    """The report as the asset published it, with its partition and the trained reader's
+    folder (what `kg eval pubmedqa` prints)."""
+    record = read_trained_reader(lake, config_key)
+    return read_report(lake, dev, test, config_key) | {
+        "partition": {"reader_config": config_key, "dev": dev, "test": test},
+        "reader_folder": lake.path(record["model_prefix"]),
+    }
 
 
 def report_summary(report: dict) -> dict:

@@ -119,3 +119,27 @@ def folder_config(folder: str | Path, training_set: str, **options: Any) -> Read
         folder_hash=content_hash(folder),
         **options,
     )
+
+
+READERS = ("cues", "minilm", "probe")
+
+
+def config_for(reader: str, recipe: str, training_set: str, **options: Any) -> ReaderConfig:
+    """The configuration of `kg eval pubmedqa --reader` (a name in READERS with its
+    ``--recipe`` JSON, or a reader folder); a ValueError naming the option that is wrong."""
+    if reader in READERS:
+        try:
+            fields = json.loads(recipe)
+        except json.JSONDecodeError as error:
+            raise ValueError(f"--recipe {recipe}: not JSON ({error})") from None
+        config = ReaderConfig(reader=reader, training_set=training_set, recipe=fields, **options)
+        try:
+            recipe_of(config)
+        except TypeError as error:  # an unknown field
+            raise ValueError(f"--recipe {recipe}: {error}") from None
+        return config
+    if Path(reader).is_dir():
+        return folder_config(reader, training_set, **options)
+    raise ValueError(
+        f"--reader {reader}: unknown reader (expected cues, minilm, probe or a reader folder)"
+    )

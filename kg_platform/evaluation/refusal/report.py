@@ -478,3 +478,16 @@ def report_summary(doc: dict) -> dict:
             k: cert[k] for k in ("auroc_reader_confidence", "auroc_graph_certification", "finding")
         },
     }
+
+
+def published_figures(lake: Lake, question_set: str, ladder_config: str) -> dict:
+    """The published refusal report's figures `kg eval verification` prints."""
+    doc = json.loads(lake.read_bytes(f"{REPORT_PREFIX}/{question_set}/{ladder_config}/report.json"))
+    keys = ("n_controls", "sweep", "ablation_sets", "ablation_tiers")
+    return {
+        **report_summary(doc),
+        **{k: doc[k] for k in keys},
+        "evidence_deletion": doc.get("evidence_deletion"),
+        "verifier": doc["verifier"],
+        "graph_build": doc["graph_build"],
+    }

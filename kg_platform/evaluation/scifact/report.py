@@ -9,6 +9,7 @@ source recounted independently from the CSV with Polars (not by ``scifact_pairs`
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -293,3 +294,10 @@ def report_summary(report: dict) -> dict:
             for v in report["verifiers"]
         },
     }
+
+
+def verifier_row(lake: Lake, claim_set: str, config_key: str) -> dict:
+    """One verifier's row of the published SciFact report, with the claim set's counts."""
+    report = json.loads(lake.read_bytes(f"{REPORT_PREFIX}/{claim_set}/report.json"))
+    (row,) = [v for v in report["verifiers"] if v["config"] == config_key]
+    return {"n_claims": report["n_claims"], "n_pairs": report["n_pairs"], **row}

@@ -16,6 +16,7 @@ figures bit for bit.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -302,3 +303,10 @@ def heldout_summary(report: dict) -> dict:
         }
         for r in report["verifiers"]
     }
+
+
+def heldout_row(lake: Lake, heldout_set: str, config_key: str) -> dict:
+    """One verifier's row of the published held-out report."""
+    doc = json.loads(lake.read_bytes(f"{HELDOUT_PREFIX}/{heldout_set}/report.json"))
+    (row,) = [v for v in doc["verifiers"] if v["config"] == config_key]
+    return row
