@@ -456,7 +456,7 @@ def published_problem(
 def record_findings(dagster_home: Path, lake_root: str, found: list[tuple[Recorded, str]]):
     """Write what a verify found (each partition's judged materialisation and its line),
     replacing the previous record: a verify judges every partition."""
-    from kg_platform.storage.local import write_text_atomically
+    from kg_platform.settings.local import write_text_atomically
 
     entries = [
         {

@@ -14,8 +14,8 @@ from typing import Any
 import yaml
 
 from kg_platform.settings import REPOSITORY, Settings
+from kg_platform.settings.local import write_text_atomically
 from kg_platform.settings.workers import Deployment
-from kg_platform.storage.local import write_text_atomically
 
 TEMPLATE = REPOSITORY / "dagster.yaml"
 # the pools the assets declare. NLM throttles heavy clients: at most 4 downloads at once,

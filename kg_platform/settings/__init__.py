@@ -13,10 +13,11 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from kg_platform.settings import local
+from kg_platform.settings.local import kg_home, write_text_atomically
 from kg_platform.settings.workers import load_deployment
-from kg_platform.storage import local
-from kg_platform.storage.local import kg_home, write_text_atomically
 
 NLM_PUBMED_URL = "https://ftp.ncbi.nlm.nih.gov/pubmed/"
 NLM_MESH_URL = "https://nlmpubs.nlm.nih.gov/projects/mesh/MESH_FILES/xmlmesh/"
@@ -109,6 +110,20 @@ FOLD_MEMORY_LIMIT_ENV = "KG_FOLD_MEMORY_LIMIT"
 DEFAULT_FOLD_MEMORY_LIMIT = "4GB"
 FULL_FOLD_ENV = "KG_FOLD_FULL"
 GPU_QUEUE_ENV = "KG_GPU_QUEUE"
+
+
+def s3_storage_options_from_env() -> dict[str, Any]:
+    """s3fs options from the environment: endpoint (AWS_ENDPOINT_URL or KG_S3_ENDPOINT_URL)
+    and region (AWS_REGION, else AWS_DEFAULT_REGION as botocore reads it). Credentials
+    (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY) are left to botocore, so they never appear in
+    the options, the settings or a run's config."""
+    endpoint = os.environ.get("KG_S3_ENDPOINT_URL") or os.environ.get("AWS_ENDPOINT_URL")
+    client_kwargs: dict[str, Any] = {}
+    if endpoint:
+        client_kwargs["endpoint_url"] = endpoint
+    if os.environ.get("AWS_REGION"):
+        client_kwargs["region_name"] = os.environ["AWS_REGION"]
+    return {"client_kwargs": client_kwargs} if client_kwargs else {}
 
 
 def whole_number(variable: str) -> int | None:

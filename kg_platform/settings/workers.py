@@ -9,8 +9,7 @@ import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from kg_platform.storage.local import write_text_atomically
-from kg_platform.storage.owner import process_started_at
+from kg_platform.settings.local import process_started_at, write_text_atomically
 
 # Celery queues: `dagster` is dagster-celery's default, `parse` takes the per-file parses,
 # `gpu` the embedding steps, and is served only by workers on a machine with a GPU

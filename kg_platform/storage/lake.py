@@ -23,6 +23,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from kg_platform.settings import s3_storage_options_from_env
+from kg_platform.settings.local import kg_home
 from kg_platform.storage.owner import host_tag, owner_tag
 from kg_platform.storage.scope import Scope
 
@@ -43,24 +45,8 @@ class LakeError(ValueError):
     URL and the cause."""
 
 
-def s3_storage_options_from_env() -> dict[str, Any]:
-    """s3fs options from the environment: endpoint (AWS_ENDPOINT_URL or KG_S3_ENDPOINT_URL)
-    and region (AWS_REGION, else AWS_DEFAULT_REGION as botocore reads it). Credentials
-    (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY) are left to botocore, so they never appear in
-    the options, the settings or a run's config."""
-    endpoint = os.environ.get("KG_S3_ENDPOINT_URL") or os.environ.get("AWS_ENDPOINT_URL")
-    client_kwargs: dict[str, Any] = {}
-    if endpoint:
-        client_kwargs["endpoint_url"] = endpoint
-    if os.environ.get("AWS_REGION"):
-        client_kwargs["region_name"] = os.environ["AWS_REGION"]
-    return {"client_kwargs": client_kwargs} if client_kwargs else {}
-
-
 def default_cache_dir() -> str:
     """Where S3 objects are copied to be memory-mapped: ``$KG_HOME/cache/lake``."""
-    from kg_platform.storage.local import kg_home
-
     return str(kg_home() / "cache" / "lake")
 
 

@@ -8,28 +8,13 @@ from __future__ import annotations
 import os
 import re
 import socket
-from pathlib import Path
+
+from kg_platform.settings.local import process_started_at
 
 # "~<pid>.<start in 1/100 s since the epoch>~" inside a name
 OWNER_PATTERN = re.compile(r"~(\d+)\.(\d+)~")
 # "@<host name>@" inside a name: the machine the owner ran on
 HOST_PATTERN = re.compile(r"@([A-Za-z0-9.\-]+)@")
-
-
-def process_started_at(pid: int) -> float | None:
-    """When process ``pid`` started (seconds since the epoch), from /proc; None where that
-    cannot be read (no such process, or no /proc)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        boot = next(
-            float(line.split()[1])
-            for line in Path("/proc/stat").read_text().splitlines()
-            if line.startswith("btime ")
-        )
-    except (OSError, StopIteration, ValueError):
-        return None
-    ticks = int(stat.rsplit(")", 1)[-1].split()[19])
-    return boot + ticks / os.sysconf("SC_CLK_TCK")
 
 
 _TAGS: dict[int, str] = {}

@@ -85,7 +85,7 @@ def test_status_leaves_the_instance_configuration_as_it_is(
 def test_the_home_is_kg_home_else_the_nearest_kg_else_the_checkouts(
     tmp_path: Path, monkeypatch
 ) -> None:
-    from kg_platform.storage import local
+    from kg_platform.settings import local
 
     assert not any((p / ".kg").exists() for p in tmp_path.parents), "a .kg above the tmp folder"
     monkeypatch.delenv("KG_HOME", raising=False)
@@ -108,7 +108,7 @@ def test_the_home_is_kg_home_else_the_nearest_kg_else_the_checkouts(
 def test_ask_outside_any_home_says_which_home_and_how_to_choose(
     tmp_path: Path, monkeypatch, capsys
 ) -> None:
-    from kg_platform.storage import local
+    from kg_platform.settings import local
 
     assert not any((p / ".kg").exists() for p in tmp_path.parents), "a .kg above the tmp folder"
     for var in ("KG_HOME", "KG_LAKE", "DAGSTER_HOME"):

@@ -10,7 +10,7 @@ import hashlib
 import json
 from pathlib import Path
 
-from kg_platform.storage.local import write_text_atomically
+from kg_platform.settings.local import write_text_atomically
 
 LABELS = ("yes", "no", "maybe")
 

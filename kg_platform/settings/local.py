@@ -1,5 +1,6 @@
-"""The platform's home folder on this machine (`.kg`, or KG_HOME) and the small text files
-written there whole (sources.json, the workers' state, the instance's dagster.yaml)."""
+"""The platform's home folder on this machine (`.kg`, or KG_HOME), the small text files
+written there whole (sources.json, the workers' state, the instance's dagster.yaml) and when
+a process of this machine started (the workers' state and the storage's owner tags)."""
 
 from __future__ import annotations
 
@@ -44,3 +45,19 @@ def write_text_atomically(path: Path, text: str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def process_started_at(pid: int) -> float | None:
+    """When process ``pid`` started (seconds since the epoch), from /proc; None where that
+    cannot be read (no such process, or no /proc)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        boot = next(
+            float(line.split()[1])
+            for line in Path("/proc/stat").read_text().splitlines()
+            if line.startswith("btime ")
+        )
+    except (OSError, StopIteration, ValueError):
+        return None
+    ticks = int(stat.rsplit(")", 1)[-1].split()[19])
+    return boot + ticks / os.sysconf("SC_CLK_TCK")
