@@ -143,13 +143,8 @@ def run_backfill(instance, asset_graph, todo: set, keys, settings, args, log_pat
     from kg_platform.orchestration import backfill
     from kg_platform.orchestration.recovery import owner_tags
 
-    files = sorted(
-        {
-            ap.partition_key
-            for ap in todo
-            if asset_graph.get(ap.asset_key).partitions_def == pubmed_files
-        }
-    )
+    by_file = [ap for ap in todo if asset_graph.get(ap.asset_key).partitions_def == pubmed_files]
+    files = sorted({ap.partition_key for ap in by_file})
     progress = Progress(files, log_path, args.verbose)
     return backfill.run_backfill(
         instance,
