@@ -77,18 +77,13 @@ def run(args: argparse.Namespace) -> int:
 def materialise(settings, lake, question_set: str) -> str:
     """allocation_report of (question set, matched_ceilings) on the persistent instance; its
     failure in one line, or ""."""
-    import dagster as dg
-
     from kg_platform.assets import allocation
     from kg_platform.assets.partitions import hotpotqa_sets
-    from kg_platform.orchestration.instance import prepare_instance
-    from kg_platform.orchestration.runs import materialise_in_order
+    from kg_platform.orchestration.materialise import materialise as run
     from kg_platform.resources.lake import LakeResource
 
-    instance = prepare_instance(settings)
-    instance.add_dynamic_partitions(hotpotqa_sets.name, [question_set])
-    key = dg.MultiPartitionKey({"question_set": question_set, "configuration": CONFIGURATION})
-    steps = [("allocation_report", key)]
-    return materialise_in_order(
-        allocation.defs.assets, steps, instance, LakeResource(root=lake.root), "eval allocation"
+    steps = [("allocation_report", {"question_set": question_set, "configuration": CONFIGURATION})]
+    partitions, lake_resource = {hotpotqa_sets: [question_set]}, LakeResource(root=lake.root)
+    return run(
+        settings, allocation.defs.assets, partitions, steps, "eval allocation", lake=lake_resource
     )

@@ -99,30 +99,26 @@ def materialise(
     """grounding_report of ``key`` (question set, MeSH year) with run ``config`` and
     ``resources`` beside the defaults on the persistent instance, after mesh_tables of that
     year from ``mesh_source`` when given; the failure, or ""."""
-    import dagster as dg
-
     from kg_platform.assets import grounding, mesh
     from kg_platform.assets.partitions import mesh_years, pubmedqa_sets
-    from kg_platform.orchestration.instance import prepare_instance
-    from kg_platform.orchestration.runs import materialise_in_order
+    from kg_platform.orchestration.materialise import materialise as run
     from kg_platform.resources.encoder import EncoderResource
     from kg_platform.resources.lake import LakeResource
     from kg_platform.resources.mesh import MeshSourceResource
 
-    instance = prepare_instance(settings)
-    instance.add_dynamic_partitions(pubmedqa_sets.name, [key["question_set"]])
-    instance.add_dynamic_partitions(mesh_years.name, [key["mesh_year"]])
+    partitions = {pubmedqa_sets: [key["question_set"]], mesh_years: [key["mesh_year"]]}
     steps = [("mesh_tables", key["mesh_year"])] if mesh_source else []
     defaults = {
         "mesh_source": MeshSourceResource(location=mesh_source or ""),
         "encoder": EncoderResource(),
     }
-    return materialise_in_order(
+    return run(
+        settings,
         [*mesh.defs.assets, *grounding.defs.assets],
-        [*steps, ("grounding_report", dg.MultiPartitionKey(key))],
-        instance,
-        LakeResource(root=lake.root),
+        partitions,
+        [*steps, ("grounding_report", key)],
         f"eval {command}",
+        lake=LakeResource(root=lake.root),
         configs={"grounding_report": config},
         resources={**defaults, **resources},
     )

@@ -80,39 +80,16 @@ def add_eval_parser(subparsers: argparse._SubParsersAction) -> argparse.Argument
 
 def run_eval_pubmedqa(args: argparse.Namespace) -> int:
     from kg_platform.assets.build_keys import PUBMEDQA_DEV
-    from kg_platform.evaluation.common.question_sets import question_set_key
-    from kg_platform.evaluation.pubmedqa.answering import check_split
-    from kg_platform.evaluation.pubmedqa.reader_configs import config_for
+    from kg_platform.evaluation.pubmedqa.split import configuration
     from kg_platform.settings import Settings, reference_data_dir
     from kg_platform.storage.lake import Lake
 
     settings = Settings.load()
     if args.dev is None:
         args.dev = str(reference_data_dir() / PUBMEDQA_DEV)
+    say = None if args.json else lambda line: print(line, flush=True)
     try:
-        dev, test = args.dev, args.test
-        if test is None:
-            from kg_platform.evaluation.pubmedqa.split import split_dev
-
-            dev, test = split_dev(args.dev, settings.home / "questions", args.held_out, args.seed)
-            if not args.json:
-                print(
-                    f"no --test: {args.held_out} questions of {args.dev} held out (stratified by "
-                    f"label, seed {args.seed}): training and selection use {dev}; {test} is "
-                    "scored once",
-                    flush=True,
-                )
-        check_split(dev, test)
-        config = config_for(
-            args.reader,
-            args.recipe,
-            question_set_key(dev),
-            seed=args.seed,
-            folds=args.folds,
-            truncations=tuple(args.truncations),
-            shuffled_seeds=args.shuffled_seeds,
-            candidates=args.candidates,
-        )
+        dev, test, config = configuration(args, settings.home / "questions", say)
     except (OSError, ValueError) as error:
         print(f"kg eval pubmedqa: {error}", file=sys.stderr)
         return 2
@@ -128,39 +105,28 @@ def run_eval_pubmedqa(args: argparse.Namespace) -> int:
 def materialise(settings, lake, config: ReaderConfig, dev: str, test: str) -> tuple[str, dict]:
     """Register the sets and configuration, then run reader_model, the DEV and TEST caches
     and the report on the persistent instance; (first failure or "", the report)."""
-    import dagster as dg
-
     from kg_platform.assets import answering
     from kg_platform.assets.partitions import pubmedqa_sets, reader_configs
     from kg_platform.evaluation.common.question_sets import register_question_set
     from kg_platform.evaluation.pubmedqa.answering import published_report
     from kg_platform.evaluation.pubmedqa.reader_configs import register_reader_config
-    from kg_platform.orchestration.instance import prepare_instance
-    from kg_platform.orchestration.runs import materialise_in_order
+    from kg_platform.orchestration.materialise import materialise as run
     from kg_platform.resources.lake import LakeResource
 
-    dev_key = register_question_set(lake, "pubmedqa", dev)
-    test_key = register_question_set(lake, "pubmedqa", test)
+    dev_key, test_key = (register_question_set(lake, "pubmedqa", f) for f in (dev, test))
     key = register_reader_config(lake, config)
-    instance = prepare_instance(settings)
-    instance.add_dynamic_partitions(pubmedqa_sets.name, [dev_key, test_key])
-    instance.add_dynamic_partitions(reader_configs.name, [key])
-
-    def pair(question_set: str) -> dg.MultiPartitionKey:
-        return dg.MultiPartitionKey({"reader_config": key, "question_set": question_set})
-
-    steps = [
-        ("reader_model", key),
-        ("posterior_cache", pair(dev_key)),
-        ("posterior_cache", pair(test_key)),
-        ("pubmedqa_report", pair(test_key)),
-    ]
-    error = materialise_in_order(
-        answering.defs.assets, steps, instance, LakeResource(root=lake.root), "eval pubmedqa"
+    dev_pair, test_pair = ({"reader_config": key, "question_set": s} for s in (dev_key, test_key))
+    steps = [("reader_model", key), *(("posterior_cache", p) for p in (dev_pair, test_pair))]
+    partitions = {pubmedqa_sets: [dev_key, test_key], reader_configs: [key]}
+    error = run(
+        settings,
+        answering.defs.assets,
+        partitions,
+        [*steps, ("pubmedqa_report", test_pair)],
+        "eval pubmedqa",
+        lake=LakeResource(root=lake.root),
     )
-    if error:
-        return error, {}
-    return "", published_report(lake, dev_key, test_key, key)
+    return (error, {}) if error else ("", published_report(lake, dev_key, test_key, key))
 
 
 def print_report(report: dict, as_json: bool, held_out: bool = False) -> None:

@@ -130,18 +130,14 @@ def run_eval_refusal(args: argparse.Namespace) -> int:
 def materialise(settings, lake, keys: dict[str, str]) -> str:
     """refusal_report of (question set, ladder configuration) on the persistent instance;
     its failure in one line, or ""."""
-    import dagster as dg
-
     from kg_platform.assets import verification
     from kg_platform.assets.partitions import ladder_configs, pubmedqa_sets
-    from kg_platform.orchestration.instance import prepare_instance
-    from kg_platform.orchestration.runs import materialise_in_order
+    from kg_platform.orchestration.materialise import materialise as run
     from kg_platform.resources.lake import LakeResource
 
-    instance = prepare_instance(settings)
-    instance.add_dynamic_partitions(pubmedqa_sets.name, [keys["question_set"]])
-    instance.add_dynamic_partitions(ladder_configs.name, [keys["ladder_config"]])
-    steps = [("refusal_report", dg.MultiPartitionKey(keys))]
-    return materialise_in_order(
-        verification.defs.assets, steps, instance, LakeResource(root=lake.root), "eval refusal"
+    partitions = {pubmedqa_sets: [keys["question_set"]], ladder_configs: [keys["ladder_config"]]}
+    steps = [("refusal_report", keys)]
+    lake_resource = LakeResource(root=lake.root)
+    return run(
+        settings, verification.defs.assets, partitions, steps, "eval refusal", lake=lake_resource
     )

@@ -71,3 +71,34 @@ def split_dev(dev: str | Path, folder: Path, n_held_out: int, seed: int = 0) -> 
         if not path.exists() or path.read_text(encoding="utf-8") != text:
             write_text_atomically(path, text)
     return paths
+
+
+def configuration(args, questions: Path, say=None):
+    """(DEV, TEST, reader configuration) of `kg eval pubmedqa`'s options: without ``--test``,
+    ``--held-out`` questions of DEV split off into ``questions`` (told to ``say``); a
+    ValueError (or OSError) names a bad option."""
+    from kg_platform.evaluation.common.question_sets import question_set_key
+    from kg_platform.evaluation.pubmedqa.answering import check_split
+    from kg_platform.evaluation.pubmedqa.reader_configs import config_for
+
+    dev, test = args.dev, args.test
+    if test is None:
+        dev, test = split_dev(args.dev, questions, args.held_out, args.seed)
+        if say is not None:
+            say(
+                f"no --test: {args.held_out} questions of {args.dev} held out (stratified by "
+                f"label, seed {args.seed}): training and selection use {dev}; {test} is "
+                "scored once"
+            )
+    check_split(dev, test)
+    config = config_for(
+        args.reader,
+        args.recipe,
+        question_set_key(dev),
+        seed=args.seed,
+        folds=args.folds,
+        truncations=tuple(args.truncations),
+        shuffled_seeds=args.shuffled_seeds,
+        candidates=args.candidates,
+    )
+    return dev, test, config
