@@ -130,34 +130,7 @@ def materialise(settings, lake, config: ReaderConfig, dev: str, test: str) -> tu
 
 
 def print_report(report: dict, as_json: bool, held_out: bool = False) -> None:
-    from kg_platform.evaluation.pubmedqa.answering import report_summary
+    from kg_platform.evaluation.pubmedqa.answering import render_summary, report_summary
 
-    summary = report_summary(report) | {
-        "partition": report["partition"],
-        "reader_folder": report["reader_folder"],
-    }
-    if as_json:
-        print(json.dumps(summary))
-        return
-    test, controls = summary["test"], summary["controls"]
-    lo, hi = test["ci95"]
-    print(f"selected on DEV: {summary['selected']}")
-    print(
-        f"{'held-out DEV' if held_out else 'TEST'} n={test['n']} ({test['setting']}): "
-        f"accuracy {test['accuracy']:.3f} [{lo:.3f}, {hi:.3f}], macro-F1 {test['macro_f1']:.3f}"
-    )
-    for name, figures in summary["settings"].items():
-        lo, hi = figures["ci95"]
-        print(f"  {name}: {figures['accuracy']:.3f} [{lo:.3f}, {hi:.3f}]")
-    print(
-        f"controls: majority {_figure(controls['majority'])}, blind {_figure(controls['blind'])}, "
-        f"shuffled-label best of {controls['shuffled_label_n']} "
-        f"{_figure(controls['shuffled_label_best'])}"
-    )
-    folder = summary["reader_folder"]
-    print(f"reader saved in {folder}; `kg ask --reader` takes it, or KG_READER:")
-    print(f"export KG_READER={folder}")
-
-
-def _figure(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.3f}"
+    summary = report_summary(report) | {k: report[k] for k in ("partition", "reader_folder")}
+    print(json.dumps(summary) if as_json else render_summary(summary, held_out))

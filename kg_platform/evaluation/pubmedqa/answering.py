@@ -448,6 +448,32 @@ def report_summary(report: dict) -> dict:
     }
 
 
+def render_summary(summary: dict, held_out: bool = False) -> str:
+    """`kg eval pubmedqa`'s text report of ``summary`` (report_summary, with the partition and
+    the reader's folder); ``held_out``: TEST is a held-out part of DEV."""
+    test, controls = summary["test"], summary["controls"]
+    lo, hi = test["ci95"]
+    lines = [
+        f"selected on DEV: {summary['selected']}",
+        f"{'held-out DEV' if held_out else 'TEST'} n={test['n']} ({test['setting']}): "
+        f"accuracy {test['accuracy']:.3f} [{lo:.3f}, {hi:.3f}], macro-F1 {test['macro_f1']:.3f}",
+    ]
+    for name, figures in summary["settings"].items():
+        lo, hi = figures["ci95"]
+        lines.append(f"  {name}: {figures['accuracy']:.3f} [{lo:.3f}, {hi:.3f}]")
+    figure = {k: "n/a" if v is None else f"{v:.3f}" for k, v in controls.items()}
+    folder = summary["reader_folder"]
+    return "\n".join(
+        [
+            *lines,
+            f"controls: majority {figure['majority']}, blind {figure['blind']}, "
+            f"shuffled-label best of {controls['shuffled_label_n']} {figure['shuffled_label_best']}",
+            f"reader saved in {folder}; `kg ask --reader` takes it, or KG_READER:",
+            f"export KG_READER={folder}",
+        ]
+    )
+
+
 def check_report(
     report: dict, dev: QuestionSet, test: QuestionSet, dev_caches, test_caches
 ) -> list[CheckOutcome]:
