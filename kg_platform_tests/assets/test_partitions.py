@@ -1,5 +1,6 @@
 """Partitions end to end through `kg build` and the persistent instance: two releases side
-by side, publication only after the checks, staleness per partition."""
+by side, publication only after the checks, staleness per partition. The builds' runs run in
+the test's process (support/launcher.py): what is checked here is what they make."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from kg_platform.cli import main
 from kg_platform.storage.corpus import corpus_parts, corpus_rows
 from kg_platform.storage.lake import Lake
 from kg_platform_tests.conftest import require_reference, use_kg_home
+from kg_platform_tests.support.launcher import in_process_runs
 
 SELECT = "key:pubmed_xml or key:pubmed_tables or key:corpus or key:mesh_tables or key:graph"
 
@@ -40,6 +42,7 @@ def two_releases(tmp_path_factory):
     home = tmp_path_factory.mktemp("two") / "kg"
     with pytest.MonkeyPatch.context() as mp:
         use_kg_home(mp, home)
+        in_process_runs(home)
         samples = require_reference("pubmed", "samples")
         assert build("--pubmed-source", str(samples / "pubmed24"), "--select", SELECT) == 0
         first = lake_hashes(home / "lake", "corpus/pubmed24", "graph/pubmed24")
@@ -167,6 +170,7 @@ def synthetic_then_mirror(tmp_path_factory):
     args = ["build", "--select", select, "--pubmed-source"]
     with pytest.MonkeyPatch.context() as mp:
         use_kg_home(mp, home)
+        in_process_runs(home)
         assert main([*args, str(synthetic), "--mesh-source", str(mesh_2023)]) == 0
         first = lake_hashes(home / "lake", "mesh/2023", "graph/pubmed26/2023", "reports/grounding")
         mp.setenv("KG_REFERENCE_DATA", str(reference_data_dir()))

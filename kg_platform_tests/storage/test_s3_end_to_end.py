@@ -2,7 +2,8 @@
 through the environment: `kg build` of the reference mirror and the MeSH TSVs into
 ``s3://<bucket>/kg`` and, from the same sources, into a local folder; then `kg ask`,
 `kg search` and every `kg eval` read the S3 lake. Both lakes hold the same Parquet rows and
-arrays, and every command answers the same apart from where the lake is."""
+arrays, and every command answers the same apart from where the lake is. The builds' runs
+run in the test's process (support/launcher.py): what is checked here is what they make."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from kg_platform.storage.corpus import corpus_rows, read_corpus
 from kg_platform.storage.lake import Lake
 from kg_platform_tests.conftest import require_reference, use_kg_home
 from kg_platform_tests.storage.lake_content import content, lake_keys
+from kg_platform_tests.support.launcher import in_process_runs
 
 RELEASE, YEAR = "pubmed26", "2024"
 QUESTION = "Is Carcinoma, Non-Small-Cell Lung associated with Tomography, X-Ray Computed?"
@@ -84,9 +86,9 @@ def lakes(s3_endpoint, tmp_path_factory):
         boto3.client("s3", endpoint_url=s3_endpoint).create_bucket(Bucket=bucket)
         s3_url = f"s3://{bucket}/kg"
         local_root = str(base / "local-lake")
-        use_kg_home(mp, base / "home-local")
+        in_process_runs(use_kg_home(mp, base / "home-local"))
         assert build_into(local_root) == 0
-        use_kg_home(mp, base / "home-s3")
+        in_process_runs(use_kg_home(mp, base / "home-s3"))
         assert build_into(s3_url) == 0
         s3, local = Lake(s3_url), Lake(local_root)
         model = small_concept_index(local, base / "concepts")
