@@ -7,7 +7,8 @@ verified download.
 
 The tests share one graph build of a copy of the reference mirror (built once for the
 module, in file order): the first repairs what it damages, the next two break a source file
-each, and each asserts only about its own file."""
+each, and each asserts only about its own file. The builds' runs run in the test's process
+(support/launcher.py): what is checked here is what they make and what `kg status` sees."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ import pytest
 
 from kg_platform.cli import main
 from kg_platform_tests.conftest import require_reference, use_kg_home
+from kg_platform_tests.support.launcher import in_process_runs
 
 QUESTION = "Does aspirin prevent myocardial infarction?"
 TIME = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC"
@@ -54,6 +56,7 @@ def built(tmp_path_factory) -> tuple[Path, Path]:
         path.chmod(0o755 if path.is_dir() else 0o644)
     with pytest.MonkeyPatch.context() as monkeypatch:
         home = use_kg_home(monkeypatch, folder / "kg")
+        in_process_runs(home)
         assert build(mirror) == 0
         yield home, mirror
 
