@@ -1,6 +1,10 @@
 """`kg build` end to end on the real 2026 mirror: one Dagster backfill through the persistent
 instance (the runs the UI shows), runs in parallel, only what is missing, failed or stale
-redone, one line per failure, and a summary whose counts come from the instance."""
+redone, one line per failure, and a summary whose counts come from the instance.
+
+The first test's builds launch each run in its own process, as deployed; the others' builds
+run their runs in the test's process (support/launcher.py): what they check is what the
+builds plan, record and make."""
 
 from __future__ import annotations
 
@@ -20,6 +24,7 @@ from kg_platform.pubmed.tables import table_key
 from kg_platform.schemas import PUBMED_TABLES
 from kg_platform.storage.lake import Lake
 from kg_platform_tests.conftest import require_reference
+from kg_platform_tests.support.launcher import in_process_runs
 
 PUBMED_STAGE = "key:pubmed_xml or key:pubmed_tables or key:corpus"
 
@@ -177,6 +182,7 @@ def test_bad_files_in_a_batch_fail_alone_and_only_they_are_redone(
     are FAILED partitions (the duplicated one with its failed checks) and leave nothing in
     the lake; once restored at the source, the next build redoes exactly those two and the
     fold, as the instance records."""
+    in_process_runs(kg_home)
     mirror = tmp_path / "mirror"
     shutil.copytree(require_reference("pubmed", "mirror"), mirror)
     good_1334 = (mirror / "baseline" / "pubmed26n1334.xml.gz").read_bytes()
@@ -294,6 +300,7 @@ def test_a_release_never_waits_on_another_releases_failed_file(kg_home, tmp_path
     of pubmed25 whose second file is truncated leaves pubmed25n1335 FAILED; the next build,
     of the pubmed26 mirror on the same instance, drops pubmed25's keys, so corpus[pubmed26]
     is neither held back nor failed by that file, and its backfill runs only pubmed26."""
+    in_process_runs(kg_home)
     old = tmp_path / "pubmed25"
     mirror = require_reference("pubmed", "mirror")
     for sub, name in (("baseline", "pubmed26n1334"), ("updatefiles", "pubmed26n1335")):
