@@ -28,6 +28,7 @@ import pytest
 from kg_platform_tests.conftest import require_reference, use_kg_home
 from kg_platform_tests.sources.mirror_server import serve_mirror
 from kg_platform_tests.support.build import BUILD_TIMEOUT_S, SELECT, kg_env
+from kg_platform_tests.support.launcher import in_process_runs
 
 RECORDS = 24_000
 FIRST = "pubmed26n0001"
@@ -45,7 +46,9 @@ def served(tmp_path_factory):
         yield url, state
 
 
-def kg(home: Path, url: str, command: str = "build", **popen) -> subprocess.Popen:
+def kg(
+    home: Path, url: str, command: str = "build", env: dict[str, str] | None = None, **popen
+) -> subprocess.Popen:
     args = [sys.executable, "-m", "kg_platform.cli", command]
     if command == "build":
         args += ["--pubmed-source", url, "--mesh-source", str(require_reference("mesh"))]
@@ -53,7 +56,7 @@ def kg(home: Path, url: str, command: str = "build", **popen) -> subprocess.Pope
     return subprocess.Popen(
         args,
         # unbuffered: a killed build's lines so far are in its pipe
-        env={**kg_env(home), "PYTHONUNBUFFERED": "1"},
+        env={**kg_env(home), "PYTHONUNBUFFERED": "1", **(env or {})},
         cwd=home.parent,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -85,9 +88,13 @@ def lake_files(lake: Path) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def clean_lake(served, tmp_path_factory) -> dict[str, str]:
+    """The lake of one clean build: the reference the recovered lake must equal. Its runs run
+    in the build's process and parse there (support/launcher.py, KG_PARSE_WORKERS=1): the
+    builds killed and recovered below are the ones with a process per run and a parse pool."""
     url, _ = served
     home = tmp_path_factory.mktemp("clean") / "kg"
-    code, output = finished(kg(home, url))
+    in_process_runs(home)
+    code, output = finished(kg(home, url, env={"KG_PARSE_WORKERS": "1"}))
     assert code == 0, output
     files = lake_files(home / "lake")
     # each table a part per bucket holding the release's PMIDs (the synthetic PMIDs all fall
