@@ -23,6 +23,7 @@ from kg_platform.assets.table_metadata import table_metadata
 from kg_platform.orchestration import records
 from kg_platform.orchestration.instance import NCBI_POOL
 from kg_platform.orchestration.queues import parse_queue_tags
+from kg_platform.orchestration.runs import execute_in_process
 from kg_platform.pubmed import tables as pubmed_tables_domain
 from kg_platform.pubmed.contracts import CORPUS_CHECKS, TABLE_CHECKS
 from kg_platform.pubmed.source import (
@@ -74,8 +75,6 @@ def observe_source(defs, instance) -> None:
     so a file changed at the source is a stale partition and is fetched again. When no md5
     is new or changed the observation would record nothing, and its run (~1-2 s of a build
     with nothing to do) is not started."""
-    from kg_platform.orchestration.runs import execute_in_process
-
     try:
         changed = changed_source_versions(instance, defs.resources["pubmed_source"].get())
     except Exception as error:  # the observation run's own message, without its run
