@@ -43,16 +43,15 @@ import pyarrow as pa
 from kg_platform.checks import CheckOutcome
 from kg_platform.embeddings.encoder import Encoder
 from kg_platform.embeddings.feeder import FeederSettings, embed_stream
+from kg_platform.storage.embeddings import CONCEPT_CACHE, CONCEPTS
 from kg_platform.storage.lake import Lake
 from kg_platform.storage.mesh import mesh_key
 from kg_platform.text.vocabulary import with_concept_features
 
 MESH_TERMS = mesh_key("terms")
-CONCEPTS = "embeddings/concepts"
 CONCEPT_VECTORS = f"{CONCEPTS}/vectors.f16.npy"
 CONCEPT_SURFACES = f"{CONCEPTS}/surfaces.parquet"
 CONCEPT_MANIFEST = f"{CONCEPTS}/manifest.json"
-CONCEPT_CACHE = "embeddings/concept_cache"
 # descriptor names and entry terms; de-inverted forms repeat them, aliases point elsewhere
 CONCEPT_KINDS = ("name", "entry")
 

@@ -40,10 +40,10 @@ from kg_platform.embeddings.tokens import (
 )
 from kg_platform.storage.corpus import corpus_folder, corpus_parts
 from kg_platform.storage.digest import array_sha256
+from kg_platform.storage.embeddings import SHARDS
 from kg_platform.storage.lake import Lake
 
 CORPUS_ARTICLES = corpus_folder("articles")
-SHARDS = "embeddings/shards"
 SUPER_BATCH = 65_536
 
 

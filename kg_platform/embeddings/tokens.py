@@ -53,8 +53,8 @@ import pyarrow.ipc as ipc
 
 from kg_platform.checks import CheckOutcome
 from kg_platform.embeddings.tokenising import TokenizerSpec
+from kg_platform.storage.embeddings import TOKENS
 
-TOKENS = "embeddings/tokens"
 FORMAT = 1
 METADATA_KEY = b"kg_tokens"
 SAMPLE_ROWS = 64  # rows the sample check re-tokenises

@@ -24,11 +24,10 @@ from kg_platform.grounding.surface_index import (
     round_trip_mismatches,
     write_index,
 )
+from kg_platform.storage.grounding import MANIFEST_KEY, SURFACES_KEY
 from kg_platform.storage.lake import Lake
 from kg_platform.storage.mesh import read_mesh
 
-SURFACES_KEY = "grounding/surfaces.parquet"
-MANIFEST_KEY = "grounding/manifest.json"
 # questions made from every SAMPLE_EVERY-th surface for the same-groundings check
 SAMPLE_EVERY = 500
 

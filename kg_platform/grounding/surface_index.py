@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from kg_platform.grounding.grounder import SurfaceEntry
+from kg_platform.storage.grounding import INDEX_KEY
 from kg_platform.storage.mapped import map_file
 
 if TYPE_CHECKING:
@@ -42,7 +43,6 @@ if TYPE_CHECKING:
     from kg_platform.grounding.roles import RoleConfig
     from kg_platform.storage.lake import Lake
 
-INDEX_KEY = "grounding/index.kgi"
 MAGIC = b"KGGRIDX\x01"
 FORMAT = 1
 HASH = "blake2b-64"

@@ -29,6 +29,7 @@ from urllib.parse import unquote, urlsplit
 
 from kg_platform.pubmed.errors import PubmedFileError
 from kg_platform.storage.lake import Lake
+from kg_platform.storage.raw import RAW_PUBMED
 
 if TYPE_CHECKING:
     import requests
@@ -117,14 +118,14 @@ def parse_source_name(name: str, sub_dir: str) -> SourceFile | None:
 
 def raw_key(f: SourceFile) -> str:
     """The lake key a downloaded file lands at: ``raw/pubmed/<release>/<sub_dir>/<name>.xml.gz``."""
-    return f"raw/pubmed/{f.release}/{f.sub_dir}/{f.xml_filename}"
+    return f"{RAW_PUBMED}/{f.release}/{f.sub_dir}/{f.xml_filename}"
 
 
 def pending_key(f: SourceFile) -> str:
     """Where a new version of a file waits until it parses, when the lake holds an earlier
     one at its raw key: ``raw/pubmed/<release>/pending/<sub_dir>/<name>.xml.gz``. The raw key
     keeps the last version that parsed until the new one's tables are published."""
-    return f"raw/pubmed/{f.release}/pending/{f.sub_dir}/{f.xml_filename}"
+    return f"{RAW_PUBMED}/{f.release}/pending/{f.sub_dir}/{f.xml_filename}"
 
 
 def sort_key(f: SourceFile) -> tuple[int, int, int]:

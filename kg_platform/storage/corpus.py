@@ -31,6 +31,11 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 CORPUS_PREFIX = "corpus"
+# the fold's own state beside the corpus tables (kg_platform.pubmed.fold.manifest says what)
+FOLD = f"{CORPUS_PREFIX}/fold"
+FOLD_MANIFEST = f"{FOLD}/manifest.json"
+FOLD_DELETIONS = f"{FOLD}/deletions.parquet"
+FOLD_TOUCHED = f"{FOLD}/touched.parquet"
 # table -> the column holding the PMID of the record a row belongs to (and cutting the parts)
 CORPUS_TABLES: dict[str, str] = {
     "articles": "pmid",

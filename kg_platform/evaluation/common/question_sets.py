@@ -17,6 +17,7 @@ from kg_platform.answer.readers.base import LabelledQuestion, load_pubmedqa
 from kg_platform.checks import CheckOutcome
 from kg_platform.pubmed.tables import local_copy
 from kg_platform.storage.lake import Lake
+from kg_platform.storage.studies import QUESTIONS
 
 # kind -> the file suffix its objects keep (SciFact claims and corpora are CSV files)
 SUFFIXES = {
@@ -38,7 +39,7 @@ def question_set_key(path: str | Path) -> str:
 def lake_key(kind: str, key: str) -> str:
     if kind not in KINDS:
         raise ValueError(f"question set kind {kind!r}: expected one of {KINDS}")
-    return f"questions/{kind}/{key}{SUFFIXES[kind]}"
+    return f"{QUESTIONS}/{kind}/{key}{SUFFIXES[kind]}"
 
 
 def register_question_set(lake: Lake, kind: str, path: str | Path) -> str:

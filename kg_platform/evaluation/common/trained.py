@@ -13,9 +13,7 @@ from pathlib import Path
 
 from kg_platform.answer.verifier import ClassifierVerifier, ProbeVerifier, load_verifier
 from kg_platform.storage.lake import Lake
-
-READERS_TRAINED = "readers/trained"
-VERIFIERS_TRAINED = "verifiers/trained"
+from kg_platform.storage.studies import READERS_TRAINED, VERIFIERS_TRAINED
 
 
 def reader_trained_key(config_key: str) -> str:

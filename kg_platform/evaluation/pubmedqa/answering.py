@@ -64,8 +64,9 @@ from kg_platform.storage.corpus import corpus_parts, read_corpus
 from kg_platform.storage.lake import Lake
 from kg_platform.storage.reports import PUBMEDQA as REPORT_PREFIX
 from kg_platform.storage.scope import Scope
+from kg_platform.storage.studies import QUESTIONS, READER_MODELS
 
-MODELS_PREFIX = "readers/models"
+MODELS_PREFIX = READER_MODELS
 # the check names (READER_CHECKS, CACHE_CHECKS, REPORT_CHECKS) are declared in
 # kg_platform.evaluation.common.contracts, in the order the domain functions here return them
 PROBE_QUESTIONS = 5
@@ -101,7 +102,7 @@ def candidate_pool(lake: Lake) -> CandidatePool:
     """The contexts of every registered PubMedQA set (sorted by key), then the articles of
     the newest release's corpus when the lake holds one."""
     sets = []
-    for key in lake.list("questions/pubmedqa", ".json"):
+    for key in lake.list(f"{QUESTIONS}/pubmedqa", ".json"):
         with local_copy(lake, key) as path:
             sets.append(load_pubmedqa(path))
     pools = [pool_from_questions(*sets)]

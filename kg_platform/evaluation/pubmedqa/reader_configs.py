@@ -21,12 +21,13 @@ from kg_platform.answer.readers.base import content_hash
 from kg_platform.evaluation.common.configs import load_config, register_config
 from kg_platform.evaluation.pubmedqa.candidates import MAX_CANDIDATES, TRUNCATIONS
 from kg_platform.storage.lake import Lake
+from kg_platform.storage.studies import READER_CONFIGS
 
 # cues: the n-gram cue reader; minilm: the cross-encoder classifier on the packaged MiniLM;
 # probe: a logistic regression on the frozen packaged MiniLM's question and text vectors;
 # folder: a reader saved in a local folder (not retrained, so neither cross-fitted nor shuffled)
 READER_KINDS = ("cues", "minilm", "probe", "folder")
-CONFIGS_PREFIX = "readers/configs"
+CONFIGS_PREFIX = READER_CONFIGS
 
 
 @dataclass(frozen=True)

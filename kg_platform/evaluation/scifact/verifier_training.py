@@ -70,14 +70,15 @@ from kg_platform.evaluation.scifact.evaluation import (
 )
 from kg_platform.pubmed.tables import local_copy
 from kg_platform.storage.lake import Lake
+from kg_platform.storage.studies import VERIFIER_CONFIGS, VERIFIER_MODELS
 
 # minilm: the packaged MiniLM (or recipe.base_model) fine-tuned here; probe: that encoder
 # frozen, with a logistic regression on [c, t, c*t, |c-t|] fitted here (recipe: VerifierProbeRecipe's
 # fields); folder: a local NLI or cross-encoder folder read as it is (not retrained, so tau
 # is fitted on its plain scores)
 VERIFIER_KINDS = ("minilm", "probe", "folder")
-CONFIGS_PREFIX = "verifiers/configs"
-MODELS_PREFIX = "verifiers/models"
+CONFIGS_PREFIX = VERIFIER_CONFIGS
+MODELS_PREFIX = VERIFIER_MODELS
 PROBE_PAIRS = 5
 REPRODUCE_TOLERANCE = 1e-6
 

@@ -17,6 +17,10 @@ from kg_platform.pubmed.fold.base import FoldResult
 from kg_platform.settings import FULL_FOLD_ENV, full_fold_forced
 from kg_platform.storage.corpus import (
     CORPUS_TABLES,
+    FOLD,
+    FOLD_DELETIONS,
+    FOLD_MANIFEST,
+    FOLD_TOUCHED,  # noqa: F401 (the fold's and the graph's modules import it from here)
     PMID_BUCKET,
     corpus_folder,
     corpus_parts,
@@ -33,13 +37,10 @@ from kg_platform.storage.tables import table_key, tables_folder
 # the files folded, an identity of each one's per-file tables, the corpus tables' sizes and
 # figures, and every PMID named by a DeleteCitation (the last file naming it, and whether it
 # removed a record), which is what a later update needs besides the corpus itself.
-FOLD_MANIFEST = "corpus/fold/manifest.json"
-FOLD_DELETIONS = "corpus/fold/deletions.parquet"
 # what the last incremental fold changed, for a graph build that checks only the change
 # (kg_platform.graph.checks): the PMIDs the new files touched, and the rows of those PMIDs
 # the previous corpus held in these tables; the manifest's base_inputs are the fingerprints
 # (Lake.fingerprint) of the corpus tables it replaced
-FOLD_TOUCHED = "corpus/fold/touched.parquet"
 REPLACED_TABLES = ("citations", "mesh_edges")
 # and the rows of the touched PMIDs the new corpus holds (the new files' winners), in corpus
 # order: a graph build patches the previous build's arrays with them (kg_platform.graph.patch)
@@ -47,11 +48,11 @@ ADDED_TABLES = ("articles", "citations", "mesh_edges", "corrections", "pubtypes"
 
 
 def replaced_key(table: str) -> str:
-    return f"corpus/fold/replaced_{table}.parquet"
+    return f"{FOLD}/replaced_{table}.parquet"
 
 
 def added_key(table: str) -> str:
-    return f"corpus/fold/added_{table}.parquet"
+    return f"{FOLD}/added_{table}.parquet"
 
 
 # bump when the fold's rules or its state change: the next fold is then a full one
