@@ -54,6 +54,26 @@ def open_materialize_dialog(page, button_name: str, title: str | None = None):
     return dialog
 
 
+def launch_one_partition(platform: Platform, page, dialog, partition: str, screenshot: str):
+    """Pick ``partition`` in the open Materialize dialog, launch its one run and wait on the
+    run's page (the launch toast links to it) until it succeeds; the page is kept as
+    ``screenshot`` in ARTIFACTS."""
+    from playwright.sync_api import expect
+
+    dialog.get_by_text("Select a partition or create one").click()
+    page.locator("span", has_text=partition).first.click()
+    page.keyboard.press("Escape")
+    launch = page.get_by_role("button", name="Launch 1 run")
+    expect(launch).to_be_enabled()
+    launch.click()
+    toast = page.get_by_role("region", name=re.compile("Notifications"))
+    run_link = toast.locator('a[href*="/runs/"]').first
+    run_link.wait_for()
+    page.goto(platform.url + str(run_link.get_attribute("href")))
+    expect(page.get_by_text("Success", exact=True).first).to_be_visible(timeout=240_000)
+    page.screenshot(path=str(ARTIFACTS / screenshot), full_page=True)
+
+
 CHECK_STATUS = """
 query Checks($key: AssetKeyInput!) {
   assetNodeOrError(assetKey: $key) {
@@ -104,19 +124,8 @@ def test_materialise_one_partition_from_the_ui(platform: Platform) -> None:
         dialog = open_materialize_dialog(
             page, "Materialize selected", "Launch runs to materialize pubmed_tables"
         )
-        dialog.get_by_text("Select a partition or create one").click()
-        page.locator("span", has_text=FILE).first.click()
-        page.keyboard.press("Escape")
-        launch = page.get_by_role("button", name="Launch 1 run")
-        expect(launch).to_be_enabled()
-        launch.click()
-        # 4. wait for success on the run page the launch toast links to
-        toast = page.get_by_role("region", name=re.compile("Notifications"))
-        run_link = toast.locator('a[href*="/runs/"]').first
-        run_link.wait_for()
-        page.goto(platform.url + str(run_link.get_attribute("href")))
-        expect(page.get_by_text("Success", exact=True).first).to_be_visible(timeout=240_000)
-        page.screenshot(path=str(ARTIFACTS / "ui_pubmed_tables_run.png"), full_page=True)
+        # 4. its one run, waited for until it succeeds
+        launch_one_partition(platform, page, dialog, FILE, "ui_pubmed_tables_run.png")
         # 5. its check results on the asset page
         page.goto(f"{platform.url}/assets/pubmed_tables?view=checks")
         for check in CHECKS:
@@ -184,18 +193,7 @@ def test_partitions_reports_and_one_mesh_year_from_the_ui(platform: Platform) ->
         # 3. one MeSH year from the Materialize dialog
         page.goto(f"{platform.url}/assets/mesh_tables")
         dialog = open_materialize_dialog(page, "Materialize…")
-        dialog.get_by_text("Select a partition or create one").click()
-        page.locator("span", has_text="2020").first.click()
-        page.keyboard.press("Escape")
-        launch = page.get_by_role("button", name="Launch 1 run")
-        expect(launch).to_be_enabled()
-        launch.click()
-        toast = page.get_by_role("region", name=re.compile("Notifications"))
-        run_link = toast.locator('a[href*="/runs/"]').first
-        run_link.wait_for()
-        page.goto(platform.url + str(run_link.get_attribute("href")))
-        expect(page.get_by_text("Success", exact=True).first).to_be_visible(timeout=240_000)
-        page.screenshot(path=str(ARTIFACTS / "ui_mesh_year_run.png"), full_page=True)
+        launch_one_partition(platform, page, dialog, "2020", "ui_mesh_year_run.png")
     data = platform.graphql(MATERIALIZED, {"key": {"path": ["mesh_tables"]}})
     statuses = data["assetNodeOrError"]["assetPartitionStatuses"]
     assert statuses["materializedPartitions"] == ["2020"]

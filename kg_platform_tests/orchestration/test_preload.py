@@ -56,16 +56,14 @@ def function_imports(path):
     return found
 
 package = pathlib.Path(stages.__file__).parents[1]
-# the asset and resource modules, and the modules they import whose libraries load on use
-# kg build's and kg status's own modules in assets/ (what to build, integrity, partition
-# states) run in the CLI, never in a step
-COMMAND_SIDE = {"build_keys.py", "integrity.py", "status.py"}
-paths = [
-    p
-    for folder in ("assets", "resources")
-    for p in sorted((package / folder).glob("*.py"))
-    if p.name not in COMMAND_SIDE
-]
+# the asset and resource modules the definitions are made of (what the preload loaded: the
+# stages and what they import), not kg build's and kg status's own modules in assets/
+paths = sorted(
+    pathlib.Path(module.__file__)
+    for name, module in list(sys.modules.items())
+    if name.startswith(("kg_platform.assets.", "kg_platform.resources."))
+)
+# and the modules they import whose libraries load on use
 paths += [package / "pubmed" / "tables.py", package / "storage" / "catalog.py"]
 wanted = set()
 for path in paths:
