@@ -72,6 +72,9 @@ SMOKE: dict[str, list[str] | str] = {
     "embed.py": ["--null-model", "--n", "64", "--files", "1"],
     "fold_sample_check.py": ["--lake", "{updated}", "--release", "{release}", "--rounds", "1"],
     "graph.py": ["--articles", "3000", "--citations", "30000", "--mesh-edges", "27000"],
+    "graph_phases.py": ["--lake", "{updated}", "--release", "{release}", "--mesh-year"]
+    + ["{mesh_year}", "--phases", "build,invariants,patch,update_recount", "--previous"]
+    + ["published", "--reference", "{repo}"],
     "graph_update.py": ["--lake", "{updated}", "--reference", "{repo}", "--runs", "1"],
     "grounding_frontier.py": ["--cache", "{work}/mesh-cache", "--out", "{work}/frontier.json"],
     "grounding_versions.py": ["--cache", "{work}/mesh-cache"],

@@ -21,6 +21,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from kg_platform.graph import layout
+from kg_platform.graph.cores import workers
 from kg_platform.storage.corpus import corpus_parts
 from kg_platform.storage.lake import Lake
 
@@ -89,13 +90,38 @@ def input_files(lake: Lake, key: str) -> list[str]:
 _CORPUS_TABLE_OF = {key: name for name, key in layout.CORPUS_INPUTS.items()}
 
 
-def read_input(lake: Lake, key: str, columns: list[str]) -> pa.Table:
-    """``columns`` of an input whole (a corpus table's parts one after another)."""
-    tables = []
-    for part in input_files(lake, key):
+def read_input(
+    lake: Lake, key: str, columns: list[str], pool: ThreadPoolExecutor | None = None
+) -> pa.Table:
+    """``columns`` of an input whole (a corpus table's parts one after another; read at
+    once on ``pool``'s threads when given: Arrow's decoding releases the GIL)."""
+
+    def one(part: str) -> pa.Table:
         with open_parquet(lake, part, columns) as pf:
-            tables.append(pf.read(columns=columns))
+            return pf.read(columns=columns, use_threads=pool is None)
+
+    parts = input_files(lake, key)
+    tables = list(pool.map(one, parts)) if pool is not None else [one(p) for p in parts]
     return pa.concat_tables(tables, promote_options="permissive")
+
+
+def part_rows(lake: Lake, key: str, columns: list[str]) -> tuple[list[str], list[int]]:
+    """The files of an input (``input_files``) and the rows of each, from their footers."""
+    parts = input_files(lake, key)
+    rows = []
+    for part in parts:
+        with open_parquet(lake, part, columns) as pf:
+            rows.append(pf.metadata.num_rows)
+    return parts, rows
+
+
+def part_batches(
+    lake: Lake, part: str, columns: list[str], batch_rows: int, dictionary: tuple[str, ...] = ()
+) -> Iterator[pa.RecordBatch]:
+    """Record batches of ``columns`` of one file, decoded on the calling thread (the parts
+    of an input are read on threads of their own, ``build._keys_by_part``)."""
+    with open_parquet(lake, part, columns, dictionary) as pf:
+        yield from pf.iter_batches(batch_size=batch_rows, columns=columns, use_threads=False)
 
 
 def num_rows(lake: Lake, key: str, columns: list[str]) -> int:
@@ -217,13 +243,14 @@ _WRITE_BLOCK = 1 << 22  # bytes hashed and written per step: still in cache for 
 
 
 class ArrayWriter:
-    """Writes each array as soon as it is final, on one worker thread that hashes it in the
-    same pass, while the build goes on; an array must not change once it is put."""
+    """Writes each array as soon as it is final, on worker threads (``threads``, default
+    the cores the process may use: hashlib and the writes release the GIL) that hash it in
+    the same pass, while the build goes on; an array must not change once it is put."""
 
-    def __init__(self, lake: Lake, build_id: str) -> None:
+    def __init__(self, lake: Lake, build_id: str, threads: int | None = None) -> None:
         self.lake, self.build_id = lake, build_id
-        self.arrays: dict[str, ArrayInfo] = {}  # in the order put (one worker keeps it)
-        self._pool = ThreadPoolExecutor(1)
+        self.arrays: dict[str, ArrayInfo] = {}  # in the order written (``finish`` sorts)
+        self._pool = ThreadPoolExecutor(threads or workers())
         self._pending: list[Future[None]] = []
 
     def __enter__(self) -> ArrayWriter:

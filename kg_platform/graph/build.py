@@ -31,8 +31,9 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 
@@ -55,14 +56,16 @@ from kg_platform.graph.arrays import (
     int_values,
     ints,
     marked_pmids,
-    num_rows,
     open_parquet,
+    part_batches,
+    part_rows,
     read_descriptor_uis,
     read_input,
     title_pieces,
     true_mask,
     years,
 )
+from kg_platform.graph.cores import workers
 from kg_platform.storage.corpus import corpus_fingerprint
 from kg_platform.storage.digest import array_sha256  # noqa: F401 (named here for the tests)
 from kg_platform.storage.lake import Lake
@@ -279,6 +282,50 @@ def _key_range(keys: np.ndarray, n_rows: int, kind: layout.EdgeKind) -> None:
         )
 
 
+def _row_chunks(keys: np.ndarray, parts: int) -> list[tuple[int, int]]:
+    """``keys`` (rows ascending) cut into up to ``parts`` chunks of whole rows of about
+    equal size. A key is below ``row << 32`` exactly when its row is below ``row``, so a
+    binary search finds where a row starts even while each row's keys are unordered."""
+    n = keys.size
+    bounds = [0]
+    for c in range(1, parts):
+        at = n * c // parts
+        if at <= bounds[-1]:
+            continue
+        at = int(np.searchsorted(keys, ((keys[at - 1] >> 32) + 1) << 32))
+        if at >= n:
+            break
+        if at > bounds[-1]:
+            bounds.append(at)
+    bounds.append(n)
+    return list(zip(bounds[:-1], bounds[1:], strict=True))
+
+
+def _column_splits(
+    keys: np.ndarray, starts: np.ndarray, stops: np.ndarray, n_cols: int, parts: int
+) -> list[int]:
+    """Up to ``parts`` column ranges (their first columns, then ``n_cols``) holding about as
+    many entries each, read off the largest of the ascending runs of reversed keys."""
+    i = int(np.argmax(stops - starts)) if starts.size else 0
+    size = int(stops[i] - starts[i]) if starts.size else 0
+    picks = [int(keys[starts[i] + size * c // parts] >> 32) for c in range(1, parts) if size]
+    return sorted({0, n_cols, *(c for c in picks if 0 < c < n_cols)})
+
+
+def _run_range(
+    keys: np.ndarray, starts: np.ndarray, stops: np.ndarray, n_rows: int, kind: layout.EdgeKind
+) -> None:
+    """``_key_range`` of keys held as ascending runs ``keys[starts[i]:stops[i]]``."""
+    full = stops > starts
+    if full.any():
+        first, last = int(keys[starts[full]].min()), int(keys[stops[full] - 1].max())
+        if first < 0 or last >> 32 >= n_rows:
+            raise ValueError(
+                f"{kind.name}: keys span rows {first >> 32} to {last >> 32}, "
+                f"expected 0 to {n_rows - 1}"
+            )
+
+
 def _fused_csr(
     keys: np.ndarray,
     n_rows: int,
@@ -289,32 +336,79 @@ def _fused_csr(
     label: str,
 ) -> _Built:
     """Both directions of an edge kind from its packed keys (row high, column low; the
-    buffer is reused): sort, then one compiled pass de-duplicates, cuts the forward arrays
-    and re-packs the keys reversed in place; sort again, then one pass cuts the reverse.
-    Every array is put as soon as it is final."""
+    buffer is reused), on a thread per core (``cores.workers``): the keys are cut into
+    chunks of whole rows, one per thread, and each chunk sorted (``csr.sort_keys``) and its
+    distinct entries counted; then each chunk is cut (its forward entries written at its
+    offset, its keys re-packed reversed over its own front, ``csr.cut_range``) and its
+    reversed keys sorted; then the reverse direction is cut by column range, one per
+    thread, each merging the chunks' sorted runs (``csr.merge_cut``). Keys whose rows do
+    not ascend are sorted whole first. Every array is put as soon as it is final; the
+    bytes are those of one sort and one pass (``kg_platform_tests/graph/test_build_fused``)."""
     from kg_platform.graph import csr  # numba loads only when a graph is built
 
     flag_bits = 1 if kind.flagged else 0
-    csr.sort_keys(keys)
-    _key_range(keys, n_rows, kind)
-    indptr = np.zeros(n_rows + 1, dtype=np.int64)
-    indices = np.empty(keys.size, dtype=np.int32)  # pages past the kept ones stay untouched
-    flag = np.empty(keys.size if kind.flagged else 0, dtype=bool)
-    kept = csr.cut_and_reverse(keys, flag_bits, indptr, indices, flag)
-    fwd_flag = flag[:kept] if kind.flagged else None
-    out.put_csr(layout.Csr(kind, indptr, indices[:kept], n_rows, n_cols, fwd_flag))
-    del indices, flag, fwd_flag
-    keys = keys[:kept]
-    clock.lap(f"{label}: sort, dedup")  # and the forward cut, the reverse re-pack
-    keys.sort()
-    reverse = layout.EDGE_KINDS[kind.reverse]
-    _key_range(keys, n_cols, reverse)
-    clock.lap(f"{label}: reverse sort")
-    rev_indptr = np.zeros(n_cols + 1, dtype=np.int64)
-    rev = np.empty(kept, dtype=np.int32)
-    rev_flag = np.empty(kept if kind.flagged else 0, dtype=bool)
-    flag_counts = np.zeros(n_cols if kind.flagged else 0, dtype=np.int64)
-    csr.cut(keys, flag_bits, rev_indptr, rev, rev_flag, flag_counts)
+    threads = workers()
+    with ThreadPoolExecutor(threads) as pool:
+        if keys.size and not csr.rows_ascend(keys):
+            keys.sort()
+        chunks = _row_chunks(keys, threads)
+
+        def sort_and_count(chunk: tuple[int, int]) -> int:
+            part = keys[chunk[0] : chunk[1]]
+            csr.sort_keys(part)
+            return csr.count_distinct(part, flag_bits)
+
+        kept_in = np.array(list(pool.map(sort_and_count, chunks)), dtype=np.int64)
+        _key_range(keys, n_rows, kind)
+        offsets = np.concatenate([np.zeros(1, np.int64), np.cumsum(kept_in)])
+        kept = int(offsets[-1])
+        indptr = np.zeros(n_rows + 1, dtype=np.int64)
+        indices = np.empty(kept, dtype=np.int32)
+        flag = np.empty(kept if kind.flagged else 0, dtype=bool)
+
+        def forward(c: int) -> None:
+            lo, hi = chunks[c]
+            got = csr.cut_range(keys[lo:hi], flag_bits, indptr, indices, flag, int(offsets[c]))
+            keys[lo : lo + got].sort()  # this chunk's reversed keys: one ascending run
+
+        list(pool.map(forward, range(len(chunks))))
+        np.cumsum(indptr, out=indptr)
+        out.put_csr(
+            layout.Csr(kind, indptr, indices, n_rows, n_cols, flag if kind.flagged else None)
+        )
+        clock.lap(f"{label}: sort, dedup")  # and the forward cut, the reverse re-pack
+        starts = np.array([lo for lo, _ in chunks], dtype=np.int64)
+        stops = starts + kept_in
+        reverse = layout.EDGE_KINDS[kind.reverse]
+        _run_range(keys, starts, stops, n_cols, reverse)
+        clock.lap(f"{label}: reverse sort")
+        rev_indptr = np.zeros(n_cols + 1, dtype=np.int64)
+        rev = np.empty(kept, dtype=np.int32)
+        rev_flag = np.empty(kept if kind.flagged else 0, dtype=bool)
+        flag_counts = np.zeros(n_cols if kind.flagged else 0, dtype=np.int64)
+        splits = _column_splits(keys, starts, stops, n_cols, threads)
+        # where each column range starts in each run, and in the reverse direction
+        at = [
+            starts
+            + np.array(
+                [
+                    np.searchsorted(keys[a:b], column << 32)
+                    for a, b in zip(starts, stops, strict=True)
+                ],
+                dtype=np.int64,
+            )
+            for column in splits[:-1]
+        ] + [stops]
+        begin = [int((a - starts).sum()) for a in at]
+
+        def backward(r: int) -> None:
+            csr.merge_cut(
+                keys, at[r], at[r + 1], flag_bits, rev_indptr, rev, rev_flag, flag_counts,
+                begin[r],
+            )  # fmt: skip
+
+        list(pool.map(backward, range(len(splits) - 1)))
+        np.cumsum(rev_indptr, out=rev_indptr)
     rev_csr = layout.Csr(
         reverse, rev_indptr, rev, n_cols, n_rows, rev_flag if kind.flagged else None
     )
@@ -330,6 +424,44 @@ _make_csr = _fused_csr
 # -- citations ----------------------------------------------------------------------------
 
 
+def _keys_by_part(
+    lake: Lake,
+    key: str,
+    columns: list[str],
+    batch_rows: int,
+    fill: Callable[[pa.RecordBatch, np.ndarray, int], tuple[int, int]],
+    dictionary: tuple[str, ...] = (),
+) -> tuple[np.ndarray, int, int]:
+    """One key buffer of an input: its parts read, mapped and packed at once, a part per
+    thread (``cores.workers``), each into its own stretch of the buffer (``fill(batch,
+    keys, filled) -> (filled, dropped)`` packs a batch), then moved together in part order
+    (the fold's parts are in PMID order, so the rows still ascend). Returns the buffer, the
+    keys in it and the rows dropped. The first part that fails raises, in part order."""
+    from kg_platform.graph import csr  # numba loads only when a graph is built
+
+    parts, rows = part_rows(lake, key, columns)
+    starts = np.concatenate([np.zeros(1, np.int64), np.cumsum(rows, dtype=np.int64)])
+    keys = np.empty(int(starts[-1]), dtype=np.int64)  # pages past the kept rows stay untouched
+
+    def one(p: int) -> tuple[int, int]:
+        filled, dropped = int(starts[p]), 0
+        for batch in part_batches(lake, parts[p], columns, batch_rows, dictionary):
+            filled, lost = fill(batch, keys, filled)
+            dropped += lost
+        return filled, dropped
+
+    with ThreadPoolExecutor(workers()) as pool:
+        done = list(pool.map(one, range(len(parts))))
+    filled = dropped = 0
+    for p, (end, lost) in enumerate(done):
+        size = end - int(starts[p])
+        if filled != starts[p]:
+            csr.move_down(keys, int(starts[p]), filled, size)
+        filled += size
+        dropped += lost
+    return keys, filled, dropped
+
+
 def _build_citations(
     lake: Lake, articles: _Articles, out: ArrayWriter, batch_rows: int, clock: Clock
 ) -> dict[str, int]:
@@ -339,17 +471,20 @@ def _build_citations(
     key = layout.CORPUS_INPUTS["citations"]
     where = lake.path(key)
     n = articles.pmids.size
-    rows = num_rows(lake, key, ["citing_pmid", "cited_pmid"])
-    keys = np.empty(rows, dtype=np.int64)  # pages past the kept rows are never touched
-    filled = dangling = 0
-    for batch in batches(lake, key, ["citing_pmid", "cited_pmid"], batch_rows):
+
+    def fill(batch: pa.RecordBatch, keys: np.ndarray, filled: int) -> tuple[int, int]:
         citing = ints(batch, "citing_pmid", where)
         cited = ints(batch, "cited_pmid", where)
         # map both columns, drop dangling rows and pack the keys in one pass
         filled, dropped, outside = csr.map_pairs(articles.lut, citing, cited, keys, filled)
         if outside >= 0:
             _require_in_corpus(_to_index(articles.lut, citing), citing, where, "citing_pmid")
-        dangling += dropped
+        return filled, dropped
+
+    keys, filled, dangling = _keys_by_part(
+        lake, key, ["citing_pmid", "cited_pmid"], batch_rows, fill
+    )
+    rows = keys.size
     clock.lap("citations: read, map, pack")
     cite = layout.EDGE_KINDS["cite"]
     built = _make_csr(keys[:filled], n, n, cite, out, clock, "citations")
@@ -391,6 +526,20 @@ def _mapped_with_new_uis(
     return mapped
 
 
+def _renumbered(keys: np.ndarray, renumber: np.ndarray) -> None:
+    """``csr.renumber_flagged`` in place, a stretch of the keys per thread."""
+    from kg_platform.graph import csr  # numba loads only when a graph is built
+
+    cuts = np.linspace(0, keys.size, workers() + 1).astype(np.int64).tolist()
+    with ThreadPoolExecutor(workers()) as pool:
+        jobs = [
+            pool.submit(csr.renumber_flagged, keys[a:b], renumber)
+            for a, b in zip(cuts[:-1], cuts[1:], strict=True)
+        ]
+        for job in jobs:
+            job.result()
+
+
 def _build_mesh(
     lake: Lake, articles: _Articles, out: ArrayWriter, batch_rows: int, clock: Clock
 ) -> dict[str, int]:
@@ -404,11 +553,11 @@ def _build_mesh(
     # provisional descriptor ids: known UIs (sorted) first, unknown ones appended as seen
     lookup_uis: list[str] = known.tolist()
     columns = ["pmid", "descriptor_ui", "descriptor_major", "qualifier_major"]
-    rows = num_rows(lake, key, columns)
+    # the UIs new to the lookup are appended by one part at a time
+    lookup_lock = threading.Lock()
+
     # article << 32 | descriptor << 1 | major (the fold orders the rows by PMID)
-    keys = np.empty(rows, dtype=np.int64)
-    filled = 0
-    for batch in batches(lake, key, columns, batch_rows, dictionary=("descriptor_ui",)):
+    def fill(batch: pa.RecordBatch, keys: np.ndarray, filled: int) -> tuple[int, int]:
         pmids = ints(batch, "pmid", where)
         uis = column_of(batch, "descriptor_ui")
         if uis.null_count:
@@ -417,7 +566,8 @@ def _build_mesh(
             uis = pc.dictionary_encode(uis)
         codes = int_values(uis.indices)
         values = pl.Series("ui", uis.dictionary.cast(pa.string()))
-        mapped = _mapped_with_new_uis(values, codes, lookup_uis, where)
+        with lookup_lock:
+            mapped = _mapped_with_new_uis(values, codes, lookup_uis, where)
         descriptor_major = true_mask(batch, "descriptor_major", where).view(np.uint8)
         qualifier_major = true_mask(batch, "qualifier_major", where).view(np.uint8)
         # map the PMIDs and pack the keys in one pass
@@ -427,6 +577,12 @@ def _build_mesh(
         )  # fmt: skip
         if outside >= 0:
             _require_in_corpus(_to_index(articles.lut, pmids), pmids, where, "pmid")
+        return filled, 0
+
+    keys, filled, _ = _keys_by_part(
+        lake, key, columns, batch_rows, fill, dictionary=("descriptor_ui",)
+    )
+    rows = keys.size
 
     n_unknown = len(lookup_uis) - known.size
     all_uis = np.array(lookup_uis, dtype=object)
@@ -435,7 +591,7 @@ def _build_mesh(
         order = np.argsort(all_uis, kind="stable")
         renumber = np.empty(order.size, dtype=np.int32)
         renumber[order] = np.arange(order.size, dtype=np.int32)
-        csr.renumber_flagged(keys[:filled], renumber)
+        _renumbered(keys[:filled], renumber)
         all_uis = all_uis[order]
     n_desc = all_uis.size
     clock.lap("mesh: read, map, pack")

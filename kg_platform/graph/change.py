@@ -6,12 +6,14 @@ name them."""
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pyarrow as pa
 
 from kg_platform.graph import layout
 from kg_platform.graph.arrays import GraphInputError
+from kg_platform.graph.cores import workers
 from kg_platform.graph.store import KGStore
 from kg_platform.pubmed.fold.manifest import FOLD_MANIFEST, FOLD_TOUCHED
 from kg_platform.storage.digest import array_sha256
@@ -94,9 +96,10 @@ def touched_pmids(lake: Lake) -> np.ndarray:
 
 
 def changed_array(store: KGStore, names: tuple[str, ...]) -> str | None:
-    """The first of the build's arrays ``names`` that no longer hashes as its manifest says."""
+    """The first of the build's arrays ``names`` that no longer hashes as its manifest says
+    (hashed on a thread per core the process may use, largest first)."""
     arrays = store.manifest["arrays"]
-    for name in names:
-        if array_sha256(store.array(name)) != arrays[name]["sha256"]:
-            return name
-    return None
+    largest = sorted(names, key=lambda name: -int(arrays[name]["nbytes"]))
+    with ThreadPoolExecutor(workers()) as pool:
+        hashed = dict(zip(largest, pool.map(array_sha256, map(store.array, largest)), strict=True))
+    return next((name for name in names if hashed[name] != arrays[name]["sha256"]), None)

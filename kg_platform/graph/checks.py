@@ -6,9 +6,9 @@ build (or a corrupted file) shows up as a disagreement rather than agreeing with
 
 from __future__ import annotations
 
-import codecs
 import contextlib
 import hashlib
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 import duckdb
@@ -18,6 +18,7 @@ import pyarrow as pa
 from kg_platform.checks import CheckOutcome
 from kg_platform.graph import layout
 from kg_platform.graph.change import changed_array, fold_base, fold_table, touched_pmids
+from kg_platform.graph.cores import workers
 from kg_platform.graph.store import KGStore, in_sorted
 from kg_platform.pubmed.fold.manifest import FOLD_TOUCHED, REPLACED_TABLES, replaced_key
 from kg_platform.storage.digest import array_sha256
@@ -26,51 +27,62 @@ from kg_platform.storage.lake import Lake
 _KNOWN_FLAGS = layout.QUOTABLE | layout.RETRACTED | layout.CONCERN
 
 
-def check_invariants(store: KGStore) -> CheckOutcome:
+def check_invariants(store: KGStore, threads: int | None = None) -> CheckOutcome:
     """Manifest (dtype, length, sha256), CSR shape and order, and the two directions of each
-    edge kind agreeing with each other."""
+    edge kind agreeing with each other. The arrays are hashed, and scanned, on ``threads``
+    threads (default: the cores this process may use, ``cores.workers``)."""
+    threads = threads or workers()
+    with ThreadPoolExecutor(threads) as pool:
+        return _invariants(store, pool, threads)
+
+
+def _invariants(store: KGStore, pool: ThreadPoolExecutor, threads: int) -> CheckOutcome:
+    from kg_platform.graph import scans  # numba loads only when a graph is checked
+
     problems: list[str] = []
     arrays = store.manifest["arrays"]
+    hashed: dict[str, Future[str]] = {}
+    # the largest first, so the threads finish together
+    for name in sorted(
+        (n for n in layout.ALL_ARRAYS if n in arrays), key=lambda n: -int(arrays[n]["nbytes"])
+    ):
+        a = store.array(name)
+        info = arrays[name]
+        if a.dtype.str == info["dtype"] and a.shape[0] == info["length"]:
+            hashed[name] = pool.submit(array_sha256, a)
     for name in layout.ALL_ARRAYS:
         info = arrays.get(name)
         if info is None:
             problems.append(f"manifest lacks {name}")
-            continue
-        a = store.array(name)
-        if a.dtype.str != info["dtype"] or a.shape[0] != info["length"]:
+        elif name not in hashed:
+            a = store.array(name)
             problems.append(f"{name}: {a.dtype.str}[{a.shape[0]}] != manifest")
-        elif array_sha256(a) != info["sha256"]:
+        elif hashed[name].result() != info["sha256"]:
             problems.append(f"{name}: sha256 differs from the manifest")
     if problems:
         return CheckOutcome("graph_invariants", False, "; ".join(problems[:10]))
 
     n, n_desc = store.n_articles, store.n_descriptors
-    pmids = store.array("pmids")
-    if pmids.size and (pmids[0] <= 0 or np.any(pmids[1:] <= pmids[:-1])):
-        problems.append("pmids not positive and strictly ascending")
-    uis = store.array("mesh_uis")
-    if np.any(uis[1:] <= uis[:-1]):
-        problems.append("mesh_uis not strictly ascending")
-    for name in ("year", "flags"):
-        if store.array(name).size != n:
-            problems.append(f"{name} has {store.array(name).size} entries, pmids {n}")
-    if np.any(store.array("flags") & ~np.uint8(_KNOWN_FLAGS)):
-        problems.append("flags holds unknown bits")
-    problems += _title_problems(store)
-    for kind in layout.EDGE_KINDS:
-        try:
-            store.csr(kind).check(full=True)
-        except ValueError as exc:
-            problems.append(str(exc))
+    # the scans, each on a thread (numpy's passes release the GIL); their problems in order
+    nodes = pool.submit(_node_problems, store)
+    title_problems = _title_shape_problems(store)
+    titles = [] if title_problems else _utf8_jobs(store, pool, threads)
+    kinds = [pool.submit(_csr_problems, store, kind) for kind in layout.EDGE_KINDS]
+    problems += nodes.result() + title_problems
+    problems += next((p for p in (j.result() for j in titles) if p), [])
+    problems += [p for job in kinds for p in job.result()]
     if problems:  # the cross-checks below assume well-formed CSR arrays
         return CheckOutcome("graph_invariants", False, "; ".join(problems[:10]))
-    problems += _direction_problems(store)
+    majors_by_row, row_done = scans.row_flag_counts(
+        pool, threads, store.array("mesh2art_indptr"), store.array("mesh2art_major")
+    )
+    problems += _direction_problems(store, pool, threads)
     counts = np.diff(store.array("mesh2art_indptr"))
     if not np.array_equal(counts, store.array("mesh_article_count")):
         problems.append("mesh_article_count differs from mesh2art_indptr")
-    rows = np.repeat(np.arange(n_desc), counts)
-    majors = np.bincount(rows[store.array("mesh2art_major")], minlength=n_desc)
-    if not np.array_equal(majors, store.array("mesh_major_count")):
+    for job in row_done:
+        job.result()
+    if not np.array_equal(majors_by_row, store.array("mesh_major_count")):
         problems.append("mesh_major_count differs from mesh2art_major")
     meta = {
         "articles": n,
@@ -84,9 +96,34 @@ def check_invariants(store: KGStore) -> CheckOutcome:
     return CheckOutcome("graph_invariants", True, "all invariants hold", meta)
 
 
-def _title_problems(store: KGStore) -> list[str]:
+def _node_problems(store: KGStore) -> list[str]:
+    problems = []
+    n = store.n_articles
+    pmids = store.array("pmids")
+    if pmids.size and (pmids[0] <= 0 or np.any(pmids[1:] <= pmids[:-1])):
+        problems.append("pmids not positive and strictly ascending")
+    uis = store.array("mesh_uis")
+    if np.any(uis[1:] <= uis[:-1]):
+        problems.append("mesh_uis not strictly ascending")
+    for name in ("year", "flags"):
+        if store.array(name).size != n:
+            problems.append(f"{name} has {store.array(name).size} entries, pmids {n}")
+    if np.any(store.array("flags") & ~np.uint8(_KNOWN_FLAGS)):
+        problems.append("flags holds unknown bits")
+    return problems
+
+
+def _csr_problems(store: KGStore, kind: str) -> list[str]:
+    try:
+        store.csr(kind).check(full=True)
+    except ValueError as exc:
+        return [str(exc)]
+    return []
+
+
+def _title_shape_problems(store: KGStore) -> list[str]:
     """The title store's shape: n + 1 offsets ascending from 0 to the bytes' end, a null
-    flag per article and no bytes for a null title, every title valid UTF-8."""
+    flag per article and no bytes for a null title."""
     n = store.n_articles
     offsets, data = store.array("title_offsets"), store.array("title_bytes")
     null = store.array("title_null")
@@ -97,30 +134,61 @@ def _title_problems(store: KGStore) -> list[str]:
         return ["title_offsets is not monotone from 0 to the end of title_bytes"]
     if np.any(lengths[null] != 0):
         return ["title_bytes holds text for a null title"]
-    decoder = codecs.getincrementaldecoder("utf-8")()
-    try:
-        for start in range(0, data.size, 1 << 26):  # bounded memory on a 10M-article graph
-            decoder.decode(memoryview(data[start : start + (1 << 26)]), final=False)
-        decoder.decode(b"", final=True)
-    except UnicodeDecodeError as error:
-        return [f"title_bytes is not UTF-8 ({error})"]
     return []
 
 
-def _direction_problems(store: KGStore) -> list[str]:
-    """Each edge stored twice must be the same edge: compare degree and major counts."""
-    problems = []
+def _utf8_jobs(store: KGStore, pool: ThreadPoolExecutor, threads: int) -> list[Future[list[str]]]:
+    """Every title valid UTF-8 (the store's shape checked): Arrow's validation of the
+    titles as one string array, a slice of titles per job (it releases the GIL); each job's
+    problem, if any."""
+    offsets, data = store.array("title_offsets"), store.array("title_bytes")
+    n = offsets.size - 1
+    if n <= 0 or data.size == 0:
+        return []
+    titles = pa.LargeStringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(data))
+    # slices of about 64 MiB each, at least one per thread
+    parts = max(threads, int(data.size >> 26) + 1)
+    cuts = np.linspace(0, n, min(parts, n) + 1).astype(np.int64).tolist()
+
+    def valid(lo: int, hi: int) -> list[str]:
+        try:
+            titles.slice(lo, hi - lo).validate(full=True)
+        except pa.ArrowInvalid as error:
+            return [f"title_bytes is not UTF-8 (titles {lo} to {hi - 1}: {error})"]
+        return []
+
+    return [pool.submit(valid, lo, hi) for lo, hi in zip(cuts[:-1], cuts[1:], strict=True)]
+
+
+def _direction_problems(store: KGStore, pool: ThreadPoolExecutor, threads: int) -> list[str]:
+    """Each edge stored twice must be the same edge: compare degree and major counts, each
+    counted on ``threads`` threads (``scans``)."""
+    from kg_platform.graph import scans
+
     n, n_desc = store.n_articles, store.n_descriptors
+    jobs: list[tuple[str, np.ndarray, np.ndarray, list[Future[None]]]] = []
     for fwd, rev, n_rev in (("cite", "cited_by", n), ("mesh2art", "art2mesh", n_desc)):
         n_fwd_rows = store.array(f"{rev}_indptr").size - 1
-        from_fwd = np.bincount(store.array(f"{fwd}_indices"), minlength=n_fwd_rows)
-        if not np.array_equal(from_fwd, np.diff(store.array(f"{rev}_indptr"))):
-            problems.append(f"{fwd} and {rev} disagree on degrees")
-        from_rev = np.bincount(store.array(f"{rev}_indices"), minlength=n_rev)
-        if not np.array_equal(from_rev, np.diff(store.array(f"{fwd}_indptr"))):
-            problems.append(f"{rev} and {fwd} disagree on degrees")
+        got, done = scans.value_counts(pool, threads, store.array(f"{fwd}_indices"), n_fwd_rows)
+        jobs.append(
+            (f"{fwd} and {rev} disagree on degrees", got, store.array(f"{rev}_indptr"), done)
+        )
+        got, done = scans.value_counts(pool, threads, store.array(f"{rev}_indices"), n_rev)
+        jobs.append(
+            (f"{rev} and {fwd} disagree on degrees", got, store.array(f"{fwd}_indptr"), done)
+        )
     a2m = store.array("art2mesh_indices")
-    majors_by_desc = np.bincount(a2m[store.array("art2mesh_major")], minlength=n_desc)
+    majors_by_desc, done = scans.value_counts(
+        pool, threads, a2m, n_desc, mask=store.array("art2mesh_major")
+    )
+    problems = []
+    for problem, got, indptr, pending in jobs:
+        for job in pending:
+            job.result()
+        if not np.array_equal(got, np.diff(indptr)):
+            problems.append(problem)
+    for job in done:
+        job.result()
     if not np.array_equal(majors_by_desc, store.array("mesh_major_count")):
         problems.append("art2mesh_major and mesh2art_major disagree")
     return problems

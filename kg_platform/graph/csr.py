@@ -172,6 +172,117 @@ def cut(
         indptr[r + 1] += indptr[r]
 
 
+# -- the same passes split over threads (``build._fused_csr``) ---------------------------
+#
+# The sorted keys are cut into chunks of whole rows, one per thread: each chunk's entries are
+# counted, then cut (its forward entries written at its offset, its reversed keys packed over
+# its own front) and its reversed keys sorted, all chunks at once; the reverse direction is
+# then made by column range, one range per thread, each merging the chunks' sorted runs.
+
+
+@njit(nogil=True, cache=True)
+def move_down(keys: np.ndarray, src: int, dst: int, n: int) -> None:
+    """keys[dst : dst + n] = keys[src : src + n] for ``dst <= src`` (no temporary)."""
+    for j in range(n):
+        keys[dst + j] = keys[src + j]
+
+
+@njit(nogil=True, cache=True)
+def count_distinct(keys: np.ndarray, flag_bits: int) -> int:
+    """The distinct (row, column) pairs of ascending ``keys``."""
+    n = keys.size
+    kept = 0
+    for j in range(n):
+        if j + 1 < n and (keys[j + 1] >> flag_bits) == (keys[j] >> flag_bits):
+            continue
+        kept += 1
+    return kept
+
+
+@njit(nogil=True, cache=True)
+def cut_range(
+    keys: np.ndarray,
+    flag_bits: int,
+    counts: np.ndarray,
+    indices: np.ndarray,
+    flag: np.ndarray,
+    out: int,
+) -> int:
+    """``cut_and_reverse`` of one chunk of whole rows (``keys``, ascending): the kept
+    entries' columns (and flags) written at ``indices[out:]``, each kept row's count added
+    to ``counts[row + 1]`` (the caller sums them into the indptr), the reversed keys packed
+    over the chunk's front. Returns how many were kept."""
+    n = keys.size
+    kept = 0
+    for j in range(n):
+        k = keys[j]
+        if j + 1 < n and (keys[j + 1] >> flag_bits) == (k >> flag_bits):
+            continue
+        row = k >> 32
+        low = k & _LOW
+        column = low >> flag_bits
+        f = low & 1
+        indices[out + kept] = column
+        if flag_bits:
+            flag[out + kept] = f == 1
+        counts[row + 1] += 1
+        keys[kept] = (column << 32) | (row << flag_bits) | (f if flag_bits else 0)
+        kept += 1
+    return kept
+
+
+@njit(nogil=True, cache=True)
+def merge_cut(
+    keys: np.ndarray,
+    starts: np.ndarray,
+    stops: np.ndarray,
+    flag_bits: int,
+    counts: np.ndarray,
+    indices: np.ndarray,
+    flag: np.ndarray,
+    flag_counts: np.ndarray,
+    out: int,
+) -> int:
+    """``cut`` of the keys merged from the ascending runs ``keys[starts[i]:stops[i]]`` (all
+    distinct): entries written at ``indices[out:]`` in merged order, each row's count added
+    to ``counts[row + 1]`` and, when ``flag_bits``, its flagged entries to
+    ``flag_counts[row]``. Returns how many were written."""
+    k = starts.size
+    pos = starts.copy()
+    written = 0
+    while True:
+        best = -1
+        best_key = np.int64(0)
+        for i in range(k):
+            if pos[i] < stops[i]:
+                v = keys[pos[i]]
+                if best < 0 or v < best_key:
+                    best = i
+                    best_key = v
+        if best < 0:
+            break
+        pos[best] += 1
+        row = best_key >> 32
+        low = best_key & _LOW
+        indices[out + written] = low >> flag_bits
+        counts[row + 1] += 1
+        if flag_bits:
+            f = low & 1
+            flag[out + written] = f == 1
+            flag_counts[row] += f
+        written += 1
+    return written
+
+
+@njit(nogil=True, cache=True)
+def keys_ascend(keys: np.ndarray) -> bool:
+    """Whether ``keys`` never decrease."""
+    for j in range(1, keys.size):  # noqa: SIM110 (a loop numba compiles, not a generator)
+        if keys[j] < keys[j - 1]:
+            return False
+    return True
+
+
 # -- patching the previous build's arrays (kg_platform.graph.patch) -----------------------
 
 

@@ -41,10 +41,11 @@ from kg_platform.graph.arrays import (
     ArrayWriter,
     Clock,
     GraphInputError,
-    batches,
+    input_files,
     ints,
     marked_pmids,
     num_rows,
+    part_batches,
     read_descriptor_uis,
     title_pieces,
     true_mask,
@@ -59,6 +60,7 @@ from kg_platform.graph.build import (
     input_fingerprints,
 )
 from kg_platform.graph.change import changed_array, fold_base, fold_table, touched_pmids
+from kg_platform.graph.cores import workers
 from kg_platform.graph.store import KGStore, in_sorted
 from kg_platform.pubmed.fold.manifest import (
     ADDED_TABLES,
@@ -223,15 +225,18 @@ def _patched_pair(
     from kg_platform.graph import csr  # numba loads only when a graph is built
 
     forward_kind, backward_kind, unit = names
-    rows, columns, n_cols = forward_maps
-    forward, _ = _patched_direction(
-        prev, layout.EDGE_KINDS[forward_kind], rows, columns, extra, n_cols
-    )
-    rows, columns, n_cols = backward_maps
-    turned = csr.reversed_keys(extra, flag_bits)
-    backward, flagged = _patched_direction(
-        prev, layout.EDGE_KINDS[backward_kind], rows, columns, turned, n_cols
-    )
+    # the two directions at once: the compiled passes release the GIL
+    with ThreadPoolExecutor(1) as other:
+        rows, columns, n_cols = forward_maps
+        forward_job = other.submit(
+            _patched_direction, prev, layout.EDGE_KINDS[forward_kind], rows, columns, extra, n_cols
+        )
+        rows, columns, n_cols = backward_maps
+        turned = csr.reversed_keys(extra, flag_bits)
+        backward, flagged = _patched_direction(
+            prev, layout.EDGE_KINDS[backward_kind], rows, columns, turned, n_cols
+        )
+        forward, _ = forward_job.result()
     if forward.indices.size != backward.indices.size:
         raise NotPatchable(
             f"{forward_kind} holds {forward.indices.size} {unit}, "
@@ -426,17 +431,31 @@ def _changed_rows(
     marked = np.zeros(int(touched.max(initial=0)) + 2, dtype=np.uint8)
     marked[touched] = 1
     marked[0] = marked[-1] = 0  # clipped PMIDs land in the end slots: never touched
-    citing_out, cited_out = [], []
-    for batch in batches(lake, key, ["citing_pmid", "cited_pmid"], batch_rows):
-        citing = ints(batch, "citing_pmid", lake.path(key))
-        cited = ints(batch, "cited_pmid", lake.path(key))
-        keep_citing = np.empty(citing.size, dtype=np.int64)
-        keep_cited = np.empty(citing.size, dtype=np.int64)
-        filled = csr.changed_citations(citing, cited, changed, marked, keep_citing, keep_cited, 0)
-        citing_out.append(keep_citing[:filled])
-        cited_out.append(keep_cited[:filled])
+    where = lake.path(key)
+
+    def one(part: str) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        citing_out, cited_out = [], []
+        for batch in part_batches(lake, part, ["citing_pmid", "cited_pmid"], batch_rows):
+            citing = ints(batch, "citing_pmid", where)
+            cited = ints(batch, "cited_pmid", where)
+            keep_citing = np.empty(citing.size, dtype=np.int64)
+            keep_cited = np.empty(citing.size, dtype=np.int64)
+            filled = csr.changed_citations(
+                citing, cited, changed, marked, keep_citing, keep_cited, 0
+            )
+            citing_out.append(keep_citing[:filled])
+            cited_out.append(keep_cited[:filled])
+        return citing_out, cited_out
+
+    # the parts at once, a part per thread (Arrow's decoding and the pass release the GIL),
+    # their rows in part order
+    with ThreadPoolExecutor(workers()) as pool:
+        done = list(pool.map(one, input_files(lake, key)))
     empty = [np.zeros(0, dtype=np.int64)]
-    return np.concatenate(empty + citing_out), np.concatenate(empty + cited_out)
+    return (
+        np.concatenate(empty + [a for citing, _ in done for a in citing]),
+        np.concatenate(empty + [a for _, cited in done for a in cited]),
+    )
 
 
 def _patch_citations(

@@ -105,3 +105,22 @@ def test_generated_graph(tmp_path, monkeypatch: pytest.MonkeyPatch, fold_order: 
     s = fused.stats
     assert s.duplicate_citations > 0 and s.dangling_citations > 0
     assert s.mesh_rows > s.mesh_pairs > s.major_pairs > 0
+
+
+@pytest.mark.parametrize("threads", [1, 7])
+def test_any_number_of_threads_gives_the_same_bytes(
+    tmp_path, monkeypatch: pytest.MonkeyPatch, threads: int
+) -> None:
+    # the keys cut into 1 or 7 chunks of whole rows, the reverse into as many column ranges,
+    # the 6 parts read 1 or 7 at a time: the bytes of the sort-based passes every time
+    from kg_platform.storage import corpus
+
+    root = str(tmp_path / "lake")
+    monkeypatch.setattr(corpus, "PMID_BUCKET", 1_000)  # parts of 1,000 PMIDs
+    generate(root, 3_000, 40_000, 30_000, seed=11, fold_order=True)
+    lake = Lake(root)
+    assert len(corpus.corpus_parts(lake, "citations")) == 6
+    monkeypatch.setattr(build_module, "workers", lambda: threads)
+    fused, sorting = _both(lake, monkeypatch)
+    _assert_same(lake, fused, sorting)
+    assert fused.stats.citation_edges > 0 and fused.stats.mesh_pairs > 0
