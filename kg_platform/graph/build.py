@@ -15,14 +15,18 @@ made before is kept as the tests' and the benchmark's reference, the same bytes
 (``kg_platform_tests/support/sorting_csr.py``).
 
 What keeps it fast and small:
-- Parquet is read in record batches (``arrays``); the next batch is decoded on a worker thread while this
-  one is mapped to node indices through a dense PMID lookup table and packed into keys in
-  one compiled pass (dangling citations dropped in the same pass). Integer and boolean
-  columns are read straight from Arrow's buffers (booleans as bitmaps).
+- Every phase runs on a thread per core the process may use (``cores.workers``: its CPU
+  affinity): the corpus parts are read, mapped through a dense PMID lookup table and packed
+  into keys a part per thread (one compiled pass per record batch, dangling citations
+  dropped in it; integer and boolean columns straight from Arrow's buffers, booleans as
+  bitmaps); the keys' chunks of whole rows are sorted, cut and re-packed one per thread,
+  and the reverse direction cut by column range (``_fused_csr``). Arrow's decoding, numpy's
+  sorts and the compiled passes release the GIL.
 - One buffer per edge kind serves packing, sorting, de-duplication and the reverse (the COO
   is never held twice), so peak memory is that buffer plus the output arrays.
-- Citations and MeSH are built on two threads at once (``parallel``).
-- Each finished array is written and hashed in the same pass on a writer thread while the
+- Citations and MeSH are built on two threads at once (``parallel``): the serial moments of
+  one (the parts moved together, a column range's merge) are filled by the other.
+- Each finished array is written and hashed in the same pass on writer threads while the
   build goes on (``arrays.ArrayWriter``).
 """
 
@@ -175,10 +179,10 @@ class _Articles:
     order: np.ndarray | None = None  # file row of each node when the file is not in PMID order
 
 
-def _read_articles(lake: Lake) -> _Articles:
+def _read_articles(lake: Lake, pool: ThreadPoolExecutor) -> _Articles:
     key = layout.CORPUS_INPUTS["articles"]
     where = lake.path(key)
-    table = read_input(lake, key, ["pmid", "year", "has_abstract"])
+    table = read_input(lake, key, ["pmid", "year", "has_abstract"], pool)
     if table.num_rows == 0:
         raise GraphInputError(f"{where}: no articles")
     pmids = ints(table, "pmid", where)
@@ -204,7 +208,9 @@ def _read_articles(lake: Lake) -> _Articles:
 # -- titles -------------------------------------------------------------------------------
 
 
-def _put_titles(lake: Lake, articles: _Articles, out: ArrayWriter, batch_rows: int) -> None:
+def _put_titles(
+    lake: Lake, articles: _Articles, out: ArrayWriter, batch_rows: int, pool: ThreadPoolExecutor
+) -> None:
     """The title store (``layout.TITLE_ARRAYS``): each article's title in node order, so an
     answer's evidence titles are slices of mapped arrays instead of a Parquet row group
     decoded per question. Offsets and nulls come from one read of the column; the bytes are
@@ -222,17 +228,22 @@ def _put_titles(lake: Lake, articles: _Articles, out: ArrayWriter, batch_rows: i
         out.put("title_null", np.ones(n, dtype=bool))
         return
     if articles.order is not None:
-        title = read_input(lake, key, ["title"]).column("title")
+        title = read_input(lake, key, ["title"], pool).column("title")
         lengths, null, data = title_pieces(title, where)
         starts = (np.cumsum(lengths) - lengths)[articles.order]
         lengths, null = lengths[articles.order], null[articles.order]
         begin = np.cumsum(lengths) - lengths
         data = data[np.arange(int(lengths.sum())) + np.repeat(starts - begin, lengths)]
     else:
-        parts = [
-            title_pieces(batch.column("title"), where)[:2]
-            for batch in batches(lake, key, ["title"], batch_rows)
-        ]
+
+        def lengths_and_nulls(part: str) -> list[tuple[np.ndarray, np.ndarray]]:
+            return [
+                title_pieces(batch.column("title"), where)[:2]
+                for batch in part_batches(lake, part, ["title"], batch_rows)
+            ]
+
+        # the parts at once, a part per thread, in part order
+        parts = [p for got in pool.map(lengths_and_nulls, input_files(lake, key)) for p in got]
         lengths = np.concatenate([p[0] for p in parts] or [np.zeros(0, np.int64)])
         null = np.concatenate([p[1] for p in parts] or [np.zeros(0, bool)])
     offsets = np.zeros(n + 1, dtype=np.int64)
@@ -644,13 +655,17 @@ def build_graph(
     clock = Clock()
     inputs = input_fingerprints(lake)
     build_id = build_id or compute_build_id(inputs)
-    with ArrayWriter(lake, build_id) as out, ThreadPoolExecutor(1) as mesh_worker:
-        articles = _read_articles(lake)
+    with (
+        ArrayWriter(lake, build_id) as out,
+        ThreadPoolExecutor(1) as mesh_worker,
+        ThreadPoolExecutor(workers()) as pool,
+    ):
+        articles = _read_articles(lake, pool)
         flags = _article_flags(lake, articles, batch_rows)
         out.put("pmids", articles.pmids.astype(np.int32))
         out.put("year", articles.year)
         out.put("flags", flags)
-        _put_titles(lake, articles, out, batch_rows)
+        _put_titles(lake, articles, out, batch_rows, pool)
         clock.lap("articles")
         mesh_clock = Clock()
         mesh_job = (
