@@ -212,14 +212,15 @@ def _load_kernels() -> float:
     csr.map_flagged(lut, pmids, codes, np.array([0, 1], dtype=np.int32), flags, flags, keys, 0)
     csr.renumber_flagged(keys, np.array([0, 1], dtype=np.int32))
     csr.rows_ascend(keys)
+    csr.move_down(keys, 1, 0, 1)
     for flag_bits in (0, 1):
         indptr, indices = np.zeros(3, dtype=np.int64), np.empty(2, dtype=np.int32)
         flag, counts = np.empty(2, dtype=bool), np.zeros(2, dtype=np.int64)
         keys = np.array([0, 1 << 32], dtype=np.int64)
-        csr.cut_and_reverse(keys, flag_bits, indptr, indices, flag)
-        csr.cut(
-            np.array([0, 1 << 32], dtype=np.int64), flag_bits, indptr * 0, indices, flag, counts
-        )
+        csr.count_distinct(keys, flag_bits)
+        csr.cut_range(keys, flag_bits, indptr, indices, flag, 0)
+        bounds = np.array([0], dtype=np.int64), np.array([2], dtype=np.int64)
+        csr.merge_cut(keys, *bounds, flag_bits, indptr * 0, indices, flag, counts, 0)
     return time.perf_counter() - t
 
 

@@ -5,10 +5,12 @@ low 32 (``column << 1 | flag`` for a flagged kind). ``map_pairs`` / ``map_flagge
 batch's PMIDs to node indices and pack its keys in one pass. The keys are sorted by numpy
 (its vectorised 64-bit sort beat every counting scatter tried on this machine: a scatter
 is a cache miss per edge, 3x the sort's time per key); keys whose rows already ascend, as
-the fold writes them, are sorted a cache-sized run of rows at a time (``sort_keys``). ``cut_and_reverse`` then makes the
-forward arrays and the reverse keys in one pass over the sorted keys, writing the reverse
-keys over the ones already read (the COO lives in one buffer from reading to the last cut),
-and ``cut`` makes the reverse arrays once those keys are sorted.
+the fold writes them, are sorted a cache-sized run of rows at a time (``sort_keys``). The
+build (``build._fused_csr``) cuts the keys into chunks of whole rows, one per thread:
+``count_distinct`` sizes each chunk's share of the forward arrays, ``cut_range`` writes it
+and re-packs the chunk's keys reversed over its own front (the COO lives in one buffer from
+reading to the last cut), and once each chunk's reversed keys are sorted, ``merge_cut``
+makes the reverse arrays of one column range from every chunk's run.
 
 Every kernel releases the GIL (two edge kinds are built on two threads) and is cached on
 disk after its first compilation.
@@ -113,71 +115,7 @@ def sort_keys(keys: np.ndarray) -> None:
         start = stop
 
 
-@njit(nogil=True, cache=True)
-def cut_and_reverse(
-    keys: np.ndarray,
-    flag_bits: int,
-    indptr: np.ndarray,
-    indices: np.ndarray,
-    flag: np.ndarray,
-) -> int:
-    """One pass over ascending ``keys``: drop each key whose next one has the same row and
-    column (the last of a run is kept: the flagged one, if any), write the forward
-    ``indices`` (and ``flag`` when ``flag_bits``) and ``indptr`` (zeros on entry), and
-    re-pack each kept key reversed (``column << 32 | row << flag_bits | flag``) over the
-    front of ``keys``, which this pass has already read. Returns how many were kept."""
-    n = keys.size
-    kept = 0
-    for j in range(n):
-        k = keys[j]
-        if j + 1 < n and (keys[j + 1] >> flag_bits) == (k >> flag_bits):
-            continue
-        row = k >> 32
-        low = k & _LOW
-        column = low >> flag_bits
-        f = low & 1
-        indices[kept] = column
-        if flag_bits:
-            flag[kept] = f == 1
-        indptr[row + 1] += 1
-        keys[kept] = (column << 32) | (row << flag_bits) | (f if flag_bits else 0)
-        kept += 1
-    for r in range(indptr.size - 1):
-        indptr[r + 1] += indptr[r]
-    return kept
-
-
-@njit(nogil=True, cache=True)
-def cut(
-    keys: np.ndarray,
-    flag_bits: int,
-    indptr: np.ndarray,
-    indices: np.ndarray,
-    flag: np.ndarray,
-    flag_counts: np.ndarray,
-) -> None:
-    """indptr (zeros on entry), indices and, when ``flag_bits``, the flag and the flagged
-    entries per row (``flag_counts``, zeros on entry) of strictly ascending ``keys``."""
-    for j in range(keys.size):
-        k = keys[j]
-        row = k >> 32
-        low = k & _LOW
-        indices[j] = low >> flag_bits
-        indptr[row + 1] += 1
-        if flag_bits:
-            f = low & 1
-            flag[j] = f == 1
-            flag_counts[row] += f
-    for r in range(indptr.size - 1):
-        indptr[r + 1] += indptr[r]
-
-
-# -- the same passes split over threads (``build._fused_csr``) ---------------------------
-#
-# The sorted keys are cut into chunks of whole rows, one per thread: each chunk's entries are
-# counted, then cut (its forward entries written at its offset, its reversed keys packed over
-# its own front) and its reversed keys sorted, all chunks at once; the reverse direction is
-# then made by column range, one range per thread, each merging the chunks' sorted runs.
+# -- the cut, a chunk or a column range per thread (``build._fused_csr``) ----------------
 
 
 @njit(nogil=True, cache=True)
@@ -208,10 +146,12 @@ def cut_range(
     flag: np.ndarray,
     out: int,
 ) -> int:
-    """``cut_and_reverse`` of one chunk of whole rows (``keys``, ascending): the kept
-    entries' columns (and flags) written at ``indices[out:]``, each kept row's count added
-    to ``counts[row + 1]`` (the caller sums them into the indptr), the reversed keys packed
-    over the chunk's front. Returns how many were kept."""
+    """One pass over one chunk of whole rows (``keys``, ascending): drop each key whose next
+    one has the same row and column (the last of a run is kept: the flagged one, if any),
+    write the kept entries' columns (and flags when ``flag_bits``) at ``indices[out:]``, add
+    each kept entry to ``counts[row + 1]`` (the caller sums them into the indptr), and
+    re-pack each kept key reversed (``column << 32 | row << flag_bits | flag``) over the
+    chunk's front, which this pass has already read. Returns how many were kept."""
     n = keys.size
     kept = 0
     for j in range(n):
@@ -243,8 +183,8 @@ def merge_cut(
     flag_counts: np.ndarray,
     out: int,
 ) -> int:
-    """``cut`` of the keys merged from the ascending runs ``keys[starts[i]:stops[i]]`` (all
-    distinct): entries written at ``indices[out:]`` in merged order, each row's count added
+    """The CSR entries of the keys merged from the ascending runs ``keys[starts[i]:stops[i]]``
+    (all distinct, the caller's column range of each run): entries written at ``indices[out:]`` in merged order, each row's count added
     to ``counts[row + 1]`` and, when ``flag_bits``, its flagged entries to
     ``flag_counts[row]``. Returns how many were written."""
     k = starts.size
@@ -272,15 +212,6 @@ def merge_cut(
             flag_counts[row] += f
         written += 1
     return written
-
-
-@njit(nogil=True, cache=True)
-def keys_ascend(keys: np.ndarray) -> bool:
-    """Whether ``keys`` never decrease."""
-    for j in range(1, keys.size):  # noqa: SIM110 (a loop numba compiles, not a generator)
-        if keys[j] < keys[j - 1]:
-            return False
-    return True
 
 
 # -- patching the previous build's arrays (kg_platform.graph.patch) -----------------------
