@@ -30,6 +30,35 @@ Phases, each printed as one JSON line (the last line is one JSON object with all
     benchmarks/rehearsal.py --files 84 --work /tmp/kg-rehearsal                # 2.5M records
     benchmarks/rehearsal.py --files 334 --work /tmp/kg-rehearsal --update      # 10M records
 
+Each build also reports its ``phases``: per step of its runs (the file runs' parse
+batches, mesh_tables, the corpus fold and its checks, the corpus profile, the graph's build
+and its checks, the grounding index, ...; a corpus or graph step is cut in two at the
+seconds its materialization reports) and ``outside_steps`` (start-up, planning, launches,
+ticks: the wall when no step ran, the CPU not inside a step), the wall (``span_s``: while
+one of its steps ran; ``wall_s``: their seconds summed), CPU seconds, CPU per million
+records and peak RSS of the process running it. Steps run inside their run's worker
+process, so a step's CPU and peak are that worker's and its children's (the parse pool)
+inside the step's window (STEP_START to its end, from the instance), read off every
+process's samples (0.2 s): ``benchmarks/_phases.py``. ``parse`` is the parse's own CPU per
+record on the release's first file (``benchmarks/parse.py``'s child, same run), and
+``cpu_s_per_million`` sets the build's beside it.
+
+``--cores 1 2`` builds the release once per count, pinned to that many cores (the CLI's
+CPU affinity, which every process of the build inherits; the build with most cores is the
+one measured further, the others go to a home and lake of their own, removed once
+measured): ``phases`` then holds each phase's figures per count and its ``speedup_2``
+(span on 1 core over span on 2), ``build_speedup_2`` the build's. The build sizes its
+pools by ``os.cpu_count()``, so a build pinned to one core runs as many processes on it.
+
+``--project A B`` (no build) reads two results (the last JSON line of each run's output)
+at two sizes and projects the build to ``--target-records`` (40M) on ``--target-cores``
+(2 and 26): per phase, one-core seconds on a line through the two sizes, then Amdahl's
+``T1 * (f + (1 - f) / cores)`` with ``f`` from its speedup on 2 cores against 1; a phase
+stops scaling where its speedup is under half the cores (``benchmarks/_phases.py``).
+
+    benchmarks/rehearsal.py --files 4 --records-per-file 2000 --work /tmp/kg-rehearsal --cores 1 2
+    benchmarks/rehearsal.py --project /tmp/r84.log /tmp/r334.log
+
 Each build also reports its ``timeline`` from the instance (backfill submitted; per run
 created, started, ended, each step's seconds, the corpus checks' own seconds) and
 ``output_at_s`` (when each line of its output came). With ``--update`` the built home and
@@ -64,6 +93,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import _phases  # noqa: E402
 from cold_ask import REFUSED, ask_cold  # noqa: E402
 
 from kg_platform.pubmed.fold import FULL_FOLD_ENV  # noqa: E402
@@ -111,30 +141,49 @@ def _role(cmdline: str) -> str:
     return os.path.basename(cmdline.split(" ")[0]) or "other"
 
 
-def _proc(pid: int) -> tuple[int, int, float] | None:
-    """(parent pid, VmHWM bytes, CPU seconds) of a live process."""
+def _boot_time() -> float:
+    with open("/proc/stat") as f:
+        return float(next(x.split()[1] for x in f if x.startswith("btime ")))
+
+
+BOOT = _boot_time()
+
+
+def _proc(pid: int) -> tuple[int, int, float, int, float] | None:
+    """(parent pid, VmHWM bytes, CPU seconds, VmRSS bytes, start time) of a live process."""
     try:
         with open(f"/proc/{pid}/stat") as f:
             fields = f.read().rsplit(")", 1)[1].split()
+        hwm = rss = 0
         with open(f"/proc/{pid}/status") as f:
-            hwm = next((int(x.split()[1]) * 1024 for x in f if x.startswith("VmHWM:")), 0)
-    except (OSError, StopIteration, IndexError, ValueError):
+            for x in f:
+                if x.startswith("VmHWM:"):
+                    hwm = int(x.split()[1]) * 1024
+                elif x.startswith("VmRSS:"):
+                    rss = int(x.split()[1]) * 1024
+                    break
+    except (OSError, IndexError, ValueError):
         return None
-    return int(fields[1]), hwm, (int(fields[11]) + int(fields[12])) / TICK
+    cpu = (int(fields[11]) + int(fields[12])) / TICK
+    return int(fields[1]), hwm, cpu, rss, BOOT + int(fields[19]) / TICK
 
 
 class ProcessTree:
     """Polls every descendant of ``root`` (every 0.2 s): each process's peak RSS (VmHWM) and
-    CPU at its last poll, and its role from its command line. A process that lives less
-    than a poll is missed; one's figures are those of its last poll."""
+    CPU at its last poll, and its role from its command line; with ``samples``, every poll's
+    (time, CPU, RSS, VmHWM) too, for the build's phases (``_phases.attribute``). A process
+    that lives less than a poll is missed; one's figures are those of its last poll.
+    Processes are told apart by (pid, start time), so a reused pid is a new process."""
 
-    def __init__(self, root: int) -> None:
+    def __init__(self, root: int, samples: bool = False) -> None:
         self.root, self.seen, self._stop = root, {}, threading.Event()
+        self.samples = samples
         self._thread = threading.Thread(target=self._poll, daemon=True)
         self._thread.start()
 
     def _poll(self) -> None:
         while not self._stop.is_set():
+            now = time.time()
             parents = {}
             for name in os.listdir("/proc"):
                 if name.isdigit() and (got := _proc(int(name))) is not None:
@@ -143,13 +192,14 @@ class ProcessTree:
             changed = True
             while changed:  # descendants: processes whose parent is inside
                 changed = False
-                for pid, (ppid, _, _) in parents.items():
+                for pid, (ppid, *_) in parents.items():
                     if ppid in inside and pid not in inside:
                         inside.add(pid)
                         changed = True
             for pid in inside & parents.keys():
-                _, hwm, cpu = parents[pid]
-                entry = self.seen.get(pid)
+                ppid, hwm, cpu, rss, start = parents[pid]
+                key = (pid, round(start, 2))
+                entry = self.seen.get(key)
                 if entry is None:
                     try:
                         with open(f"/proc/{pid}/cmdline", "rb") as f:
@@ -158,15 +208,34 @@ class ProcessTree:
                         continue
                     if not cmd:  # a zombie: nothing left to measure
                         continue
-                    entry = self.seen[pid] = {
+                    parent = parents.get(ppid)
+                    entry = self.seen[key] = {
                         "role": _role(cmd),
                         "peak": 0,
                         "cpu": 0.0,
                         "cmd": cmd[:160],
+                        "pid": pid,
+                        "start": start,
+                        "parent": None if parent is None else (ppid, round(parent[4], 2)),
+                        "samples": [],
                     }
                 entry["peak"] = max(entry["peak"], hwm)
                 entry["cpu"] = max(entry["cpu"], cpu)
+                if self.samples:
+                    entry["samples"].append((now, cpu, rss, hwm))
             self._stop.wait(0.2)
+
+    def processes(self) -> dict:
+        """Every process seen: key -> pid, parent key, start time and samples."""
+        return {
+            key: {k: e[k] for k in ("pid", "parent", "start", "samples")}
+            for key, e in self.seen.items()
+        }
+
+    def process_of(self, pid: int, at: float):
+        """The key of the process ``pid`` that was alive at ``at`` (the latest started)."""
+        keys = [k for k, e in self.seen.items() if e["pid"] == pid and e["start"] <= at + 1]
+        return max(keys, key=lambda k: self.seen[k]["start"], default=None)
 
     def stop(self) -> dict:
         self._stop.set()
@@ -183,10 +252,15 @@ class ProcessTree:
         return roles
 
 
-def measured(command: list[str], env: dict, log: Path) -> dict:
+def measured(
+    command: list[str], env: dict, log: Path, cores: int | None = None, tree: list | None = None
+) -> dict:
     """``command`` run to its end with its output in ``log``: wall, CPU of the whole tree
     (the children's rusage), the process tree's figures by role, and when each line of its
-    output came (seconds after the start: where a command's own phases end). (``wait4``'s
+    output came (seconds after the start: where a command's own phases end). With ``cores``
+    the command runs pinned to the first ``cores`` CPUs (its affinity, which every process
+    it starts inherits); with ``tree`` (a list) every process's samples are kept and the
+    ``ProcessTree`` appended to it. (``wait4``'s
     ru_maxrss is not used: a forked child starts with its parent's high-water mark, which
     survives its exec, so it reports at least this script's own RSS.)"""
     cpu = _children_cpu()
@@ -195,10 +269,16 @@ def measured(command: list[str], env: dict, log: Path) -> dict:
     with open(log, "ab") as out:
         out.write(f"\n$ {' '.join(command)}\n".encode())
         out.flush()
+        cpus = None if cores is None else set(sorted(os.sched_getaffinity(0))[:cores])
         child = subprocess.Popen(
-            command, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+            command,
+            env=env,
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            preexec_fn=None if cpus is None else lambda: os.sched_setaffinity(0, cpus),
         )
-        tree = ProcessTree(child.pid)
+        processes = ProcessTree(child.pid, samples=tree is not None)
         for line in child.stdout:
             at = round(time.perf_counter() - started, 2)
             out.write(f"[{at:7.2f}] ".encode() + line)
@@ -207,7 +287,9 @@ def measured(command: list[str], env: dict, log: Path) -> dict:
                 lines.append([at, text[:120]])
         _, status, _ = os.wait4(child.pid, 0)
     wall = time.perf_counter() - started
-    roles = tree.stop()
+    roles = processes.stop()
+    if tree is not None:
+        tree.append(processes)
     code = os.waitstatus_to_exitcode(status)
     if code != 0:
         tail = log.read_text(errors="replace").strip().splitlines()[-6:]
@@ -399,12 +481,95 @@ def timeline(dagster_home: str, since: float) -> dict:
     return out
 
 
+# steps split in two at a time their materialization reports: (metadata, first part, second
+# part); corpus: the fold, then its four checks (each timed, ``checks_s``), then a cheap
+# digest, commit and view refresh; graph: the arrays' build, then its two checks
+SPLITS = {
+    "corpus": ("seconds", "corpus_fold", "corpus_checks"),
+    "graph": ("build_seconds", "graph_build", "graph_checks"),
+}
+
+
+def _split(step: str, start: float, end: float, metadata: dict, checks_s: float) -> list:
+    """``(phase, start, end)`` of a step, in two where ``SPLITS`` names it: the corpus fold
+    ends its checks' seconds before the step's own ``seconds`` (from its start) do, the
+    graph's build ``build_seconds`` after the step's start (both to within the step's
+    sub-second set-up)."""
+    if step not in SPLITS or SPLITS[step][0] not in metadata:
+        return [(step, start, end)]
+    key, first, second = SPLITS[step]
+    seconds = metadata[key] - (checks_s if step == "corpus" else 0.0)
+    at = min(end, max(start, start + seconds))
+    return [(first, start, at), (second, at, end)]
+
+
+def step_windows(dagster_home: str, since: float, tree: ProcessTree) -> list[dict]:
+    """Each step of the runs created after ``since``: its phase (the step key, or a part of
+    it: ``SPLITS``), its window (STEP_START to its end, epoch seconds) and its run's worker
+    process (the key in ``tree``; the worker's pid from the instance's "Started process for
+    run" event)."""
+    import dagster as dg
+
+    from kg_platform.orchestration.recovery import run_worker
+
+    step_events = {
+        dg.DagsterEventType.STEP_START,
+        dg.DagsterEventType.STEP_SUCCESS,
+        dg.DagsterEventType.STEP_FAILURE,
+    }
+    windows = []
+    with dg.DagsterInstance.from_config(dagster_home) as instance:
+        for record in instance.get_run_records():
+            if record.create_timestamp.timestamp() < since or not record.end_time:
+                continue
+            run_id = record.dagster_run.run_id
+            worker = run_worker(instance, run_id)
+            key = None if worker is None else tree.process_of(*worker)
+            steps: dict[str, list[float]] = {}
+            for e in instance.all_logs(run_id, of_type=step_events):
+                steps.setdefault(e.step_key, []).append(e.timestamp)
+            metadata: dict[str, dict] = {}
+            checks_s: dict[str, float] = {}
+            for e in instance.all_logs(
+                run_id,
+                of_type={
+                    dg.DagsterEventType.ASSET_MATERIALIZATION,
+                    dg.DagsterEventType.ASSET_CHECK_EVALUATION,
+                },
+            ):
+                data = e.dagster_event.event_specific_data
+                if e.dagster_event.event_type == dg.DagsterEventType.ASSET_MATERIALIZATION:
+                    values = data.materialization.metadata
+                    metadata[e.step_key] = {k: getattr(v, "value", v) for k, v in values.items()}
+                elif (seconds := data.metadata.get("seconds")) is not None:
+                    checks_s[e.step_key] = checks_s.get(e.step_key, 0.0) + seconds.value
+            for step, times in steps.items():
+                for phase, start, end in _split(
+                    step, min(times), max(times), metadata.get(step, {}), checks_s.get(step, 0.0)
+                ):
+                    windows.append({"phase": phase, "worker": key, "start": start, "end": end})
+    return windows
+
+
 # -- the commands -----------------------------------------------------------------------------
 def kg(*args: str) -> list[str]:
     return [os.path.join(BIN, "kg"), *args]
 
 
-def build(env: dict, log: Path, source: str, lake: str, select: str, jobs: int, *extra) -> dict:
+def build(
+    env: dict,
+    log: Path,
+    source: str,
+    lake: str,
+    select: str,
+    jobs: int,
+    *extra,
+    cores: int | None = None,
+    records: int | None = None,
+) -> dict:
+    """``kg build`` measured; with ``cores``, pinned to that many. ``phases``: per step key
+    (and ``outside_steps``) its steps, seconds, CPU and peak RSS (``_phases.attribute``),
+    and with ``records`` its CPU seconds per million records."""
     from build import _mesh_source
 
     since = time.time()
@@ -422,10 +587,20 @@ def build(env: dict, log: Path, source: str, lake: str, select: str, jobs: int, 
         str(jobs),
         *extra,
     )
-    got = measured(command, env, log)
+    trees: list[ProcessTree] = []
+    got = measured(command, env, log, cores=cores, tree=trees)
     home = env["DAGSTER_HOME"]
+    windows = step_windows(home, since, trees[0])
+    steps = _phases.attribute(windows, trees[0].processes())
+    phases = _phases.with_outside(steps, windows, got["wall_s"], got["cpu_s_tree"])
+    if records:
+        for name, per in _phases.per_million(phases, records).items():
+            phases[name]["cpu_s_per_million"] = per
+        got["cpu_s_per_million"] = round(got["cpu_s_tree"] * 1e6 / records, 2)
     return {
         **got,
+        "cores_pinned": cores,
+        "phases": phases,
         "runs_by_asset": runs_by_asset(home, since),
         "timeline": timeline(home, since),
         "disk": disk(lake, home),
@@ -547,9 +722,25 @@ def ui(env: dict, work: Path, files: list[str]) -> dict:
 # -- the run ----------------------------------------------------------------------------------
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--files", type=int, required=True, help="baseline files")
+    parser.add_argument("--files", type=int, help="baseline files")
     parser.add_argument("--records-per-file", type=int, default=30_000)
-    parser.add_argument("--work", required=True, help="cache of the files, and the homes")
+    parser.add_argument("--work", help="cache of the files, and the homes")
+    parser.add_argument(
+        "--cores",
+        type=int,
+        nargs="+",
+        help="build once per count, pinned to that many cores (e.g. 1 2): each phase's "
+        "speedup on 2 against 1; the build with the most is the one measured further",
+    )
+    parser.add_argument(
+        "--project",
+        nargs="+",
+        metavar="JSON",
+        help="no build: project two earlier runs' results (files whose last line is this "
+        "script's JSON) to --target-records on --target-cores",
+    )
+    parser.add_argument("--target-records", type=int, default=40_000_000)
+    parser.add_argument("--target-cores", type=int, nargs="+", default=[2, 26])
     parser.add_argument("--jobs", type=int, default=2, help="kg build --jobs")
     parser.add_argument("--select", default=SELECT, help="kg build --select")
     parser.add_argument("--runs", type=int, default=3, help="cold kg ask runs per question")
@@ -573,6 +764,17 @@ def main() -> int:
         "built state: a state built by code of an earlier corpus layout becomes one of this",
     )
     args = parser.parse_args()
+    if args.project:
+        results = [_last_json(path) for path in args.project]
+        points, basis = _phases.points_from(results)
+        got = _phases.project(points, args.target_records, args.target_cores)
+        print(json.dumps({"benchmark": "rehearsal_projection", "basis": basis, **got}))
+        return 0
+    if args.files is None or args.work is None:
+        parser.error("--files and --work are needed (or --project)")
+    available = len(os.sched_getaffinity(0))
+    if args.cores and max(args.cores) > available:
+        parser.error(f"--cores {max(args.cores)}: this process may run on {available} only")
 
     work = Path(args.work).resolve()
     work.mkdir(parents=True, exist_ok=True)
@@ -623,7 +825,53 @@ def main() -> int:
     if args.reuse_build:
         phase("build", {"reused": str(kept)})
     else:
-        phase("build", build(env, log, source, lake, args.select, args.jobs))
+        records = args.files * args.records_per_file
+        phase("parse", parse_reference(source))
+        builds: dict[str, dict] = {}
+        counts = args.cores or [None]
+        main_count = max(counts, key=lambda n: available if n is None else n)
+        for n in counts:
+            label = str(available if n is None else n)
+            if n == main_count:
+                got = build(
+                    env, log, source, lake, args.select, args.jobs, cores=n, **{"records": records}
+                )
+                phase("build", got)
+            else:  # a side build, in its own home and lake, removed once measured
+                side = work / f"run-{args.files}x{args.records_per_file}-cores{n}"
+                shutil.rmtree(side, ignore_errors=True)
+                side.mkdir()
+                side_env = {
+                    **env,
+                    "KG_HOME": str(side / "kg"),
+                    "DAGSTER_HOME": str(side / "kg" / "dagster"),
+                }
+                got = build(
+                    side_env,
+                    side / "commands.log",
+                    source,
+                    str(side / "lake"),
+                    args.select,
+                    args.jobs,
+                    cores=n,
+                    records=records,
+                )
+                shutil.rmtree(side)
+            builds[label] = got
+            print(json.dumps({"phase": f"build_on_{label}_cores", **_compact(got)}), flush=True)
+        result["builds_by_cores"] = {k: _compact(v) for k, v in builds.items()}
+        result["phases"] = _phases.table({k: v["phases"] for k, v in builds.items()}, records)
+        walls = {k: v["wall_s"] for k, v in builds.items()}
+        if "1" in walls and "2" in walls:
+            result["build_speedup_2"] = round(walls["1"] / walls["2"], 3)
+        largest = builds[str(available if main_count is None else main_count)]
+        parse_per = result["parse"]["cpu_s_per_million"]
+        result["cpu_s_per_million"] = {
+            "build": largest["cpu_s_per_million"],
+            "parse": parse_per,
+            "build_over_parse": round(largest["cpu_s_per_million"] / parse_per, 2),
+            "phases": {name: p["cpu_s_per_million"] for name, p in largest["phases"].items()},
+        }
         if args.update:  # the built state, for measuring the update again (--reuse-build)
             shutil.rmtree(kept, ignore_errors=True)
             shutil.copytree(run, kept, symlinks=True)
@@ -656,6 +904,45 @@ def main() -> int:
     result["load_after"] = _load()
     print(json.dumps(result))
     return 0
+
+
+def _compact(got: dict) -> dict:
+    """A build's figures without its timeline and output (the phase table's inputs)."""
+    keys = ("cores_pinned", "wall_s", "cpu_s_tree", "cpu_s_per_million", "phases", "load_after")
+    roles = {r: v["peak_rss_mib"] for r, v in got["processes"].items()}
+    return {**{k: got.get(k) for k in keys}, "peak_rss_mib_by_role": roles}
+
+
+def parse_reference(source: str, rounds: int = 2) -> dict:
+    """The parse's own CPU per record: benchmarks/parse.py's child (the installed parser,
+    its imports loaded outside the clock) on the release's first baseline file, the best
+    CPU of ``rounds``."""
+    from parse import OURS, run_child
+
+    path = sorted(Path(source, "baseline").glob("*.xml.gz"))[0]
+    runs = [run_child(OURS, path, "compiled") for _ in range(rounds)]
+    best = min(runs, key=lambda r: r["cpu_s"])
+    return {
+        "file": path.name,
+        "records": best["records"],
+        "cpu_s": round(best["cpu_s"], 3),
+        "wall_s": round(best["wall_s"], 3),
+        "cpu_s_per_million": round(best["cpu_s"] * 1e6 / best["records"], 2),
+        "records_per_s_per_core": round(best["records"] / best["cpu_s"]),
+        "peak_rss_mib": round(max(r["peak_rss_mb"] for r in runs), 1),
+        "load_after": _load(),
+    }
+
+
+def _last_json(path: str) -> dict:
+    """The last line of ``path`` that is one JSON object with a phase table."""
+    for line in reversed(Path(path).read_text().splitlines()):
+        line = line.strip()
+        if line.startswith("{"):
+            got = json.loads(line)
+            if "phases" in got:
+                return got
+    raise SystemExit(f"{path}: no rehearsal result with phases (a JSON line) in it")
 
 
 def _queryable(build_got: dict, asked: dict, before: str, lake: str, update_file: str) -> dict:
