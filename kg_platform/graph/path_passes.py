@@ -18,20 +18,6 @@ from numba import njit
 
 
 @njit(nogil=True, cache=True)
-def reads(cite_indptr: np.ndarray, cited_by_indptr: np.ndarray, nodes: np.ndarray, cap: int) -> int:
-    """How many citations (both directions) ``nodes`` have in all, counting stops as soon
-    as the total passes ``cap`` (-1: no cap): the caller only asks which side is smaller."""
-    total = 0
-    for k in range(nodes.size):
-        node = nodes[k]
-        total += cite_indptr[node + 1] - cite_indptr[node]
-        total += cited_by_indptr[node + 1] - cited_by_indptr[node]
-        if 0 <= cap < total:
-            break
-    return total
-
-
-@njit(nogil=True, cache=True)
 def flagged_row(indptr: np.ndarray, indices: np.ndarray, flag: np.ndarray, row: int) -> np.ndarray:
     """The entries of ``row`` whose flag is set (``KGStore.articles_of(d, major_only=True)``)."""
     lo, hi = indptr[row], indptr[row + 1]
@@ -44,11 +30,50 @@ def flagged_row(indptr: np.ndarray, indices: np.ndarray, flag: np.ndarray, row: 
 
 
 @njit(nogil=True, cache=True)
+def major_reads(
+    mesh_indptr: np.ndarray,
+    mesh_indices: np.ndarray,
+    major: np.ndarray,
+    cite_indptr: np.ndarray,
+    cited_by_indptr: np.ndarray,
+    descriptors: np.ndarray,
+    out: np.ndarray,
+) -> None:
+    """``out[k]``: the citations (both directions) of descriptor ``descriptors[k]``'s major
+    articles in all (``reads`` of its ``flagged_row``, uncapped)."""
+    for k in range(descriptors.size):
+        d = descriptors[k]
+        total = 0
+        for j in range(mesh_indptr[d], mesh_indptr[d + 1]):
+            if major[j]:
+                node = mesh_indices[j]
+                total += cite_indptr[node + 1] - cite_indptr[node]
+                total += cited_by_indptr[node + 1] - cited_by_indptr[node]
+        out[k] = total
+
+
+@njit(nogil=True, cache=True)
+def bitset(nodes: np.ndarray, n_nodes: int) -> np.ndarray:
+    """A bit per node below ``n_nodes`` (64 to a word), set for ``nodes``: the far side's
+    membership test in an eighth of a boolean table's bytes, so its random reads stay in
+    the cache."""
+    words = np.zeros((n_nodes + 63) >> 6, dtype=np.uint64)
+    for k in range(nodes.size):
+        v = nodes[k]
+        words[v >> 6] |= np.uint64(1) << np.uint64(v & 63)
+    return words
+
+
+@njit(nogil=True, cache=True)
 def _found(value: int, table: np.ndarray, ascending: np.ndarray) -> bool:
-    if table.size:
-        return table[value]
+    if table.size:  # a ``bitset``
+        return ((table[value >> 6] >> np.uint64(value & 63)) & np.uint64(1)) != 0
     at = np.searchsorted(ascending, value)
     return at < ascending.size and ascending[at] == value
+
+
+# near nodes whose links' first cache lines are read ahead in one loop (``_far_links``)
+_TOUCH_BLOCK = 256
 
 
 @njit(nogil=True, cache=True)
@@ -63,26 +88,33 @@ def _far_links(
     terminal: np.ndarray,
     at: int,
 ) -> int:
-    """Every link ``near[k] -> neighbour`` whose neighbour is far (``table[v]`` when the
-    table is not empty, else found in ``ascending``) and is not the node itself, in order of
-    origin then neighbour, written from row ``at`` (with ``swap`` the neighbour is the
-    source); the rows need room for every link read. Returns the next free row."""
+    """Every link ``near[k] -> neighbour`` whose neighbour is far (set in the ``bitset``
+    ``table`` when it is not empty, else found in ``ascending``) and is not the node itself,
+    in order of origin then neighbour, written from row ``at`` (with ``swap`` the neighbour
+    is the source); the rows need room for every link read, but only the rows kept are
+    written. Returns the next free row."""
     origin, far_end = (terminal, source) if swap else (source, terminal)
-    # first every link read, then the far ones kept: the row copies and the lookups run
-    # as two loops of independent loads instead of one of dependent ones (2x here)
-    read = at
-    for k in range(near.size):
-        node = near[k]
-        for j in range(indptr[node], indptr[node + 1]):
-            origin[read] = node
-            far_end[read] = indices[j]
-            read += 1
-    for i in range(at, read):
-        node, neighbour = origin[i], far_end[i]
-        origin[at] = node
-        far_end[at] = neighbour
-        # kept by advancing, not by a branch: about half the links are far
-        at += (neighbour != node) & _found(neighbour, table, ascending)
+    for start in range(0, near.size, _TOUCH_BLOCK):
+        stop = min(near.size, start + _TOUCH_BLOCK)
+        # the near nodes are scattered over the graph: a first loop reads where each one's
+        # links start (two loads a node, independent of every other node's, so many are
+        # in flight at once), and the second then finds them in the cache
+        touched = 0
+        for k in range(start, stop):
+            node = near[k]
+            lo, hi = indptr[node], indptr[node + 1]
+            if lo < hi:
+                touched += indices[lo] + indices[hi - 1]
+        if touched < 0:  # never (node indices): keeps the loop's loads
+            return -1
+        for k in range(start, stop):
+            node = near[k]
+            for j in range(indptr[node], indptr[node + 1]):
+                neighbour = indices[j]
+                origin[at] = node
+                far_end[at] = neighbour
+                # kept by advancing, not by a branch: the row is overwritten when not kept
+                at += (neighbour != node) & _found(neighbour, table, ascending)
     return at
 
 

@@ -46,19 +46,49 @@ from kg_platform.retrieval.candidates import (
     NO_HOP,
     Candidates,
     membership,
-    node_table,
 )
 from kg_platform.retrieval.linking import ConceptPair
 from kg_platform.retrieval.ranking import top_rows
 
 
 def _far_lookup(far: np.ndarray, lookups: int, n_nodes: int) -> tuple[np.ndarray, np.ndarray]:
-    """``(table, ascending)`` for ``path_passes.links``: ``node_table`` and no list, or
-    where a binary search is cheaper, no table and the far nodes."""
-    table = node_table(far, lookups, n_nodes)
-    if table is None:
-        return np.zeros(0, dtype=bool), far
-    return table, far[:0]
+    """``(table, ascending)`` for ``path_passes.links``: a bit per node set for ``far``
+    (``path_passes.bitset``) and no list, or where a binary search is cheaper, no table
+    and the far nodes. A bit table costs ~0.01 ns per node to clear and ~2 ns per far node
+    to set, then a few ns per value read from the cache; a binary search ~12 ns per level
+    per value."""
+    from kg_platform.graph import path_passes
+
+    levels = float(np.log2(far.size + 1))
+    if lookups * (levels + 1.0) * 12.0 <= 0.01 * n_nodes + 2.0 * far.size:
+        return np.zeros(0, dtype=np.uint64), far
+    return path_passes.bitset(far, n_nodes), far[:0]
+
+
+_MAJOR_READS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def major_reads(store: KGStore, descriptors: np.ndarray | None = None) -> np.ndarray:
+    """The citations (both directions) of each descriptor's major articles in all: what
+    expanding that side of a pair reads. Per graph build, kept with the store and made per
+    descriptor on its first question (all of them with ``descriptors=None``, as `kg serve`
+    does when it opens a build)."""
+    from kg_platform.graph import path_passes
+
+    known = _MAJOR_READS.get(store)
+    if known is None:
+        known = np.full(store.n_descriptors, -1, dtype=np.int64)
+        _MAJOR_READS[store] = known
+    wanted = np.arange(known.size) if descriptors is None else np.asarray(descriptors)
+    todo = wanted[known[wanted] < 0]
+    if todo.size:
+        found = np.empty(todo.size, dtype=np.int64)
+        path_passes.major_reads(
+            *(store.array(f"mesh2art_{name}") for name in ("indptr", "indices", "major")),
+            store.array("cite_indptr"), store.array("cited_by_indptr"), todo, found,
+        )  # fmt: skip
+        known[todo] = found
+    return known[wanted]
 
 
 @dataclass(frozen=True)
@@ -88,15 +118,8 @@ def _bridge_plan(store: KGStore, pair: ConceptPair) -> _BridgePlan:
     b_major = path_passes.flagged_row(*mesh, b)
     kinds = ("cite", "cited_by")
     csr = {kind: (store.array(f"{kind}_indptr"), store.array(f"{kind}_indices")) for kind in kinds}
-    indptrs = (csr["cite"][0], csr["cited_by"][0])
-    # which side has fewer citations to read: the side with fewer major articles is counted
-    # in full, the other only until it has more (then it is not expanded)
-    if b_major.size <= a_major.size:
-        b_reads = path_passes.reads(*indptrs, b_major, -1)
-        a_reads = path_passes.reads(*indptrs, a_major, b_reads)
-    else:
-        a_reads = path_passes.reads(*indptrs, a_major, -1)
-        b_reads = path_passes.reads(*indptrs, b_major, max(a_reads - 1, 0))
+    # which side has fewer citations to read (per descriptor, kept with the store)
+    a_reads, b_reads = major_reads(store, np.array([a, b])).tolist()
     from_b = b_reads < a_reads
     near, far, reads = (b_major, a_major, b_reads) if from_b else (a_major, b_major, a_reads)
     table, ascending = _far_lookup(far, reads, store.n_articles)

@@ -352,15 +352,59 @@ def test_membership_and_intersection_agree_with_numpy(members, lookups, n_nodes)
             assert np.array_equal(common, np.intersect1d(a, b))
 
 
+def test_major_reads_and_the_bit_table_equal_their_plain_recount(corpus, raw, descriptors) -> None:
+    """Each descriptor's citations read from its major articles (kept per store, made per
+    descriptor or all at once) equal a recount from the raw citation rows; the far side's
+    bit table marks exactly its nodes."""
+    from kg_platform.graph import path_passes
+
+    store = corpus[1]
+    lake = Lake(corpus[0])
+    pmids = read_corpus(lake, "articles")["pmid"].to_numpy()
+    links = raw["citations"].filter(pl.col("citing_pmid") != pl.col("cited_pmid"))
+    self_cited = raw["citations"].filter(pl.col("citing_pmid") == pl.col("cited_pmid"))
+    degree = (
+        pl.concat([links["citing_pmid"], links["cited_pmid"]])
+        .value_counts(name="n")
+        .rename({"citing_pmid": "pmid"})
+    )
+    # a self-citation is one row in each direction of the graph
+    degree = (
+        pl.concat(
+            [
+                degree,
+                self_cited.select(
+                    pl.col("citing_pmid").alias("pmid"), pl.lit(2, pl.UInt32).alias("n")
+                ),
+            ]
+        )
+        .group_by("pmid")
+        .agg(pl.col("n").sum())
+    )
+    wanted = [store.desc_idx(ui) for ui in descriptors]
+    per_descriptor = paths_module.major_reads(store, np.array(wanted))
+    for ui, got in zip(descriptors, per_descriptor.tolist(), strict=True):
+        majors = raw["mesh"].filter((pl.col("ui") == ui) & pl.col("major")).select("pmid")
+        want = majors.join(degree, on="pmid", how="left")["n"].fill_null(0).sum()
+        assert got == want, ui
+    every = paths_module.major_reads(store)
+    assert every.size == store.n_descriptors and (every >= 0).all()
+    assert np.array_equal(every[wanted], per_descriptor)
+    far = store.articles_of(wanted[0], major_only=True)
+    bits = path_passes.bitset(far, store.n_articles)
+    table = np.unpackbits(bits.view(np.uint8), bitorder="little")[: store.n_articles]
+    assert np.array_equal(np.flatnonzero(table), far) and pmids.size == store.n_articles
+
+
 def _forced_lookup(mode: str):
-    """``_far_lookup`` always answering with a table over every node, or never."""
+    """``_far_lookup`` always answering with a bit table over every node, or never."""
 
     def lookup(far: np.ndarray, lookups: int, n_nodes: int) -> tuple[np.ndarray, np.ndarray]:
+        from kg_platform.graph import path_passes
+
         if mode == "binary search":
-            return np.zeros(0, dtype=bool), far
-        table = np.zeros(n_nodes, dtype=bool)
-        table[far] = True
-        return table, far[:0]
+            return np.zeros(0, dtype=np.uint64), far
+        return path_passes.bitset(far, n_nodes), far[:0]
 
     return lookup
 
