@@ -146,18 +146,19 @@ def corpus_profile(context: dg.AssetExecutionContext, lake: LakeResource) -> dg.
     inputs = p.profile_inputs(the_lake)  # before reading: what these rows are made from
     delta, how = p.profile_delta(the_lake)
     the_catalog = Catalog(the_lake)
-    con = the_catalog.connect()
-    try:
-        the_catalog.refresh_views(con)
-        if delta is None:
-            p.article_rows(con)
-            moved = {}
-        else:
-            moved = p.article_rows_since(con, delta.previous, delta.touched)
-        profile = p.summarise(con)
-        rows = con.execute(f"SELECT {p.ROW_COLUMNS} FROM {p.ROWS}").to_arrow_table()
-    finally:
-        con.close()
+    with tempfile.TemporaryDirectory(prefix="kg-profile-") as spill:
+        con = p.connect(the_catalog, spill)
+        try:
+            the_catalog.refresh_views(con)
+            if delta is None:
+                p.article_rows(con)
+                moved = {}
+            else:
+                moved = p.article_rows_since(con, delta.previous, delta.touched)
+            profile = p.summarise(con)
+            rows = con.sql(f"SELECT {p.ROW_COLUMNS} FROM {p.ROWS}").to_arrow_table()
+        finally:
+            con.close()
     png = p.render_png(profile)
     markdown = p.render_markdown(profile, png)
     with the_lake.transaction() as staged:

@@ -142,6 +142,17 @@ def fold_memory_limit() -> str:
     return os.environ.get(FOLD_MEMORY_LIMIT_ENV) or DEFAULT_FOLD_MEMORY_LIMIT
 
 
+def usable_cores() -> int:
+    """The cores this process may run on: its CPU affinity (``taskset``, a container's
+    cpuset), else every core. Polars and Arrow size their pools by it; DuckDB sizes its
+    threads by the machine's cores whatever the affinity, so the fold, its checks and the
+    profile set DuckDB's ``threads`` to this (two threads on one core only take turns)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # no affinity on this platform (macOS)
+        return os.cpu_count() or 1
+
+
 def full_fold_forced() -> bool:
     """KG_FOLD_FULL=1: fold the whole release even where an incremental fold would do."""
     return os.environ.get(FULL_FOLD_ENV) == "1"

@@ -59,10 +59,11 @@ def test_fold_of_the_2026_mirror(tmp_path: Path) -> None:
 def test_fold_written_range_by_range_is_the_fold_written_at_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The corpus tables are sorted and written one PMID range at a time; with ranges of 7
-    records (9 ranges over the mirror's 60) and row groups of 5 articles and 50 child rows,
-    the tables are the same rows in the same order as with one range, and every row group
-    but the last holds exactly its size."""
+    """The corpus tables are sorted and written one range of whole PMID buckets at a time,
+    the ranges side by side on two threads; with ranges of 7 records over 2 cores (3 per
+    range: four ranges over the mirror's 60 in five buckets, a bucket of 48 alone) and row
+    groups of 5 articles and 50 child rows, the tables are the same rows in the same order
+    as with one range, and every row group but the last holds exactly its size."""
     import pyarrow.parquet as pq
 
     from kg_platform.pubmed.fold import full, parts
@@ -73,20 +74,19 @@ def test_fold_written_range_by_range_is_the_fold_written_at_once(
         mirror / "updatefiles" / "pubmed26n1335.xml.gz",
     ]
     whole = Lake(str(tmp_path / "whole"))
+    monkeypatch.setattr(full, "usable_cores", lambda: 1)
     assert_folded_as_expected(whole, paths)
+    monkeypatch.setattr(full, "usable_cores", lambda: 2)
     monkeypatch.setattr(full, "FOLD_RANGE_RECORDS", 7)
     monkeypatch.setattr(parts, "ARTICLE_ROW_GROUP_ROWS", 5)
     monkeypatch.setattr(parts, "CHILD_ROW_GROUP_ROWS", 50)
     made = []
-    ranges_of = full._pmid_ranges
-    monkeypatch.setattr(full, "_pmid_ranges", lambda *a: made.append(ranges_of(*a)) or made[-1])
+    ranges_of = full._bucket_ranges
+    monkeypatch.setattr(full, "_bucket_ranges", lambda *a: made.append(ranges_of(*a)) or made[-1])
     ranged = Lake(str(tmp_path / "ranged"))
     assert_folded_as_expected(ranged, paths)
-    (ranges,) = made
-    assert len(ranges) == 9  # 60 surviving PMIDs, 7 per range
-    assert all(
-        lo <= hi < next_lo for (lo, hi), (next_lo, _) in zip(ranges, ranges[1:], strict=False)
-    )
+    # buckets of 1, 1, 2, 8 and 48 articles, at most 3 a range but a bucket is never cut
+    assert made == [[[104, 157], [164], [165], [166]]]
     # the 60 articles' PMIDs fall in five buckets of 250,000 (one article in 26228458..., two
     # in 41026679 and 41056390, 8 from 41391582, 48 from 41568766): five parts per table
     parts_of_pair = [f"part-{b:05d}.parquet" for b in (104, 157, 164, 165, 166)]

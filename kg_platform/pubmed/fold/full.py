@@ -7,16 +7,16 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
 import duckdb
-import numpy as np
 
 from kg_platform.pubmed.fold.base import FoldResult, check_files, table_key
 from kg_platform.pubmed.fold.incremental import fold_new_files
 from kg_platform.pubmed.fold.manifest import file_stamps, previous_fold, publish, staged_parts
 from kg_platform.pubmed.fold.parts import PartWriter, write_parts
-from kg_platform.settings import FOLD_MEMORY_LIMIT_ENV, fold_memory_limit
-from kg_platform.storage.corpus import CORPUS_TABLES, PMID_BUCKET
+from kg_platform.settings import FOLD_MEMORY_LIMIT_ENV, fold_memory_limit, usable_cores
+from kg_platform.storage.corpus import CORPUS_TABLES, PMID_BUCKET, bucket_bounds
 from kg_platform.storage.lake import Lake
 
 # DuckDB's memory for the fold; past it the sorts and joins spill to the fold's staging folder.
@@ -30,18 +30,23 @@ from kg_platform.storage.lake import Lake
 # at once spills every abstract and costs about twice the CPU (benchmarks/build.py
 # --fold-records; docs/BENCHMARKS.md, *The fold*). Each range re-reads the
 # files whose PMIDs overlap it (with the footers cached), so fewer, larger ranges read less.
+# The ranges are written side by side, one per usable core, each of this many records over
+# the cores (whole buckets, at least one), so the sorts at work at once hold about one such
+# range together, whatever the cores.
 FOLD_RANGE_RECORDS = 1_000_000
 
 
 def connect(
     lake: Lake, con: duckdb.DuckDBPyConnection | None, spill_dir: str
 ) -> duckdb.DuckDBPyConnection:
-    """The caller's connection as it is, or a new one bounded to the fold's memory limit."""
+    """The caller's connection as it is, or a new one bounded to the fold's memory limit,
+    with a thread per core this process may use (settings.usable_cores)."""
     if con is not None:
         return con
     limit = fold_memory_limit()
+    config = {"memory_limit": limit, "temp_directory": spill_dir, "threads": usable_cores()}
     try:
-        con = duckdb.connect(config={"memory_limit": limit, "temp_directory": spill_dir})
+        con = duckdb.connect(config=config)
     except duckdb.Error as exc:
         raise ValueError(f"{FOLD_MEMORY_LIMIT_ENV}={limit!r}: not a DuckDB memory limit") from exc
     if not lake.is_local:
@@ -62,15 +67,24 @@ def _sql_string(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
-def _pmid_ranges(con: duckdb.DuckDBPyConnection, records: int) -> list[tuple[int, int]]:
-    """Inclusive PMID bounds of consecutive ranges of at most ``records`` surviving PMIDs,
-    covering every survivor, in order; one open range when there is none."""
-    pmids = con.sql("SELECT pmid FROM fold_survivors ORDER BY pmid").fetchnumpy()["pmid"]
-    if pmids.size == 0:
-        return [(-(2**62), 2**62)]
-    lows = pmids[::records]
-    highs = np.append(lows[1:] - 1, pmids[-1])
-    return [(int(lo), int(hi)) for lo, hi in zip(lows, highs, strict=True)]
+def _bucket_ranges(con: duckdb.DuckDBPyConnection, records: int) -> list[list[int]]:
+    """The PMID buckets holding a survivor, in order, grouped into consecutive ranges of at
+    most ``records`` survivors (or one bucket, when a bucket alone holds more): each range
+    owns whole parts, so the ranges are written side by side (fold_release)."""
+    counts = run_sql(
+        con,
+        f"SELECT pmid // {PMID_BUCKET} AS bucket, count(*) FROM fold_survivors "
+        "GROUP BY bucket ORDER BY bucket",
+    )
+    ranges: list[list[int]] = []
+    held = 0
+    for bucket, n in counts:
+        if not ranges or held + n > records:
+            ranges.append([])
+            held = 0
+        ranges[-1].append(int(bucket))
+        held += n
+    return ranges
 
 
 def fold_tables(
@@ -80,7 +94,8 @@ def fold_tables(
     window: str = "",
     only: set[str] | None = None,
 ) -> Callable[[str], str]:
-    """fold_winners, fold_deletions and fold_survivors of ``files`` (all PMIDs, or those
+    """The tables fold_winners, fold_deletions and fold_survivors (in the connection's
+    in-memory database, so that its cursors see them too) of ``files`` (all PMIDs, or those
     matching the SQL condition ``window``); returns the per-file union for a table. With
     ``only``, the other files are left out (each file kept keeps its place in the order):
     for a window, the files that hold none of its PMIDs."""
@@ -99,19 +114,19 @@ def fold_tables(
     # the winner per PMID from keys only: titles and abstracts are read once, at the output
     run_sql(
         con,
-        "CREATE OR REPLACE TEMP TABLE fold_winners AS "
+        "CREATE OR REPLACE TABLE fold_winners AS "
         f"SELECT pmid, version, file_ord FROM ({per_file('articles')}) {where}"
         "QUALIFY row_number() OVER (PARTITION BY pmid ORDER BY file_ord DESC, version DESC) = 1",
     )
     run_sql(
         con,
-        "CREATE OR REPLACE TEMP TABLE fold_deletions AS "
+        "CREATE OR REPLACE TABLE fold_deletions AS "
         f"SELECT pmid, max(file_ord) AS deleted_ord FROM ({per_file('deletions')}) {where}"
         "GROUP BY pmid",
     )
     run_sql(
         con,
-        "CREATE OR REPLACE TEMP TABLE fold_survivors AS "
+        "CREATE OR REPLACE TABLE fold_survivors AS "
         "SELECT w.* FROM fold_winners w LEFT JOIN fold_deletions d USING (pmid) "
         "WHERE d.deleted_ord IS NULL OR d.deleted_ord <= w.file_ord",
     )
@@ -127,6 +142,39 @@ def rows_query(per_file: Callable[[str], str], table: str) -> str:
         f"AND t.file_ord = s.file_ord WHERE t.{pmid_col} BETWEEN {{lo}} AND {{hi}} "
         f"ORDER BY t.{pmid_col}, t.file_row_number"
     )
+
+
+def _write_tables(
+    con: duckdb.DuckDBPyConnection,
+    per_file: Callable[[str], str],
+    ranges: list[list[int]],
+    staging: str,
+) -> dict[str, int]:
+    """Every corpus table's parts, range by range (each range's buckets: _bucket_ranges),
+    under ``staging``; the rows of each table. A range of a table is one task: its rows
+    sorted by DuckDB and encoded by pyarrow (which releases the GIL) into that range's own
+    parts, so the tasks run side by side, on a thread and a DuckDB cursor per usable core,
+    and their parts are those one writer would write (a part is one bucket's rows in corpus
+    order, whoever writes it). Range by range, its articles first (the largest sort), so
+    the tasks at work at once sort neighbouring ranges of different tables."""
+
+    def write(table: str, buckets: list[int]) -> int:
+        cursor = con.cursor()
+        try:
+            lo, hi = bucket_bounds(buckets[0])[0], bucket_bounds(buckets[-1])[1]
+            writer = PartWriter(os.path.join(staging, table), table)
+            query = rows_query(per_file, table)
+            return sum(write_parts(cursor, query, [(lo, hi)], writer, buckets).values())
+        finally:
+            cursor.close()
+
+    tasks = [(table, buckets) for buckets in ranges for table in CORPUS_TABLES]
+    rows = dict.fromkeys(CORPUS_TABLES, 0)
+    with ThreadPoolExecutor(max_workers=min(usable_cores(), max(1, len(tasks)))) as pool:
+        written = [pool.submit(write, table, buckets) for table, buckets in tasks]
+        for (table, _), future in zip(tasks, written, strict=True):
+            rows[table] += future.result()
+    return rows
 
 
 def fold_release(
@@ -153,18 +201,8 @@ def fold_release(
         # every range's query opens every file: read each footer once
         run_sql(con, "SET parquet_metadata_cache = true")
         per_file = fold_tables(con, lake, files)
-        ranges = _pmid_ranges(con, FOLD_RANGE_RECORDS)
-        buckets = [
-            int(b)
-            for (b,) in run_sql(
-                con, f"SELECT DISTINCT pmid // {PMID_BUCKET} FROM fold_survivors ORDER BY 1"
-            )
-        ]
-        rows: dict[str, int] = {}
-        for table in CORPUS_TABLES:
-            writer = PartWriter(os.path.join(staging, table), table)
-            written = write_parts(con, rows_query(per_file, table), ranges, writer, buckets)
-            rows[table] = sum(written.values())
+        ranges = _bucket_ranges(con, max(1, FOLD_RANGE_RECORDS // usable_cores()))
+        rows = _write_tables(con, per_file, ranges, staging)
         state = con.sql(
             "SELECT d.pmid, d.deleted_ord, coalesce(d.deleted_ord > w.file_ord, false) AS removed "
             "FROM fold_deletions d LEFT JOIN fold_winners w USING (pmid) ORDER BY d.pmid"
@@ -176,7 +214,7 @@ def fold_release(
                 f"ANTI JOIN read_parquet('{os.path.join(staging, 'articles', '*')}') a "
                 "ON c.cited_pmid = a.pmid",
             )
-            if buckets
+            if ranges
             else 0
         )
         result = FoldResult(
