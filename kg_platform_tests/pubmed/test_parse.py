@@ -13,6 +13,7 @@ import polars as pl
 import pyarrow as pa
 import pytest
 
+from kg_platform.pubmed import recount
 from kg_platform.pubmed.parse import TABLE_NAMES, file_key, parse_file, parse_file_stats
 from kg_platform.pubmed.recount import recount_file
 from kg_platform.schemas import PUBMED_TABLES
@@ -108,6 +109,25 @@ def test_readme_figures_for_the_2026_pair_and_pubmed20n1203() -> None:
     )
     assert update["deletions"] == 6
     assert frame("samples/pubmed20/pubmed20n1203.xml.gz", "deletions").height == 23
+
+
+@pytest.mark.parametrize("block", [997, 4096, 65536])
+def test_recount_is_the_same_whatever_its_block(monkeypatch, block: int) -> None:
+    # records and DeleteCitation split across blocks, blocks of records only (counted
+    # together) and blocks with a deletion (counted one unit at a time) count as one read
+    for relative, expected in (
+        ("mirror/baseline/pubmed26n1334.xml.gz", (30, 86, 286, 0)),
+        ("mirror/updatefiles/pubmed26n1335.xml.gz", (30, 214, 1063, 6)),
+        ("samples/pubmed20/pubmed20n1203.xml.gz", None),
+    ):
+        path = require_reference("pubmed", relative)
+        whole = recount_file(path)
+        monkeypatch.setattr(recount, "_BLOCK", block)
+        assert recount_file(path) == whole
+        monkeypatch.undo()
+        if expected is not None:
+            keys = ("articles", "mesh_headings", "pubmed_references", "deletions")
+            assert tuple(whole[k] for k in keys) == expected
 
 
 def test_headings_with_major_flags_and_qualifiers() -> None:
