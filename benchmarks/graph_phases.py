@@ -13,6 +13,8 @@ asset runs it:
 - ``patch``: ``patch.patch_graph`` from ``--previous`` (the build published before the
   update whose fold the lake's corpus holds; ``published`` when it is still the lake's
   published one);
+- ``step``: the first build's graph step in one process (build, invariants, full recount):
+  its peak RSS is the step's;
 - ``update_recount``: the recount of that patched build (made first, off the clock and
   before the peak RSS is reset) from the previous build and the fold's change
   (``checks.update_delta``).
@@ -46,7 +48,7 @@ from kg_platform.storage.graph import build_prefix  # noqa: E402
 from kg_platform.storage.lake import Lake  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PHASES = ("build", "invariants", "recount", "patch", "update_recount")
+PHASES = ("build", "invariants", "recount", "patch", "update_recount", "step")
 
 CHILD = r"""
 import json, os, resource, sys, tempfile, time
@@ -80,7 +82,23 @@ if phase == "update_recount":  # the patched build to recount, made before the c
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")  # the peak RSS from here on
 wall, cpu = time.perf_counter(), time.process_time()
-if phase in ("build", "patch"):
+if phase == "step":  # the first build's graph step: build, open, invariants, full recount
+    from kg_platform.graph import checks
+    from kg_platform.graph.build import build_graph
+    from kg_platform.pubmed.fold import fold_memory_limit
+    from kg_platform.storage.catalog import Catalog
+    built = build_graph(lake, build_id=build_id)
+    store = KGStore.open(lake, build_id)
+    outcomes = [checks.check_invariants(store)]
+    catalog = Catalog(lake)
+    with tempfile.TemporaryDirectory(prefix="graph-phases-spill-") as spill:
+        con = catalog.connect(memory_limit=fold_memory_limit(), spill_dir=spill)
+        catalog.refresh_views(con)
+        outcomes.append(checks.recount(store, con, named_uis=("D006801", "D009203")))
+        con.close()
+    report.update(articles=built.stats.n_articles, passed=all(o.passed for o in outcomes),
+                  details="; ".join(o.details[:150] for o in outcomes))
+elif phase in ("build", "patch"):
     if phase == "build":
         from kg_platform.graph.build import build_graph
         built = build_graph(lake, build_id=build_id)
@@ -127,11 +145,13 @@ def _run(checkout: str, args: argparse.Namespace, phase: str, cores: str, tag: s
         command = ["taskset", "-c", cores, *command]
     env = {**os.environ, "PYTHONPATH": checkout}
     t = time.perf_counter()
-    proc = subprocess.run(command, env=env, stdout=subprocess.PIPE, text=True)
+    proc = subprocess.run(command, env=env, capture_output=True, text=True)
     process_s = time.perf_counter() - t
     shutil.rmtree(_lake(args).path(build_prefix(build_id)), ignore_errors=True)
     if proc.returncode:
-        raise SystemExit(f"{phase} on {checkout} (cores {cores or 'all'}) failed")
+        raise SystemExit(
+            f"{phase} on {checkout} (cores {cores or 'all'}) failed:\n{proc.stderr[-3000:]}"
+        )
     report = json.loads(proc.stdout.strip().splitlines()[-1])
     report["process_s"] = round(process_s, 3)
     return report

@@ -379,17 +379,19 @@ def _fused_csr(
 
         def forward(c: int) -> None:
             lo, hi = chunks[c]
-            got = csr.cut_range(keys[lo:hi], flag_bits, indptr, indices, flag, int(offsets[c]))
-            keys[lo : lo + got].sort()  # this chunk's reversed keys: one ascending run
+            csr.cut_range(keys[lo:hi], flag_bits, indptr, indices, flag, int(offsets[c]))
 
         list(pool.map(forward, range(len(chunks))))
         np.cumsum(indptr, out=indptr)
+        # written while the reverse is made, so the writer frees them before its arrays exist
         out.put_csr(
             layout.Csr(kind, indptr, indices, n_rows, n_cols, flag if kind.flagged else None)
         )
         clock.lap(f"{label}: sort, dedup")  # and the forward cut, the reverse re-pack
         starts = np.array([lo for lo, _ in chunks], dtype=np.int64)
         stops = starts + kept_in
+        # each chunk's reversed keys sorted: one ascending run per chunk
+        list(pool.map(lambda run: keys[run[0] : run[1]].sort(), zip(starts, stops, strict=True)))
         reverse = layout.EDGE_KINDS[kind.reverse]
         _run_range(keys, starts, stops, n_cols, reverse)
         clock.lap(f"{label}: reverse sort")
