@@ -18,6 +18,37 @@ from numba import njit
 
 
 @njit(nogil=True, cache=True)
+def intersect(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Common values of two ascending, duplicate-free arrays, ascending, in the shorter
+    one's dtype (``store.intersect_sorted``): a binary search of each value of the shorter
+    from where the last one was found when the lists are lopsided, else one linear merge
+    (no sort)."""
+    small, large = (a, b) if a.size <= b.size else (b, a)
+    out = np.empty(small.size, dtype=small.dtype)
+    n = 0
+    if small.size * 16 < large.size:
+        lo = 0
+        for k in range(small.size):
+            v = small[k]
+            lo += np.searchsorted(large[lo:], v)
+            if lo == large.size:
+                break
+            if large[lo] == v:
+                out[n] = v
+                n += 1
+        return out[:n]
+    i = j = 0
+    while i < small.size and j < large.size:
+        x, y = small[i], large[j]
+        if x == y:
+            out[n] = x
+            n += 1
+        i += x <= y
+        j += y <= x
+    return out[:n]
+
+
+@njit(nogil=True, cache=True)
 def flagged_row(indptr: np.ndarray, indices: np.ndarray, flag: np.ndarray, row: int) -> np.ndarray:
     """The entries of ``row`` whose flag is set (``KGStore.articles_of(d, major_only=True)``)."""
     lo, hi = indptr[row], indptr[row + 1]

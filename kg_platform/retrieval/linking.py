@@ -3,6 +3,7 @@ articles carry both as major topics (an intersection of two ascending lists)."""
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from itertools import combinations
 
@@ -60,6 +61,16 @@ def kept_articles(articles: np.ndarray, excluded: np.ndarray | None) -> np.ndarr
     return articles[~in_sorted(articles, excluded)]
 
 
+def _common(a: np.ndarray, b: np.ndarray, n_nodes: int) -> int:
+    """How many values two ascending article lists share: by the compiled merge in a
+    process that has loaded the compiled passes (`kg serve`, a large pair's question),
+    else by ``intersect_sorted`` (the same count)."""
+    passes = sys.modules.get("kg_platform.graph.path_passes")
+    if passes is not None:
+        return int(passes.intersect(a, b).size)
+    return int(intersect_sorted(a, b, n_nodes).size)
+
+
 def score_pairs(
     store: KGStore, concepts: list[GraphConcept], excluded: np.ndarray | None = None
 ) -> list[ConceptPair]:
@@ -78,8 +89,8 @@ def score_pairs(
                 a_name=a.grounding.name,
                 b_ui=b.grounding.ui,
                 b_name=b.grounding.name,
-                major_co_annotations=int(intersect_sorted(major[a.d], major[b.d], n).size),
-                co_annotations=int(intersect_sorted(every[a.d], every[b.d], n).size),
+                major_co_annotations=_common(major[a.d], major[b.d], n),
+                co_annotations=_common(every[a.d], every[b.d], n),
             )
         )
     # stable sort keeps question order among ties

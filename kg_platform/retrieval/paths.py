@@ -37,7 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from kg_platform.graph.layout import CONCERN, QUOTABLE, RETRACTED
-from kg_platform.graph.store import KGStore, intersect_sorted
+from kg_platform.graph.store import KGStore
 from kg_platform.retrieval import numpy_passes
 from kg_platform.retrieval.candidates import (
     CITED_BY,
@@ -112,7 +112,7 @@ def _bridge_plan(store: KGStore, pair: ConceptPair) -> _BridgePlan:
     from kg_platform.graph import path_passes  # numba loads with the first question
 
     a, b = store.desc_idx(pair.a_ui), store.desc_idx(pair.b_ui)
-    direct = intersect_sorted(store.articles_of(a), store.articles_of(b), store.n_articles)
+    direct = path_passes.intersect(store.articles_of(a), store.articles_of(b))
     mesh = [store.array(f"mesh2art_{name}") for name in ("indptr", "indices", "major")]
     a_major = path_passes.flagged_row(*mesh, a)
     b_major = path_passes.flagged_row(*mesh, b)

@@ -350,6 +350,11 @@ def test_membership_and_intersection_agree_with_numpy(members, lookups, n_nodes)
         for nodes in (n_nodes, n_nodes * 1_000):
             common = intersect_sorted(a, b, nodes)
             assert np.array_equal(common, np.intersect1d(a, b))
+        # the compiled merge (or search, when lopsided) `kg serve` uses: the same values
+        from kg_platform.graph import path_passes
+
+        common = path_passes.intersect(a, b)
+        assert common.dtype == a.dtype and np.array_equal(common, np.intersect1d(a, b))
 
 
 def test_major_reads_and_the_bit_table_equal_their_plain_recount(corpus, raw, descriptors) -> None:
