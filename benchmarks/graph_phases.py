@@ -93,6 +93,7 @@ if phase == "step":  # the first build's graph step: build, open, invariants, fu
     catalog = Catalog(lake)
     with tempfile.TemporaryDirectory(prefix="graph-phases-spill-") as spill:
         con = catalog.connect(memory_limit=fold_memory_limit(), spill_dir=spill)
+        con.execute(f"SET threads = {len(os.sched_getaffinity(0))}")  # as the step does
         catalog.refresh_views(con)
         outcomes.append(checks.recount(store, con, named_uis=("D006801", "D009203")))
         con.close()
@@ -124,6 +125,7 @@ else:
         catalog = Catalog(lake)
         with tempfile.TemporaryDirectory(prefix="graph-phases-spill-") as spill:
             con = catalog.connect(memory_limit=fold_memory_limit(), spill_dir=spill)
+            con.execute(f"SET threads = {len(os.sched_getaffinity(0))}")  # as the step does
             catalog.refresh_views(con)
             outcome = checks.recount(store, con, named_uis=("D006801", "D009203"), delta=delta)
             con.close()

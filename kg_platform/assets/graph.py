@@ -32,6 +32,7 @@ def _judged(the_lake, store, delta) -> list:
     (benchmarks/recount_memory.py; docs/BENCHMARKS.md, *The graph recount's memory*)."""
     from kg_platform.graph.checks import check_invariants, recount
     from kg_platform.pubmed.fold import FOLD_MEMORY_LIMIT_ENV, fold_memory_limit
+    from kg_platform.settings import usable_cores
 
     the_catalog = Catalog(the_lake)  # in memory: concurrent builds share no database file
     with tempfile.TemporaryDirectory(prefix="kg-graph-recount-") as spill:
@@ -39,6 +40,8 @@ def _judged(the_lake, store, delta) -> list:
             con = the_catalog.connect(memory_limit=fold_memory_limit(), spill_dir=spill)
         except ValueError as exc:
             raise ValueError(f"{FOLD_MEMORY_LIMIT_ENV}: {exc}") from exc
+        # a thread per core the step may use (DuckDB counts the machine's, not its affinity)
+        con.execute(f"SET threads = {usable_cores()}")
         try:
             the_catalog.refresh_views(con)
             return [

@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from kg_platform.graph import layout
-from kg_platform.graph.cores import workers
+from kg_platform.settings import usable_cores as workers
 from kg_platform.storage.corpus import corpus_parts
 from kg_platform.storage.lake import Lake
 

@@ -15,7 +15,7 @@ made before is kept as the tests' and the benchmark's reference, the same bytes
 (``kg_platform_tests/support/sorting_csr.py``).
 
 What keeps it fast and small:
-- Every phase runs on a thread per core the process may use (``cores.workers``: its CPU
+- Every phase runs on a thread per core the process may use (``settings.usable_cores``: its CPU
   affinity): the corpus parts are read, mapped through a dense PMID lookup table and packed
   into keys a part per thread (one compiled pass per record batch, dangling citations
   dropped in it; integer and boolean columns straight from Arrow's buffers, booleans as
@@ -69,7 +69,7 @@ from kg_platform.graph.arrays import (
     true_mask,
     years,
 )
-from kg_platform.graph.cores import workers
+from kg_platform.settings import usable_cores as workers
 from kg_platform.storage.corpus import corpus_fingerprint
 from kg_platform.storage.digest import array_sha256  # noqa: F401 (named here for the tests)
 from kg_platform.storage.lake import Lake
@@ -347,7 +347,7 @@ def _fused_csr(
     label: str,
 ) -> _Built:
     """Both directions of an edge kind from its packed keys (row high, column low; the
-    buffer is reused), on a thread per core (``cores.workers``): the keys are cut into
+    buffer is reused), on a thread per core (``settings.usable_cores``): the keys are cut into
     chunks of whole rows, one per thread, and each chunk sorted (``csr.sort_keys``) and its
     distinct entries counted; then each chunk is cut (its forward entries written at its
     offset, its keys re-packed reversed over its own front, ``csr.cut_range``) and its
@@ -446,7 +446,7 @@ def _keys_by_part(
     dictionary: tuple[str, ...] = (),
 ) -> tuple[np.ndarray, int, int]:
     """One key buffer of an input: its parts read, mapped and packed at once, a part per
-    thread (``cores.workers``), each into its own stretch of the buffer (``fill(batch,
+    thread (``settings.usable_cores``), each into its own stretch of the buffer (``fill(batch,
     keys, filled) -> (filled, dropped)`` packs a batch), then moved together in part order
     (the fold's parts are in PMID order, so the rows still ascend). Returns the buffer, the
     keys in it and the rows dropped. The first part that fails raises, in part order."""

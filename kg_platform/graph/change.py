@@ -13,9 +13,9 @@ import pyarrow as pa
 
 from kg_platform.graph import layout
 from kg_platform.graph.arrays import GraphInputError
-from kg_platform.graph.cores import workers
 from kg_platform.graph.store import KGStore
 from kg_platform.pubmed.fold.manifest import FOLD_MANIFEST, FOLD_TOUCHED
+from kg_platform.settings import usable_cores as workers
 from kg_platform.storage.digest import array_sha256
 from kg_platform.storage.lake import Lake
 

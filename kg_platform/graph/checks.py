@@ -18,9 +18,9 @@ import pyarrow as pa
 from kg_platform.checks import CheckOutcome
 from kg_platform.graph import layout
 from kg_platform.graph.change import changed_array, fold_base, fold_table, touched_pmids
-from kg_platform.graph.cores import workers
 from kg_platform.graph.store import KGStore, in_sorted
 from kg_platform.pubmed.fold.manifest import FOLD_TOUCHED, REPLACED_TABLES, replaced_key
+from kg_platform.settings import usable_cores as workers
 from kg_platform.storage.digest import array_sha256
 from kg_platform.storage.lake import Lake
 
@@ -30,7 +30,7 @@ _KNOWN_FLAGS = layout.QUOTABLE | layout.RETRACTED | layout.CONCERN
 def check_invariants(store: KGStore, threads: int | None = None) -> CheckOutcome:
     """Manifest (dtype, length, sha256), CSR shape and order, and the two directions of each
     edge kind agreeing with each other. The arrays are hashed, and scanned, on ``threads``
-    threads (default: the cores this process may use, ``cores.workers``)."""
+    threads (default: the cores this process may use, ``settings.usable_cores``)."""
     threads = threads or workers()
     with ThreadPoolExecutor(threads) as pool:
         return _invariants(store, pool, threads)

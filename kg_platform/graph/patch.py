@@ -60,7 +60,6 @@ from kg_platform.graph.build import (
     input_fingerprints,
 )
 from kg_platform.graph.change import changed_array, fold_base, fold_table, touched_pmids
-from kg_platform.graph.cores import workers
 from kg_platform.graph.store import KGStore, in_sorted
 from kg_platform.pubmed.fold.manifest import (
     ADDED_TABLES,
@@ -69,6 +68,7 @@ from kg_platform.pubmed.fold.manifest import (
     added_key,
     replaced_key,
 )
+from kg_platform.settings import usable_cores as workers
 from kg_platform.storage.lake import Lake
 
 

@@ -3,7 +3,7 @@ split over the process's cores.
 
 ``np.bincount`` holds the GIL and first copies int32 indices to a temporary of int64 (900 MB
 for the citations at 10M articles); these passes count in place and release the GIL, so the
-invariants' scans run on every core a process may use (``cores.workers``: its CPU affinity, so a
+invariants' scans run on every core a process may use (``settings.usable_cores``: its CPU affinity, so a
 process pinned to one core runs them one after another). A count is split by value range:
 each thread reads every value and counts those in its range into its own slice of one
 output, so memory stays one output array whatever the threads.
