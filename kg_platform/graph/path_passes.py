@@ -49,18 +49,6 @@ def intersect(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 @njit(nogil=True, cache=True)
-def flagged_row(indptr: np.ndarray, indices: np.ndarray, flag: np.ndarray, row: int) -> np.ndarray:
-    """The entries of ``row`` whose flag is set (``KGStore.articles_of(d, major_only=True)``)."""
-    lo, hi = indptr[row], indptr[row + 1]
-    out = np.empty(hi - lo, dtype=indices.dtype)
-    n = 0
-    for j in range(lo, hi):
-        out[n] = indices[j]
-        n += flag[j]
-    return out[:n]
-
-
-@njit(nogil=True, cache=True)
 def major_reads(
     mesh_indptr: np.ndarray,
     mesh_indices: np.ndarray,
@@ -71,7 +59,7 @@ def major_reads(
     out: np.ndarray,
 ) -> None:
     """``out[k]``: the citations (both directions) of descriptor ``descriptors[k]``'s major
-    articles in all (``reads`` of its ``flagged_row``, uncapped)."""
+    articles in all."""
     for k in range(descriptors.size):
         d = descriptors[k]
         total = 0

@@ -4,6 +4,8 @@ articles carry both as major topics (an intersection of two ascending lists)."""
 from __future__ import annotations
 
 import sys
+import threading
+import weakref
 from dataclasses import dataclass
 from itertools import combinations
 
@@ -71,14 +73,38 @@ def _common(a: np.ndarray, b: np.ndarray, n_nodes: int) -> int:
     return int(intersect_sorted(a, b, n_nodes).size)
 
 
+# the most bytes of major-article lists kept per graph build (``major_articles``)
+MAJOR_LISTS_BYTES = 64 << 20
+_MAJOR_LISTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_MAJOR_LOCK = threading.Lock()
+
+
+def major_articles(store: KGStore, d: int) -> np.ndarray:
+    """``store.articles_of(d, major_only=True)``, kept per graph build once made (the
+    questions of a service name the same large descriptors again and again: each is read
+    out of its MeSH row once), up to ``MAJOR_LISTS_BYTES`` in all; the same array."""
+    with _MAJOR_LOCK:
+        kept = _MAJOR_LISTS.get(store)
+        if kept is None:
+            kept = _MAJOR_LISTS[store] = {None: 0}  # None: the bytes kept
+        found = kept.get(d)
+    if found is not None:
+        return found
+    found = store.articles_of(d, major_only=True)
+    found.flags.writeable = False
+    with _MAJOR_LOCK:
+        if kept[None] + found.nbytes <= MAJOR_LISTS_BYTES and d not in kept:
+            kept[d] = found
+            kept[None] += found.nbytes
+    return found
+
+
 def score_pairs(
     store: KGStore, concepts: list[GraphConcept], excluded: np.ndarray | None = None
 ) -> list[ConceptPair]:
     """Every pair of concepts, best-supported first (major co-annotations, then any
     co-annotation, then question order); articles in ``excluded`` are not counted."""
-    major = {
-        c.d: kept_articles(store.articles_of(c.d, major_only=True), excluded) for c in concepts
-    }
+    major = {c.d: kept_articles(major_articles(store, c.d), excluded) for c in concepts}
     every = {c.d: kept_articles(store.articles_of(c.d), excluded) for c in concepts}
     n = store.n_articles
     pairs = []

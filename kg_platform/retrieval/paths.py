@@ -47,7 +47,7 @@ from kg_platform.retrieval.candidates import (
     Candidates,
     membership,
 )
-from kg_platform.retrieval.linking import ConceptPair
+from kg_platform.retrieval.linking import ConceptPair, major_articles
 from kg_platform.retrieval.ranking import top_rows
 
 
@@ -113,9 +113,7 @@ def _bridge_plan(store: KGStore, pair: ConceptPair) -> _BridgePlan:
 
     a, b = store.desc_idx(pair.a_ui), store.desc_idx(pair.b_ui)
     direct = path_passes.intersect(store.articles_of(a), store.articles_of(b))
-    mesh = [store.array(f"mesh2art_{name}") for name in ("indptr", "indices", "major")]
-    a_major = path_passes.flagged_row(*mesh, a)
-    b_major = path_passes.flagged_row(*mesh, b)
+    a_major, b_major = major_articles(store, a), major_articles(store, b)
     kinds = ("cite", "cited_by")
     csr = {kind: (store.array(f"{kind}_indptr"), store.array(f"{kind}_indices")) for kind in kinds}
     # which side has fewer citations to read (per descriptor, kept with the store)

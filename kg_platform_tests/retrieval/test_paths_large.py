@@ -401,6 +401,25 @@ def test_major_reads_and_the_bit_table_equal_their_plain_recount(corpus, raw, de
     assert np.array_equal(np.flatnonzero(table), far) and pmids.size == store.n_articles
 
 
+def test_major_lists_are_kept_per_build_up_to_their_byte_limit(
+    corpus, descriptors, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A descriptor's major articles, once read, are kept with the store (the same array
+    again) until the kept lists reach ``MAJOR_LISTS_BYTES``; past it they are read anew."""
+    from kg_platform.retrieval import linking
+
+    store = KGStore.open(Lake(corpus[0]))  # a store of its own: nothing kept yet
+    giant, small = store.desc_idx(descriptors[0]), store.desc_idx(descriptors[3])
+    want = store.articles_of(giant, major_only=True)
+    monkeypatch.setattr(linking, "MAJOR_LISTS_BYTES", want.nbytes + 4)
+    first = linking.major_articles(store, giant)
+    assert np.array_equal(first, want) and first.size > 100 and not first.flags.writeable
+    assert linking.major_articles(store, giant) is first
+    over = linking.major_articles(store, small)  # would pass the limit: not kept
+    assert np.array_equal(over, store.articles_of(small, major_only=True)) and over.size > 4
+    assert linking.major_articles(store, small) is not over
+
+
 def _forced_lookup(mode: str):
     """``_far_lookup`` always answering with a bit table over every node, or never."""
 
