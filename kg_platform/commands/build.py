@@ -83,16 +83,42 @@ def build_holding_lake(
     instance, recovered = prepare_and_recover(settings, args.jobs)
     if recovered:
         print(recovered)
-    keys = register_build(
-        instance, settings, names, args.mesh_year or mesh_year(mesh_spec), selected
-    )
-    if dg.AssetKey("pubmed_xml") in selected:
-        observe_source(defs, instance)
-    todo = plan_build(instance, asset_graph, selected, keys, settings.lake, args)
     log_path = settings.home / "logs" / f"build-{time.strftime('%Y%m%d-%H%M%S')}.log"
-    result = run_backfill(instance, asset_graph, todo, keys, settings, args, log_path)
+    early = start_code_server_early(instance, names, selected, log_path, args)
+    try:
+        keys = register_build(
+            instance, settings, names, args.mesh_year or mesh_year(mesh_spec), selected
+        )
+        if dg.AssetKey("pubmed_xml") in selected:
+            observe_source(defs, instance)
+        todo = plan_build(instance, asset_graph, selected, keys, settings.lake, args)
+        result = run_backfill(instance, asset_graph, todo, keys, settings, args, log_path, early)
+    finally:
+        if early is not None:
+            early.close()
     print_summary(settings, keys, result, todo, log_path, started)
     return 1 if result is not None and result.failed else 0
+
+
+def start_code_server_early(instance, names: list[str], selected: set, log_path, args):
+    """The code server, started now beside the planning (orchestration/backfill.py,
+    EarlyWorkspace), when this build will surely run something: with --force, or with a
+    source file that is not a partition yet (a new update file), whose parse its runs need
+    as many parse processes as a build of those new files gets. None otherwise: a build
+    with nothing to do starts no code server."""
+    import dagster as dg
+
+    from kg_platform.assets.build_keys import file_run_environment
+    from kg_platform.assets.partitions import pubmed_files
+    from kg_platform.orchestration.backfill import EarlyWorkspace
+
+    new = 0
+    if dg.AssetKey("pubmed_xml") in selected:
+        new = len(set(names) - set(instance.get_dynamic_partitions(pubmed_files.name)))
+    if not (args.force or new):
+        return None
+    files = len(names) if args.force and dg.AssetKey("pubmed_xml") in selected else new
+    return EarlyWorkspace(instance, log_path, file_run_environment(files, args.jobs))
 
 
 def register_build(instance, settings: Settings, names: list[str], year: str, selected: set):
@@ -133,8 +159,9 @@ def plan_build(instance, asset_graph, selected: set, keys, lake: str, args) -> s
     return todo
 
 
-def run_backfill(instance, asset_graph, todo: set, keys, settings, args, log_path):
-    """``todo`` as one asset backfill, run to its end with a line per run (None: nothing to do)."""
+def run_backfill(instance, asset_graph, todo: set, keys, settings, args, log_path, early=None):
+    """``todo`` as one asset backfill, run to its end with a line per run (None: nothing to
+    do), on ``early``'s code server when it fits."""
     if not todo:
         return None
     from kg_platform.assets.build_keys import FILE_RUNS, file_run_environment
@@ -157,4 +184,5 @@ def run_backfill(instance, asset_graph, todo: set, keys, settings, args, log_pat
         on_run=progress.on_run,
         reporter=progress,
         files=FILE_RUNS,
+        early=early,
     )

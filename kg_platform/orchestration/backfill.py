@@ -11,14 +11,13 @@ beating (`make ui` stopped while the build waits)."""
 from __future__ import annotations
 
 import logging
-import os
-import sys
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kg_platform.orchestration.code_server import code_server_script
 from kg_platform.orchestration.runs import (
     NO_FILES,
     QUIET,
@@ -69,43 +68,81 @@ class BuildResult:
         )
 
 
-def workspace(instance, log_path: Path, env: dict[str, str] | None = None):
-    """Dagster's workspace for this code location: a code server the runs launch from. The
-    server and the run and step processes it starts write their output to ``log_path`` (the
-    run's events are in the instance, as the UI shows them) and see ``env`` on top of this
-    process's environment (which is left as it was)."""
-    from dagster._core.workspace.context import WorkspaceProcessContext
-    from dagster._core.workspace.load_target import ModuleTarget
+DEFINITIONS = "kg_platform.definitions"
+LOCATION = "kg_platform"
 
-    target = ModuleTarget(
-        module_name="kg_platform.definitions",
-        attribute=None,
-        working_directory=None,
-        location_name="kg_platform",
-    )
+
+def code_location(
+    instance,
+    module: str = DEFINITIONS,
+    attribute: str | None = None,
+    working_directory: str | None = None,
+    name: str = LOCATION,
+    log: Path | None = None,
+    env: dict[str, str] | None = None,
+):
+    """Dagster's workspace target for a code location (the definitions' module), served by
+    orchestration/code_server.py: the script `code_server_script` writes in the instance's
+    home, preloading ``module`` for the runs, with ``env`` and its output to ``log``."""
+    from dagster._core.workspace.load import location_origin_from_module_name
+    from dagster._core.workspace.load_target import WorkspaceLoadTarget
+
+    home = Path(instance.root_directory)
+    executable = str(code_server_script(home, (module,), env, log))
+
+    class CodeLocation(WorkspaceLoadTarget):
+        def create_origins(self):
+            return [
+                location_origin_from_module_name(
+                    module, attribute, working_directory, name, executable_path=executable
+                )
+            ]
+
+    return CodeLocation()
+
+
+def workspace(instance, log_path: Path, env: dict[str, str] | None = None):
+    """Dagster's workspace for this code location: a code server the runs launch from
+    (orchestration/code_server.py: Dagster's, starting each run as a fork of a process that
+    has imported the definitions). The server and the run and step processes it starts
+    write their output to ``log_path`` (the run's events are in the instance, as the UI
+    shows them) and see ``env`` on top of this process's environment; this process's own
+    descriptors and environment are left alone, so it can be started from a thread."""
+    from dagster._core.workspace.context import WorkspaceProcessContext
+
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    saved = os.dup(1), os.dup(2)
-    before = {k: os.environ.get(k) for k in env or {}}
-    with log_path.open("ab") as log:
-        # the code server inherits these descriptors and variables when it starts, and its
-        # children from it
-        os.dup2(log.fileno(), 1)
-        os.dup2(log.fileno(), 2)
-        os.environ.update(env or {})
+    target = code_location(instance, log=log_path, env=env)
+    return WorkspaceProcessContext(instance, target, code_server_log_level="WARNING")
+
+
+class EarlyWorkspace:
+    """A workspace (code server) started in a thread while the build still plans, for a
+    build that will surely have runs: the code server's start (seconds: an interpreter
+    importing dagster and loading the definitions) overlaps the planning. ``take`` hands it
+    over when the environment the runs need is the one it was started with; otherwise (or
+    with nothing to run) it is shut down and a fresh one is started when needed."""
+
+    def __init__(self, instance, log_path: Path, env: dict[str, str]) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.env = env
+        self.pool = ThreadPoolExecutor(1, thread_name_prefix="kg-code-server")
+        self.started = self.pool.submit(workspace, instance, log_path, env)
+        self.pool.shutdown(wait=False)
+
+    def take(self, env: dict[str, str]):
+        """The started workspace if it has ``env``, else None (it is closed)."""
+        if env == self.env:
+            return self.started.result()
+        self.close()
+        return None
+
+    def close(self) -> None:
         try:
-            return WorkspaceProcessContext(instance, target, code_server_log_level="WARNING")
-        finally:
-            os.dup2(saved[0], 1)
-            os.dup2(saved[1], 2)
-            os.close(saved[0])
-            os.close(saved[1])
-            for key, value in before.items():
-                if value is None:
-                    os.environ.pop(key, None)
-                else:
-                    os.environ[key] = value
+            context = self.started.result()
+        except Exception:  # noqa: BLE001 - not used: its error is not this build's
+            return
+        context.__exit__(None, None, None)
 
 
 # the daemons that run an asset backfill: the backfill planner and the run queue
@@ -420,10 +457,13 @@ def run_backfill(
     on_run: Callable[[RunOutcome], None],
     reporter: Reporter,
     files: FileRuns = NO_FILES,
+    early: EarlyWorkspace | None = None,
 ) -> BuildResult:
     """``partitions`` as one asset backfill of this code location (workspace, with ``env``
-    and its output to ``log_path``), submitted and driven to its end (wait_for_backfill)."""
-    with workspace(instance, log_path, env) as process_context:
+    and its output to ``log_path``; ``early``'s when it has that ``env``), submitted and
+    driven to its end (wait_for_backfill)."""
+    started = early.take(env) if early is not None else None
+    with started or workspace(instance, log_path, env) as process_context:
         graph = process_context.create_request_context().asset_graph
         backfill_id = submit_backfill(instance, graph, partitions, title, tags, run_config)
         reporter.say(

@@ -7,6 +7,7 @@ private module. An upgrade that moves or changes one of them fails here first.""
 from __future__ import annotations
 
 import logging
+import os
 import time
 import tomllib
 from pathlib import Path
@@ -18,7 +19,6 @@ from dagster._core.execution.backfill import BulkActionsFilter, BulkActionStatus
 from dagster._core.execution.retries import RetryMode
 from dagster._core.launcher import CheckRunHealthResult, WorkerStatus
 from dagster._core.workspace.context import WorkspaceProcessContext
-from dagster._core.workspace.load_target import ModuleTarget
 from dagster._daemon.backfill import execute_backfill_iteration
 from dagster._daemon.run_coordinator.queued_run_coordinator_daemon import (
     QueuedRunCoordinatorDaemon,
@@ -26,7 +26,7 @@ from dagster._daemon.run_coordinator.queued_run_coordinator_daemon import (
 from dagster._utils.caching_instance_queryer import CachingInstanceQueryer
 
 from kg_platform.orchestration import DAGSTER_VERSION, records
-from kg_platform.orchestration.backfill import submit_backfill
+from kg_platform.orchestration.backfill import code_location, submit_backfill
 from kg_platform.orchestration.freshness import OVERRIDDEN, stale_resolver
 from kg_platform.orchestration.instance import write_instance_yaml
 from kg_platform.orchestration.recovery import run_worker
@@ -34,12 +34,18 @@ from kg_platform.settings import REPOSITORY
 from kg_platform.settings.workers import pid_alive
 
 LETTERS = dg.StaticPartitionsDefinition(["a", "b"])
+FORKSERVER = "from multiprocessing.forkserver import main"
 
 
 @dg.asset(partitions_def=LETTERS, code_version="1")
 def upstream(context) -> dg.MaterializeResult:
     version = context.run.tags.get("version", "1")
-    return dg.MaterializeResult(data_version=dg.DataVersion(f"{context.partition_key}{version}"))
+    # the run's process and the command line of the process that started it
+    parent = Path(f"/proc/{os.getppid()}/cmdline").read_bytes().decode().split("\0")
+    return dg.MaterializeResult(
+        data_version=dg.DataVersion(f"{context.partition_key}{version}"),
+        metadata={"pid": os.getpid(), "parent": dg.MetadataValue.json(parent[:-1])},
+    )
 
 
 @dg.asset(partitions_def=LETTERS, code_version="2", deps=[upstream])
@@ -118,12 +124,8 @@ def test_staleness_and_provenance_on_a_real_instance() -> None:
 def test_a_backfill_submitted_and_driven_without_a_daemon(tmp_path) -> None:
     write_instance_yaml(tmp_path, None, max_concurrent_runs=2)
     with dg.DagsterInstance.from_config(str(tmp_path)) as instance:
-        target = ModuleTarget(
-            module_name=__name__,
-            attribute="defs",
-            working_directory=str(REPOSITORY),
-            location_name="smoke",
-        )
+        # kg build's code server (orchestration/code_server.py) over this module's defs
+        target = code_location(instance, __name__, "defs", str(REPOSITORY), "smoke")
         with WorkspaceProcessContext(instance, target) as process_context:
             graph = process_context.create_request_context().asset_graph
             wanted = {AssetKeyPartitionKey(key, "b") for key in (UP, DOWN)}
@@ -161,6 +163,17 @@ def test_a_backfill_submitted_and_driven_without_a_daemon(tmp_path) -> None:
             if not pid_alive(pid):
                 break
             time.sleep(0.5)
+        # each run's process is a fork of the code server's forkserver, which preloaded this
+        # module, and it reported its own pid, as a spawned one does
+        [up] = instance.fetch_materializations(
+            dg.AssetRecordsFilter(asset_key=UP, asset_partitions=["b"]), limit=1
+        ).records
+        metadata = up.asset_materialization.metadata
+        assert metadata["pid"].value == run_worker(instance, up.run_id)[0]
+        parent = metadata["parent"].value  # the interpreter's flags, then -c and the code
+        code = parent[parent.index("-c") + 1]
+        assert code.split(";")[0] == FORKSERVER
+        assert f"'{__name__}'" in code
         health = instance.run_launcher.check_run_worker_health(runs[0])
         assert (health.status, health.msg) == (
             WorkerStatus.FAILED,
