@@ -61,7 +61,10 @@ import kg_platform.graph.checks, kg_platform.graph.build, kg_platform.graph.patc
 assert kg_platform.graph.build.__file__.startswith(checkout), kg_platform.graph.build.__file__
 from kg_platform.graph import csr  # numba's kernels loaded (cached) outside the clock
 lake = Lake(root).scoped(release=release, mesh_year=year) if release else Lake(root)
-published = layout.current_build_id(lake)
+try:
+    published = layout.current_build_id(lake)
+except FileNotFoundError:  # none yet: the build phase needs none
+    published = None
 previous = published if previous == "published" else previous
 report = {}
 
