@@ -69,6 +69,7 @@ SMOKE: dict[str, list[str] | str] = {
     + ["--sample", "100", "--fresh", "--device", "cpu"],
     "definitions_import.py": ["--runs", "1"],
     # the feed from token files with the null model (the MiniLM on CPU: ~20 CPU-s more)
+    "file_steps.py": ["--files", "2", "--records-per-file", "200", "--work", "{work}/steps"],
     "embed.py": ["--null-model", "--n", "64", "--files", "1"],
     "fold_sample_check.py": ["--lake", "{updated}", "--release", "{release}", "--rounds", "1"],
     "graph.py": ["--articles", "3000", "--citations", "30000", "--mesh-edges", "27000"],
