@@ -128,3 +128,30 @@ def test_a_wrong_edge_is_caught_by_both(lake: Lake, tiny, con) -> None:
         "PMID 50 (cites, in-degree, MeSH): arrays ((20, 30), 0, ('D000002',)), "
         "DuckDB ((30, 40), 0, ('D000002',))"
     ) in rc.details
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+def test_the_compiled_counts_are_numpys(lake: Lake, tiny, threads: int) -> None:
+    # the invariants' degree and major counts, split by value and row range over threads,
+    # against np.bincount and a sum per row on the hand-worked build's arrays
+    from concurrent.futures import ThreadPoolExecutor
+
+    from kg_platform.graph import scans
+
+    store = KGStore.open(lake, tiny.build_id)
+    indices, major = store.array("art2mesh_indices"), store.array("art2mesh_major")
+    indptr, flag = store.array("mesh2art_indptr"), store.array("mesh2art_major")
+    n = store.n_descriptors
+    with ThreadPoolExecutor(threads) as pool:
+        counts, done = scans.value_counts(pool, threads, indices, n)
+        majors, done_majors = scans.value_counts(pool, threads, indices, n, mask=major)
+        rows, done_rows = scans.row_flag_counts(pool, threads, indptr, flag)
+        for job in done + done_majors + done_rows:
+            job.result()
+    assert counts.tolist() == np.bincount(indices, minlength=n).tolist() == [2, 2, 1, 0, 1]
+    assert majors.tolist() == np.bincount(indices[major], minlength=n).tolist()
+    assert rows.tolist() == [
+        int(flag[a:b].sum()) for a, b in zip(indptr[:-1], indptr[1:], strict=True)
+    ]
+    assert sum(rows) == 3
+    assert check_invariants(store, threads=threads).passed
