@@ -15,6 +15,7 @@ from kg_platform.pubmed.fold.base import FoldResult, check_files, table_key
 from kg_platform.pubmed.fold.incremental import fold_new_files
 from kg_platform.pubmed.fold.manifest import file_stamps, previous_fold, publish, staged_parts
 from kg_platform.pubmed.fold.parts import PartWriter, write_parts
+from kg_platform.pubmed.fold.recount import pmid_bounds
 from kg_platform.settings import FOLD_MEMORY_LIMIT_ENV, fold_memory_limit, usable_cores
 from kg_platform.storage.corpus import CORPUS_TABLES, PMID_BUCKET, bucket_bounds
 from kg_platform.storage.lake import Lake
@@ -93,21 +94,22 @@ def fold_tables(
     files: list[str],
     window: str = "",
     only: set[str] | None = None,
-) -> Callable[[str], str]:
+) -> Callable[..., str]:
     """The tables fold_winners, fold_deletions and fold_survivors (in the connection's
     in-memory database, so that its cursors see them too) of ``files`` (all PMIDs, or those
     matching the SQL condition ``window``); returns the per-file union for a table. With
     ``only``, the other files are left out (each file kept keeps its place in the order):
     for a window, the files that hold none of its PMIDs."""
 
-    def per_file(table: str) -> str:
+    def per_file(table: str, among: set[str] | None = None) -> str:
         # each file's rows with its place in the fold order as a constant (no join on
-        # the file name per row); file_row_number keeps the row order within a file
+        # the file name per row); file_row_number keeps the row order within a file.
+        # ``among``: only these files as well (those that may hold a range's survivors)
         return " UNION ALL ".join(
             f"SELECT *, {n}::INTEGER AS file_ord FROM read_parquet("
             f"{_sql_string(lake.path(table_key(table, f)))}, file_row_number=true)"
             for n, f in enumerate(files)
-            if only is None or f in only
+            if (only is None or f in only) and (among is None or f in among)
         )
 
     where = f"WHERE {window} " if window else ""
@@ -133,7 +135,7 @@ def fold_tables(
     return per_file
 
 
-def rows_query(per_file: Callable[[str], str], table: str) -> str:
+def rows_query(per_file: Callable[..., str], table: str) -> str:
     """The surviving rows of ``table`` with PMIDs in [{lo}, {hi}], in corpus order."""
     pmid_col = CORPUS_TABLES[table]
     return (
@@ -146,8 +148,9 @@ def rows_query(per_file: Callable[[str], str], table: str) -> str:
 
 def _write_tables(
     con: duckdb.DuckDBPyConnection,
-    per_file: Callable[[str], str],
+    per_file: Callable[..., str],
     ranges: list[list[int]],
+    spans: dict[str, tuple[int, int] | None],
     staging: str,
 ) -> dict[str, int]:
     """Every corpus table's parts, range by range (each range's buckets: _bucket_ranges),
@@ -155,15 +158,20 @@ def _write_tables(
     sorted by DuckDB and encoded by pyarrow (which releases the GIL) into that range's own
     parts, so the tasks run side by side, on a thread and a DuckDB cursor per usable core,
     and their parts are those one writer would write (a part is one bucket's rows in corpus
-    order, whoever writes it). Range by range, its articles first (the largest sort), so
+    order, whoever writes it). A range reads the files whose records' PMIDs (``spans``,
+    from the footers) reach into it. Range by range, its articles first (the largest sort), so
     the tasks at work at once sort neighbouring ranges of different tables."""
 
     def write(table: str, buckets: list[int]) -> int:
         cursor = con.cursor()
         try:
             lo, hi = bucket_bounds(buckets[0])[0], bucket_bounds(buckets[-1])[1]
+            # a child row survives only beside its file's winning record, so a range reads
+            # the files whose records reach into it: the baseline files of its PMIDs and the
+            # updates, not every file of the release for every range
+            holding = {f for f, s in spans.items() if s is not None and s[0] <= hi and s[1] >= lo}
             writer = PartWriter(os.path.join(staging, table), table)
-            query = rows_query(per_file, table)
+            query = rows_query(lambda t: per_file(t, holding), table)
             return sum(write_parts(cursor, query, [(lo, hi)], writer, buckets).values())
         finally:
             cursor.close()
@@ -202,7 +210,8 @@ def fold_release(
         run_sql(con, "SET parquet_metadata_cache = true")
         per_file = fold_tables(con, lake, files)
         ranges = _bucket_ranges(con, max(1, FOLD_RANGE_RECORDS // usable_cores()))
-        rows = _write_tables(con, per_file, ranges, staging)
+        spans = {f: pmid_bounds(lake, "articles", f) for f in files}
+        rows = _write_tables(con, per_file, ranges, spans, staging)
         state = con.sql(
             "SELECT d.pmid, d.deleted_ord, coalesce(d.deleted_ord > w.file_ord, false) AS removed "
             "FROM fold_deletions d LEFT JOIN fold_winners w USING (pmid) ORDER BY d.pmid"

@@ -223,7 +223,7 @@ def recount_parts_polars(
     return out, holding
 
 
-def _pmid_bounds(lake: Lake, table: str, file: str) -> tuple[int, int] | None:
+def pmid_bounds(lake: Lake, table: str, file: str) -> tuple[int, int] | None:
     """The lowest and highest PMID of one per-file table from its footer's row-group
     statistics; None when the table is empty, every PMID when a group has no statistics."""
     with lake.open(table_key(table, file)) as f:
@@ -249,7 +249,7 @@ def files_holding(lake: Lake, files: list[str], bounds: list[tuple[int, int]]) -
     held = []
     for f in files:
         for table in [*CORPUS_TABLES, "deletions"]:
-            span = _pmid_bounds(lake, table, f)
+            span = pmid_bounds(lake, table, f)
             if span is not None and any(lo <= span[1] and hi >= span[0] for lo, hi in bounds):
                 held.append(f)
                 break
