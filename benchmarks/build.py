@@ -33,10 +33,19 @@ backfill the daemon loops run), ``celery`` (``kg workers start --workers --jobs`
 S3 lake: ``--s3-lake``, by default a local moto server). A way that cannot run reports
 ``<way>_s: null`` and ``<way>_skipped`` with the reason. ``per_file_step_s`` is the median
 wall time of the per-file runs in the instance's run records (the serial instance's).
+``<way>_cpu_s`` is the CPU seconds the way cost: the serial process's own, or for Celery
+every process of the deployment (each worker with its children, Redis, Postgres) and ``kg
+build`` with its children (daemon, code server, runs), itemised in the way's JSON line under
+``cpu_s``, beside its ``timeline``: each run from the instance (queued, started, ended) and
+each step's submission to Celery, its start and its end, in seconds after the build began. ``--reference DIR`` runs the Celery way from another checkout (its own
+.venv) too, before the serial way and this checkout's after it, in the same run:
+``celery_reference_s`` and ``speedup_celery_reference``.
 
     .venv/bin/python benchmarks/build.py --fold-records 1000000
     .venv/bin/python benchmarks/build.py --fold-records 5000000 --duckdb-memory-limit 1GB
     .venv/bin/python benchmarks/build.py --files 16 --work /tmp/kg-build-files
+    .venv/bin/python benchmarks/build.py --files 64 --skip multiprocess --s3-lake '' \
+        --reference /tmp/ref
 """
 
 from __future__ import annotations
@@ -635,7 +644,7 @@ def files_serial(source: str, home: str, names: list[str]) -> dict:
     release = release_of(names[0])
     # one file at a time, parsed in this process (no pool to start per file)
     os.environ["KG_PARSE_WORKERS"] = "1"
-    t = time.perf_counter()
+    t, cpu = time.perf_counter(), _cpu_s()
     with dg.instance_for_test() as instance:
         instance.add_dynamic_partitions(pubmed_files.name, names)
         instance.add_dynamic_partitions(pubmed_releases.name, [release])
@@ -657,19 +666,30 @@ def files_serial(source: str, home: str, names: list[str]) -> dict:
             resources=resources,
         )
     os.environ.pop("KG_PARSE_WORKERS")
-    return {"seconds": time.perf_counter() - t, "per_file_run_s": per_file, **counts}
+    return {
+        "seconds": time.perf_counter() - t,
+        "cpu_s": {"total": round(_cpu_s() - cpu, 1)},
+        "per_file_run_s": per_file,
+        **counts,
+    }
 
 
-def _kg(home: str, args: list[str], extra_env: dict[str, str] | None = None) -> float:
-    """``kg <args>`` with this KG_HOME; its wall seconds (a failure raises with its tail)."""
+def _kg(
+    home: str, args: list[str], extra_env: dict[str, str] | None = None, checkout: str = REPO
+) -> float:
+    """``kg <args>`` of ``checkout`` (its .venv; this one's by default) with this KG_HOME;
+    its wall seconds (a failure raises with its tail)."""
     env = {**os.environ, "KG_HOME": home, "DAGSTER_HOME": os.path.join(home, "dagster")}
     env.pop("KG_EXECUTOR", None)
     env.update(extra_env or {})
+    kg = os.path.join(checkout, ".venv", "bin", "kg")
+    if checkout == REPO:
+        kg = os.path.join(os.path.dirname(sys.executable), "kg")
     t = time.perf_counter()
     done = subprocess.run(
-        [os.path.join(os.path.dirname(sys.executable), "kg"), *args],
+        [kg, *args],
         env=env,
-        cwd=REPO,
+        cwd=checkout,
         capture_output=True,
         text=True,
     )
@@ -689,7 +709,9 @@ def _instance_file_runs(home: str, names: list[str]) -> dict:
         }
 
 
-def files_kg_build(source: str, home: str, names: list[str], jobs: int, lake: str) -> dict:
+def files_kg_build(
+    source: str, home: str, names: list[str], jobs: int, lake: str, checkout: str = REPO
+) -> dict:
     """The real ``kg build`` of the per-file steps and the corpus: one backfill the daemon
     loops run with ``--jobs`` runs at once."""
     build = [
@@ -705,18 +727,117 @@ def files_kg_build(source: str, home: str, names: list[str], jobs: int, lake: st
         "--jobs",
         str(jobs),
     ]
-    seconds = _kg(home, build)
+    seconds = _kg(home, build, checkout=checkout)
     return {"seconds": seconds, **_instance_file_runs(home, names)}
 
 
-def files_celery(source: str, home: str, names: list[str], workers: int, lake: str) -> dict:
+def _process_cpu() -> tuple[dict[int, int], dict[int, float]]:
+    """Every process's parent and CPU seconds (its own, and its reaped children's), from /proc."""
+    tick = os.sysconf("SC_CLK_TCK")
+    parents, cpu = {}, {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parents[int(entry)] = int(fields[1])
+        cpu[int(entry)] = sum(int(x) for x in fields[11:15]) / tick
+    return parents, cpu
+
+
+def _tree_cpu_s(root: int, parents: dict[int, int], cpu: dict[int, float]) -> float:
+    """The CPU seconds of ``root`` and every live descendant (reaped ones are in their
+    parent's children's time)."""
+    total, stack = 0.0, [root]
+    while stack:
+        pid = stack.pop()
+        total += cpu.get(pid, 0.0)
+        stack.extend(p for p, parent in parents.items() if parent == pid)
+    return total
+
+
+def _deployment_cpu(home: str) -> dict[str, float]:
+    """CPU seconds of each process of the running deployment (workers with their children)."""
+    with open(os.path.join(home, "workers", "state.json")) as f:
+        processes = json.load(f)["processes"]
+    parents, cpu = _process_cpu()
+    return {p["name"].split("@")[0]: _tree_cpu_s(p["pid"], parents, cpu) for p in processes}
+
+
+def _children_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+TIMELINE_EVENTS = {
+    "STEP_START": "start",
+    "STEP_SUCCESS": "end",
+    "STEP_FAILURE": "failed",
+}
+
+
+def _timeline(home: str, names: list[str], t0: float) -> list[dict]:
+    """Each run of the build, from the instance: when it was queued, started and ended, and
+    for each step when the run submitted it to Celery, when it started and ended (seconds
+    after ``t0``, the build's start)."""
+    import dagster as dg
+
+    def at(ts: float | None) -> float | None:
+        return None if ts is None else round(ts - t0, 1)
+
+    rows = []
+    with dg.DagsterInstance.from_config(os.path.join(home, "dagster")) as instance:
+        for record in sorted(instance.get_run_records(), key=lambda r: r.create_timestamp):
+            run = record.dagster_run
+            files = _run_files(run.tags, names)
+            steps: dict[str, dict] = {}
+            for entry in instance.all_logs(run.run_id):
+                event = entry.dagster_event
+                key = entry.step_key
+                if event is None or key is None:
+                    continue
+                mark = TIMELINE_EVENTS.get(event.event_type_value)
+                message = entry.user_message or ""
+                if mark is None and message.startswith("Submitting celery task"):
+                    mark = "submit"
+                if mark:
+                    steps.setdefault(key, {})[mark] = at(entry.timestamp)
+            rows.append(
+                {
+                    "run": run.run_id[:8],
+                    "files": f"{files[0]}..{files[-1]}" if len(files) > 1 else (files or [""])[0],
+                    "queued": at(record.create_timestamp.timestamp()),
+                    "start": at(record.start_time),
+                    "end": at(record.end_time),
+                    "steps": steps,
+                }
+            )
+    return rows
+
+
+def files_celery(
+    source: str, home: str, names: list[str], workers: int, lake: str, checkout: str = REPO
+) -> dict:
     """``kg workers start`` (Redis, Postgres, N workers), the same ``kg build`` on the Celery
-    executor, ``kg workers stop``."""
-    _kg(home, ["workers", "start", "--workers", str(workers)])
+    executor, ``kg workers stop``; with the CPU seconds of each process of the deployment and
+    of ``kg build`` (its own and its children's: daemon, code server, runs), and the runs'
+    timeline from the instance."""
+    _kg(home, ["workers", "start", "--workers", str(workers)], checkout=checkout)
     try:
-        return files_kg_build(source, home, names, workers, lake)
+        before, children = _deployment_cpu(home), _children_cpu_s()
+        t0 = time.time()
+        result = files_kg_build(source, home, names, workers, lake, checkout)
+        after = _deployment_cpu(home)
+        cpu = {name: round(after[name] - before.get(name, 0.0), 1) for name in after}
+        cpu["kg_build"] = round(_children_cpu_s() - children, 1)
+        result["cpu_s"] = {**cpu, "total": round(sum(cpu.values()), 1)}
+        result["timeline"] = _timeline(home, names, t0)
+        return result
     finally:
-        _kg(home, ["workers", "stop"])
+        _kg(home, ["workers", "stop"], checkout=checkout)
 
 
 def _moto_lake() -> tuple[str, object]:
@@ -799,7 +920,15 @@ def files_mode(args: argparse.Namespace) -> dict:
     }
     if args.s3_lake:
         ways["celery_s3"] = lambda h: files_celery_s3(source, h, names, args.jobs, args.s3_lake)
-    for way in ("serial", "multiprocess", "celery", "celery_s3"):
+    order = ["serial", "multiprocess", "celery", "celery_s3"]
+    if args.reference:
+        reference = os.path.abspath(args.reference)
+        ways["celery_reference"] = lambda h: files_celery(
+            source, h, names, args.jobs, f"{h}/lake", reference
+        )
+        result["reference"] = reference
+        order.insert(0, "celery_reference")  # before the serial way, this checkout's after it
+    for way in order:
         if way in args.skip or way not in ways:
             reason = "--skip" if way in args.skip else "no --s3-lake given (s3://bucket/prefix)"
             result[f"{way}_s"], result[f"{way}_skipped"] = None, reason
@@ -813,9 +942,10 @@ def files_mode(args: argparse.Namespace) -> dict:
         result[f"{way}_per_file_step_s"] = _median(runs[way]["per_file_run_s"])
         result[f"{way}_file_runs"] = runs[way].get("file_runs")
         result[f"{way}_events_per_file"] = runs[way].get("events_per_file")
+        result[f"{way}_cpu_s"] = runs[way].get("cpu_s", {}).get("total")
         print(json.dumps({"way": way, **runs[way]}), flush=True)
     serial = result.get("serial_s")
-    for way in ("multiprocess", "celery"):
+    for way in ("multiprocess", "celery", "celery_reference"):
         got = result.get(f"{way}_s")
         result[f"speedup_{way}"] = _ratio(serial, got) if serial and got else None
     steps = runs.get("serial", {}).get("per_file_run_s") or next(
@@ -858,6 +988,12 @@ def main() -> int:
         default=[],
         choices=["serial", "multiprocess", "celery", "celery_s3"],
         help="--files: a way not to run",
+    )
+    parser.add_argument(
+        "--reference",
+        metavar="DIR",
+        help="--files: also run the celery way from this other checkout (its .venv), before "
+        "the serial way, in the same run (celery_reference_s, speedup_celery_reference)",
     )
     parser.add_argument("--workdir", default=None, help="scratch folder (default: a temp dir)")
     parser.add_argument("--keep", action="store_true", help="keep the scratch lake")

@@ -43,11 +43,14 @@ def instance_config(
     config = copy.deepcopy(template_config() if template is None else template)
     pools = config.setdefault("concurrency", {}).setdefault("pools", {})
     pools["default_limit"] = NCBI_POOL_LIMIT
-    if deployment is None:
-        config.pop("storage", None)
-    else:
-        # one `storage` block covers run, event-log and schedule storage
-        config["storage"] = {"postgres": {"postgres_url": deployment.postgres_url}}
+    config.pop("storage", None)
+    if deployment is not None:
+        # run, event-log and schedule storage on Postgres, each keeping its connection open
+        # in every process (dagster-postgres alone opens one per query); imported here, as
+        # dagster_postgres is, only where a deployment is
+        from kg_platform.orchestration.pooled_postgres import storage_config
+
+        config.update(storage_config(deployment.postgres_url))
     return config
 
 

@@ -38,6 +38,8 @@ from kg_platform.settings.workers import (
 )
 from kg_platform_tests.conftest import use_kg_home
 
+STORAGES = ("run_storage", "event_log_storage", "schedule_storage")
+
 
 def deployment_with(redis_pid: int, queues: tuple[str, ...] = ("dagster", "parse")) -> Deployment:
     return Deployment(
@@ -71,21 +73,36 @@ def test_instance_config_adds_postgres_and_pins_the_ncbi_limit() -> None:
     template = template_config()
     deployment = deployment_with(1)
     config = instance_config(deployment)
-    assert config["storage"] == {
-        "postgres": {"postgres_url": "postgresql+psycopg2://kg@127.0.0.1:5440/dagster"}
+    url = "postgresql+psycopg2://kg@127.0.0.1:5440/dagster"
+    module = "kg_platform.orchestration.pooled_postgres"
+    assert {k: config[k] for k in STORAGES} == {
+        "run_storage": {
+            "module": module,
+            "class": "PooledPostgresRunStorage",
+            "config": {"postgres_url": url},
+        },
+        "event_log_storage": {
+            "module": module,
+            "class": "PooledPostgresEventLogStorage",
+            "config": {"postgres_url": url},
+        },
+        "schedule_storage": {
+            "module": module,
+            "class": "PooledPostgresScheduleStorage",
+            "config": {"postgres_url": url},
+        },
     }
     assert config["concurrency"]["pools"]["default_limit"] == 4
     # everything else is the repository's template
-    rest = {k: v for k, v in config.items() if k != "storage"}
+    rest = {k: v for k, v in config.items() if k not in STORAGES}
     assert rest == template
-    assert "storage" not in instance_config(None)
+    assert not set(STORAGES) & set(instance_config(None))
 
 
 def test_instance_yaml_round_trip_and_back_to_the_template(tmp_path: Path) -> None:
     path = write_instance_yaml(tmp_path, deployment_with(1))
-    assert yaml.safe_load(path.read_text())["storage"]["postgres"]["postgres_url"].endswith(
-        "@127.0.0.1:5440/dagster"
-    )
+    written = yaml.safe_load(path.read_text())["event_log_storage"]["config"]
+    assert written["postgres_url"].endswith("@127.0.0.1:5440/dagster")
     write_instance_yaml(tmp_path, None)
     assert path.read_text() == TEMPLATE.read_text()
 
