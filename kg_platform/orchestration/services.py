@@ -23,6 +23,7 @@ from kg_platform.settings.workers import Process, pid_alive
 HOST = "127.0.0.1"
 POSTGRES_USER = "kg"
 POSTGRES_DB = "dagster"
+MAX_CONNECTIONS = 400
 # prefork children start from a parent that imported dagster and the assets already
 WORKER_PRELOAD = "kg_platform.assets.preload"
 
@@ -194,6 +195,10 @@ def start_postgres(folder: Path, port: int, timeout: float = 60) -> Process:
         os.chown(log, pwd.getpwnam(user).pw_uid, -1)
     args = [postgres, "-D", str(data), "-p", str(port), "-c", f"listen_addresses={HOST}"]
     args += ["-c", f"unix_socket_directories={data}"]
+    # every process that opens the instance keeps a connection per storage open (and more
+    # while its threads query at once: orchestration/pooled_postgres): room for the runs,
+    # the workers' steps, the daemon and the UI of a large machine's deployment
+    args += ["-c", f"max_connections={MAX_CONNECTIONS}"]
     proc = _spawn(args, log, cwd=data, user=user)
     _wait_until(lambda: _connect(port).close() is None, proc, f"postgres on {port}", log, timeout)
     conn = _connect(port)

@@ -498,6 +498,8 @@ def test_an_instance_keeps_one_postgres_connection_per_storage(deployment) -> No
     CPU-s of Postgres, in a 64-file build."""
     import psycopg2
 
+    from kg_platform.orchestration.services import MAX_CONNECTIONS
+
     home, _, recorded, _ = deployment
     watcher = psycopg2.connect(
         host=recorded.host,
@@ -541,5 +543,7 @@ def test_an_instance_keeps_one_postgres_connection_per_storage(deployment) -> No
                 f"AND backend_start >= '{since.isoformat()}'"
             )
         assert (during, kept) == (0, 3)
+        # room for a connection kept per storage by every process of a large deployment
+        assert query("SHOW max_connections") == str(MAX_CONNECTIONS)
     finally:
         watcher.close()
