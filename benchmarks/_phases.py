@@ -155,7 +155,7 @@ def project(points: list[dict], target_records: int, target_cores: list[int]) ->
     "peak_rss_mib"}}}``; ``one_core_s`` is the phase's span on one core (or its CPU seconds
     where no one-core build ran), ``speedup_2`` its speedup on 2 cores against 1 (None: not
     measured, taken as serial). The serial fraction is the largest size's. Peak RSS is
-    projected on the line through the two sizes."""
+    projected on the line through the two sizes (slope at least 0, as the seconds')."""
     points = sorted(points, key=lambda p: p["records"])
     small, large = points[0], points[-1]
     if len(points) != 2 or small["records"] == large["records"]:
@@ -197,7 +197,7 @@ def project(points: list[dict], target_records: int, target_cores: list[int]) ->
             )
         rss = [p["phases"].get(name, {}).get("peak_rss_mib") for p in (small, large)]
         if None not in rss:
-            per = (rss[1] - rss[0]) / (large["records"] - small["records"])
+            per = max(0, rss[1] - rss[0]) / (large["records"] - small["records"])
             entry["peak_rss_mib"] = round(rss[1] + per * (target_records - large["records"]))
         phases[name] = entry
         total_one += one
@@ -248,12 +248,16 @@ def table(builds: dict[str, dict], records: int) -> dict:
     return out
 
 
-def points_from(results: list[dict]) -> tuple[list[dict], str]:
+def points_from(results: list[dict], cpu: bool = False) -> tuple[list[dict], str]:
     """Projection points from rehearsal results (each with ``records`` and the ``phases``
     of ``table``), and their basis: every phase's span on one core where every result has
-    a one-core build, else its CPU seconds (the largest build's) at each size. A phase's
-    speedup is the largest size's, or the other's where the largest has none."""
-    one_core = all(all("1" in p["span_s"] for p in r["phases"].values()) for r in results)
+    a one-core build (and not ``cpu``), else its CPU seconds (the largest build's) at each
+    size: the work on one idle core, without its waits, and the figure the load inflates
+    least. A phase's speedup is the largest size's, or the other's where the largest has
+    none."""
+    one_core = not cpu and all(
+        all("1" in p["span_s"] for p in r["phases"].values()) for r in results
+    )
     basis = "one_core_span_s" if one_core else "cpu_s"
     points = []
     for r in results:

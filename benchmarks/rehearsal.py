@@ -739,6 +739,13 @@ def main() -> int:
         help="no build: project two earlier runs' results (files whose last line is this "
         "script's JSON) to --target-records on --target-cores",
     )
+    parser.add_argument(
+        "--basis",
+        choices=["span", "cpu"],
+        default="span",
+        help="--project's one-core seconds: the phases' spans on one core (where every "
+        "result has them) or their CPU seconds (on a loaded machine, the steadier)",
+    )
     parser.add_argument("--target-records", type=int, default=40_000_000)
     parser.add_argument("--target-cores", type=int, nargs="+", default=[2, 26])
     parser.add_argument("--jobs", type=int, default=2, help="kg build --jobs")
@@ -766,7 +773,7 @@ def main() -> int:
     args = parser.parse_args()
     if args.project:
         results = [_last_json(path) for path in args.project]
-        points, basis = _phases.points_from(results)
+        points, basis = _phases.points_from(results, cpu=args.basis == "cpu")
         got = _phases.project(points, args.target_records, args.target_cores)
         print(json.dumps({"benchmark": "rehearsal_projection", "basis": basis, **got}))
         return 0

@@ -165,6 +165,9 @@ def test_rehearsal_projects_two_results(tmp_path: Path) -> None:
     assert parse["seconds"] == {"2": 229.7, "26": 70.7}
     assert parse["stops_scaling_on"] == [26]
     assert parse["peak_rss_mib"] == 2200
+    # --basis cpu: CPU seconds at both sizes even where one-core spans exist
+    points, basis = _phases.points_from([json.loads(large.read_text())], cpu=True)
+    assert (basis, points[0]["phases"]["parse"]["one_core_s"]) == ("cpu_s", 41.0)
     # without a one-core build at the larger size: CPU seconds at both, the smaller's speedup
     points, basis = _phases.points_from(
         [_result(1_000_000, 12.0, 8.0, 11.0, 250), _result(4_000_000, None, 24.0, 41.0, 400)]
