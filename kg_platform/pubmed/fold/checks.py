@@ -11,7 +11,6 @@ import os
 import shutil
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import polars as pl
@@ -30,7 +29,6 @@ from kg_platform.pubmed.fold.recount import (
     recount_parts_polars,
     survivors_digest,
 )
-from kg_platform.settings import usable_cores
 from kg_platform.storage.corpus import (
     CORPUS_TABLES,
     PMID_BUCKET,
@@ -72,25 +70,9 @@ def _digest_of(batches: Iterator[pa.RecordBatch]) -> str:
     )
 
 
-def _per_part(lake: Lake, table: str, columns: list[str], work: Callable[[pa.Table], object]):
-    """``work`` on each part of a corpus table (``columns`` of it), the parts read side by
-    side on a thread per usable core (pyarrow reads without the GIL); the results in PMID
-    order. A table without parts raises as corpus_batches does, naming it."""
-    keys = corpus_parts(lake, table)
-    if not keys:
-        return [work(pa.Table.from_batches([b])) for b in corpus_batches(lake, table, columns)]
-    with ThreadPoolExecutor(max_workers=usable_cores()) as pool:
-        return list(pool.map(lambda key: work(lake.read_parquet(key, columns=columns)), keys))
-
-
 def _written_digest(lake: Lake) -> str:
-    """survivors_digest of the corpus articles as written, read part by part."""
-    columns = ["pmid", "version", "file"]
-    return _digest_of(
-        batch
-        for part in _per_part(lake, "articles", columns, lambda t: t.combine_chunks())
-        for batch in part.to_batches()
-    )
+    """survivors_digest of the corpus articles as written, read one row group at a time."""
+    return _digest_of(corpus_batches(lake, "articles", ["pmid", "version", "file"]))
 
 
 def check_one_row_per_pmid(lake: Lake) -> CheckOutcome:
@@ -139,14 +121,15 @@ def check_recount(lake: Lake, files: list[str], result: FoldResult) -> CheckOutc
 
 
 def check_edge_sources_in_articles(lake: Lake) -> CheckOutcome:
-    """Every child row's PMID is a corpus article; the child tables are read one part at a
-    time per core against the set of article PMIDs."""
+    """Every child row's PMID is a corpus article; the child tables are read one row group
+    at a time against the set of article PMIDs."""
     pmids = PmidSet(_corpus(lake, "articles", ["pmid"])["pmid"].to_numpy())
     orphans = {}
     for table in CHILD_TABLES:
         col = CORPUS_TABLES[table]
         orphans[table] = sum(
-            _per_part(lake, table, [col], lambda t: pmids.missing(t.column(0).to_numpy()))
+            pmids.missing(batch.column(0).to_numpy())
+            for batch in corpus_batches(lake, table, [col])
         )
     bad = {t: n for t, n in orphans.items() if n}
     details = f"rows without a corpus article: {bad}" if bad else "all edge sources found"

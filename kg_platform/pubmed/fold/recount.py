@@ -2,27 +2,19 @@
 per-file tables, for every file (recount_fold_polars) or for the PMIDs of some buckets from
 the files that may hold them (recount_parts_polars). One per-file table at a time, so the
 peak follows the articles (a few integers per record) and never the child tables' rows
-(~800M citations for a 40M-record baseline); the files are read side by side, a thread per
-usable core."""
+(~800M citations for a 40M-record baseline)."""
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from typing import TypeVar
 
 import numpy as np
 import polars as pl
 import pyarrow.parquet as pq
 
 from kg_platform.pubmed.fold.base import CHILD_TABLES, PmidSet, check_files, read_frame, table_key
-from kg_platform.settings import usable_cores
 from kg_platform.storage.corpus import CORPUS_TABLES, PMID_BUCKET, bucket_bounds
 from kg_platform.storage.lake import Lake
-
-T = TypeVar("T")
-R = TypeVar("R")
 
 
 def file_codes(files: pl.Series, names: dict[str, int]) -> np.ndarray:
@@ -52,21 +44,11 @@ def survivors_digest(
     return digest.hexdigest()
 
 
-def _side_by_side(work: Callable[[T], R], items: list[T]) -> list[R]:
-    """``work`` on each item, on a thread per usable core (pyarrow reads and Polars joins
-    without the GIL), the results in the items' order."""
-    with ThreadPoolExecutor(max_workers=usable_cores()) as pool:
-        return list(pool.map(work, items))
-
-
 def _records(lake: Lake, files: list[str], names: dict[str, int]) -> pl.DataFrame:
-    """(pmid, version, file_code, file_ord) of every record of every file, the files read
-    side by side."""
-    read = _side_by_side(
-        lambda f: read_frame(lake, table_key("articles", f), ["pmid", "version", "file"]), files
-    )
+    """(pmid, version, file_code, file_ord) of every record of every file."""
     frames = []
-    for ord_, frame in enumerate(read):
+    for ord_, file in enumerate(files):
+        frame = read_frame(lake, table_key("articles", file), ["pmid", "version", "file"])
         frames.append(
             pl.DataFrame(
                 {
@@ -109,29 +91,21 @@ def recount_fold_polars(lake: Lake, files: list[str]) -> dict[str, object]:
     del records, joined
     starts = np.searchsorted(survivors["file_ord"].to_numpy(), np.arange(len(files) + 1))
     survivor_pmids = PmidSet(survivors["pmid"].to_numpy())
-
-    def kept_rows(ord_: int) -> tuple[dict[str, int], int]:
-        """One file's surviving child rows per table, and its dangling citations."""
+    rows = {"articles": survivors.height, **dict.fromkeys(CHILD_TABLES, 0)}
+    dangling = 0
+    for ord_, file in enumerate(files):
         keys = survivors.slice(starts[ord_], starts[ord_ + 1] - starts[ord_]).select(
             "pmid", "version"
         )
-        counts, dangling = {}, 0
         for table in CHILD_TABLES:
             pmid_col = CORPUS_TABLES[table]
             cols = [pmid_col, "version"] + (["cited_pmid"] if table == "citations" else [])
-            kept = read_frame(lake, table_key(table, files[ord_]), cols).join(
+            kept = read_frame(lake, table_key(table, file), cols).join(
                 keys.rename({"pmid": pmid_col}), on=[pmid_col, "version"], how="inner"
             )
-            counts[table] = kept.height
+            rows[table] += kept.height
             if table == "citations":
-                dangling = survivor_pmids.missing(kept["cited_pmid"].to_numpy())
-        return counts, dangling
-
-    # the files side by side, each one per-file table at a time
-    per_file = _side_by_side(kept_rows, list(range(len(files))))
-    rows = {"articles": survivors.height}
-    rows.update({t: sum(counts[t] for counts, _ in per_file) for t in CHILD_TABLES})
-    dangling = sum(d for _, d in per_file)
+                dangling += survivor_pmids.missing(kept["cited_pmid"].to_numpy())
     return {
         "rows": rows,
         "deleted": removed,
