@@ -47,8 +47,9 @@ record on the release's first file (``benchmarks/parse.py``'s child, same run), 
 CPU affinity, which every process of the build inherits; the build with most cores is the
 one measured further, the others go to a home and lake of their own, removed once
 measured): ``phases`` then holds each phase's figures per count and its ``speedup_2``
-(span on 1 core over span on 2), ``build_speedup_2`` the build's. The build sizes its
-pools by ``os.cpu_count()``, so a build pinned to one core runs as many processes on it.
+(span on 1 core over span on 2), ``build_speedup_2`` the build's. A pinned build keeps its
+``--jobs`` runs and its parse workers (sized by ``os.cpu_count()``); DuckDB's threads follow
+the affinity (``settings.usable_cores``).
 
 ``--project A B`` (no build) reads two results (the last JSON line of each run's output)
 at two sizes and projects the build to ``--target-records`` (40M) on ``--target-cores``
