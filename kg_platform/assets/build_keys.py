@@ -11,7 +11,7 @@ import dagster as dg
 
 from kg_platform.assets import partitions as p
 from kg_platform.orchestration.runs import FileRuns
-from kg_platform.settings import PARSE_WORKERS_ENV, reference_data_dir
+from kg_platform.settings import PARSE_WORKERS_ENV, reference_data_dir, usable_cores
 
 
 @dataclass(frozen=True)
@@ -132,4 +132,4 @@ def file_run_environment(n_files: int, jobs: int) -> dict[str, str]:
     if PARSE_WORKERS_ENV in os.environ or not n_files:
         return {}
     at_once = max(1, min(jobs, -(-n_files // FILES_PER_RUN)))
-    return {PARSE_WORKERS_ENV: str(max(1, (os.cpu_count() or 1) // at_once))}
+    return {PARSE_WORKERS_ENV: str(max(1, usable_cores() // at_once))}

@@ -6,10 +6,9 @@ summary whose counts come from the instance (build_report.py)."""
 from __future__ import annotations
 
 import argparse
-import os
 import time
 
-from kg_platform.settings import Settings
+from kg_platform.settings import Settings, usable_cores
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -23,8 +22,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--jobs",
         type=int,
-        default=os.cpu_count() or 1,
-        help="runs at once (Dagster's run queue limit; default: the cores)",
+        default=usable_cores(),
+        help="runs at once (Dagster's run queue limit; default: the cores this process may use)",
     )
     p.add_argument("--force", action="store_true", help="redo the selection even where fresh")
     p.add_argument(

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from kg_platform.orchestration import services
 from kg_platform.orchestration.instance import initialize_pools, write_instance_yaml
+from kg_platform.settings import usable_cores
 from kg_platform.settings.workers import (
     DEFAULT_QUEUE,
     GPU_QUEUE,
@@ -70,7 +71,7 @@ def parse_workers_per_step(n_workers: int, concurrency: int, cores: int | None =
     """The processes a step of a local worker parses its files with: the machine's cores
     shared by the steps its workers run at once (a Celery child, daemonic, would otherwise
     parse a batch on one core however many the worker has)."""
-    cores = cores or os.cpu_count() or 1
+    cores = cores or usable_cores()
     return max(1, cores // max(1, n_workers * concurrency))
 
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from kg_platform.checks import CheckOutcome
 from kg_platform.pubmed.contracts import TABLE_CHECKS
 from kg_platform.schemas import PUBMED_TABLES
-from kg_platform.settings import PARSE_WORKERS_ENV, whole_number
+from kg_platform.settings import PARSE_WORKERS_ENV, usable_cores, whole_number
 from kg_platform.storage.lake import Lake
 from kg_platform.storage.tables import table_key
 
@@ -254,7 +254,7 @@ def parse_workers() -> int:
 
     chosen = whole_number(PARSE_WORKERS_ENV)
     if chosen is None:
-        return 1 if multiprocessing.current_process().daemon else (os.cpu_count() or 1)
+        return 1 if multiprocessing.current_process().daemon else usable_cores()
     return chosen
 
 

@@ -67,7 +67,7 @@ def test_file_runs_get_the_cores_over_the_runs_at_once(monkeypatch) -> None:
     from kg_platform.assets.build_keys import file_run_environment
 
     monkeypatch.delenv("KG_PARSE_WORKERS", raising=False)
-    monkeypatch.setattr("os.cpu_count", lambda: 8)
+    monkeypatch.setattr("kg_platform.assets.build_keys.usable_cores", lambda: 8)
     assert file_run_environment(16, 2) == {"KG_PARSE_WORKERS": "8"}  # one run of 16
     assert file_run_environment(17, 2) == {"KG_PARSE_WORKERS": "4"}  # 16 + 1: two at once
     assert file_run_environment(64, 4) == {"KG_PARSE_WORKERS": "2"}
@@ -75,3 +75,29 @@ def test_file_runs_get_the_cores_over_the_runs_at_once(monkeypatch) -> None:
     assert file_run_environment(0, 2) == {}
     monkeypatch.setenv("KG_PARSE_WORKERS", "3")
     assert file_run_environment(64, 2) == {}
+
+
+def test_a_pinned_build_sizes_its_runs_and_parse_workers_by_its_affinity(monkeypatch) -> None:
+    """Pinned to one core (taskset, a cpuset), `kg build`'s default --jobs, a file run's
+    parse workers and a local Celery worker's parse processes are one, not the machine's
+    cores: the affinity is what the process may use."""
+    import argparse
+    import os
+
+    from kg_platform.assets.build_keys import file_run_environment
+    from kg_platform.commands.build import add_parser
+    from kg_platform.orchestration.deployment import parse_workers_per_step
+    from kg_platform.pubmed.tables import parse_workers
+
+    monkeypatch.delenv("KG_PARSE_WORKERS", raising=False)
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(before)})
+    try:
+        parser = argparse.ArgumentParser()
+        add_parser(parser.add_subparsers())
+        assert parser.parse_args(["build"]).jobs == 1
+        assert file_run_environment(16, 2) == {"KG_PARSE_WORKERS": "1"}
+        assert parse_workers() == 1
+        assert parse_workers_per_step(1, 1) == 1
+    finally:
+        os.sched_setaffinity(0, before)
