@@ -71,6 +71,7 @@ SMOKE: dict[str, list[str] | str] = {
     # the feed from token files with the null model (the MiniLM on CPU: ~20 CPU-s more)
     "file_steps.py": ["--files", "2", "--records-per-file", "200", "--work", "{work}/steps"],
     "embed.py": ["--null-model", "--n", "64", "--files", "1"],
+    "fold_phases.py": ["--lake", "{updated}", "--work", "{work}/fold-phases"],
     "fold_sample_check.py": ["--lake", "{updated}", "--release", "{release}", "--rounds", "1"],
     "graph.py": ["--articles", "3000", "--citations", "30000", "--mesh-edges", "27000"],
     "graph_phases.py": ["--lake", "{updated}", "--release", "{release}", "--mesh-year"]
