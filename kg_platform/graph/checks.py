@@ -23,6 +23,7 @@ from kg_platform.pubmed.fold.manifest import FOLD_TOUCHED, REPLACED_TABLES, repl
 from kg_platform.settings import usable_cores as workers
 from kg_platform.storage.digest import array_sha256
 from kg_platform.storage.lake import Lake
+from kg_platform.storage.mapped import release
 
 _KNOWN_FLAGS = layout.QUOTABLE | layout.RETRACTED | layout.CONCERN
 
@@ -30,10 +31,19 @@ _KNOWN_FLAGS = layout.QUOTABLE | layout.RETRACTED | layout.CONCERN
 def check_invariants(store: KGStore, threads: int | None = None) -> CheckOutcome:
     """Manifest (dtype, length, sha256), CSR shape and order, and the two directions of each
     edge kind agreeing with each other. The arrays are hashed, and scanned, on ``threads``
-    threads (default: the cores this process may use, ``settings.usable_cores``)."""
+    threads (default: the cores this process may use, ``settings.usable_cores``).
+
+    Memory: the edge arrays (the build's bulk) are read a window at a time, and a window's
+    mapped pages leave the process once it is read (``mapped.release``); an array of one
+    entry per article or descriptor is read whole, then dropped; the store holds no pages
+    when the check returns. So the check holds about a window per thread and a few arrays
+    of one entry per article, not the build."""
     threads = threads or workers()
-    with ThreadPoolExecutor(threads) as pool:
-        return _invariants(store, pool, threads)
+    try:
+        with ThreadPoolExecutor(threads) as pool:
+            return _invariants(store, pool, threads)
+    finally:
+        store.release()
 
 
 def _invariants(store: KGStore, pool: ThreadPoolExecutor, threads: int) -> CheckOutcome:
@@ -49,7 +59,7 @@ def _invariants(store: KGStore, pool: ThreadPoolExecutor, threads: int) -> Check
         a = store.array(name)
         info = arrays[name]
         if a.dtype.str == info["dtype"] and a.shape[0] == info["length"]:
-            hashed[name] = pool.submit(array_sha256, a)
+            hashed[name] = pool.submit(array_sha256, a, True)
     for name in layout.ALL_ARRAYS:
         info = arrays.get(name)
         if info is None:
@@ -77,7 +87,7 @@ def _invariants(store: KGStore, pool: ThreadPoolExecutor, threads: int) -> Check
         pool, threads, store.array("mesh2art_indptr"), store.array("mesh2art_major")
     )
     problems += _direction_problems(store, pool, threads)
-    counts = np.diff(store.array("mesh2art_indptr"))
+    counts = np.diff(store.array("mesh2art_indptr"))  # one entry per descriptor
     if not np.array_equal(counts, store.array("mesh_article_count")):
         problems.append("mesh_article_count differs from mesh2art_indptr")
     for job in row_done:
@@ -110,6 +120,8 @@ def _node_problems(store: KGStore) -> list[str]:
             problems.append(f"{name} has {store.array(name).size} entries, pmids {n}")
     if np.any(store.array("flags") & ~np.uint8(_KNOWN_FLAGS)):
         problems.append("flags holds unknown bits")
+    for name in ("pmids", "mesh_uis", "year", "flags"):
+        release(store.array(name))
     return problems
 
 
@@ -134,6 +146,8 @@ def _title_shape_problems(store: KGStore) -> list[str]:
         return ["title_offsets is not monotone from 0 to the end of title_bytes"]
     if np.any(lengths[null] != 0):
         return ["title_bytes holds text for a null title"]
+    release(offsets)
+    release(null)
     return []
 
 
@@ -155,6 +169,9 @@ def _utf8_jobs(store: KGStore, pool: ThreadPoolExecutor, threads: int) -> list[F
             titles.slice(lo, hi - lo).validate(full=True)
         except pa.ArrowInvalid as error:
             return [f"title_bytes is not UTF-8 (titles {lo} to {hi - 1}: {error})"]
+        finally:  # the slice's pages leave memory once it is read
+            release(data, int(offsets[lo]), int(offsets[hi]))
+            release(offsets, lo, hi + 1)
         return []
 
     return [pool.submit(valid, lo, hi) for lo, hi in zip(cuts[:-1], cuts[1:], strict=True)]
@@ -162,33 +179,26 @@ def _utf8_jobs(store: KGStore, pool: ThreadPoolExecutor, threads: int) -> list[F
 
 def _direction_problems(store: KGStore, pool: ThreadPoolExecutor, threads: int) -> list[str]:
     """Each edge stored twice must be the same edge: compare degree and major counts, each
-    counted on ``threads`` threads (``scans``)."""
+    counted on ``threads`` threads (``scans``), one array after another, a window at a
+    time."""
     from kg_platform.graph import scans
 
     n, n_desc = store.n_articles, store.n_descriptors
-    jobs: list[tuple[str, np.ndarray, np.ndarray, list[Future[None]]]] = []
-    for fwd, rev, n_rev in (("cite", "cited_by", n), ("mesh2art", "art2mesh", n_desc)):
-        n_fwd_rows = store.array(f"{rev}_indptr").size - 1
-        got, done = scans.value_counts(pool, threads, store.array(f"{fwd}_indices"), n_fwd_rows)
-        jobs.append(
-            (f"{fwd} and {rev} disagree on degrees", got, store.array(f"{rev}_indptr"), done)
-        )
-        got, done = scans.value_counts(pool, threads, store.array(f"{rev}_indices"), n_rev)
-        jobs.append(
-            (f"{rev} and {fwd} disagree on degrees", got, store.array(f"{fwd}_indptr"), done)
-        )
-    a2m = store.array("art2mesh_indices")
-    majors_by_desc, done = scans.value_counts(
-        pool, threads, a2m, n_desc, mask=store.array("art2mesh_major")
-    )
     problems = []
-    for problem, got, indptr, pending in jobs:
-        for job in pending:
-            job.result()
-        if not np.array_equal(got, np.diff(indptr)):
-            problems.append(problem)
-    for job in done:
-        job.result()
+    for fwd, rev, n_rev in (("cite", "cited_by", n), ("mesh2art", "art2mesh", n_desc)):
+        # each direction's indices counted per column: the other direction's degrees
+        for counted, other, n_rows in (
+            (fwd, rev, store.array(f"{rev}_indptr").size - 1),
+            (rev, fwd, n_rev),
+        ):
+            got = scans.value_counts(pool, threads, store.array(f"{counted}_indices"), n_rows)
+            degrees = store.array(f"{other}_indptr")
+            if not np.array_equal(got, np.diff(degrees)):
+                problems.append(f"{counted} and {other} disagree on degrees")
+            release(degrees)
+    majors_by_desc = scans.value_counts(
+        pool, threads, store.array("art2mesh_indices"), n_desc, mask=store.array("art2mesh_major")
+    )
     if not np.array_equal(majors_by_desc, store.array("mesh_major_count")):
         problems.append("art2mesh_major and mesh2art_major disagree")
     return problems
@@ -602,6 +612,7 @@ def recount(
     rng = np.random.default_rng(_seed(store.build_id))
     mismatches: list[str] = []
     arr_totals = _store_totals(store)
+    store.release()  # the arrays' side is counted: their pages leave before DuckDB's work
     if delta is None:
         sql_totals, source = _totals(con), "DuckDB"
         present = rewired = np.zeros(0, dtype=np.int64)

@@ -26,6 +26,7 @@ from kg_platform.storage.graph import (  # noqa: F401 (the graph's lake keys, re
     read_manifest,
     size_problems,
 )
+from kg_platform.storage.mapped import release, windows
 from kg_platform.storage.mesh import mesh_key
 
 # the corpus tables a build reads, each a folder of parts (kg_platform.storage.corpus)
@@ -150,7 +151,7 @@ class Csr:
 
     def check(self, full: bool = False) -> Csr:
         ptr, idx, *flag_name = self.kind.arrays
-        indptr, indices, size = self.indptr, self.indices, self.indices.size
+        indptr, size = self.indptr, self.indices.size
         if indptr.ndim != 1 or indptr.size != self.n_rows + 1:
             raise ValueError(
                 f"{ptr} has {indptr.size} entries, expected {self.n_rows + 1} (rows + 1)"
@@ -165,23 +166,53 @@ class Csr:
             raise ValueError(f"{ptr} runs from {first} to {last}, expected 0 to {size} ({idx})")
         if not full:
             return self
-        falls = np.flatnonzero(indptr[1:] < indptr[:-1])
-        if falls.size:
-            r = int(falls[0])
+        self._scan(ptr, idx)
+        return self
+
+    def _scan(self, ptr: str, idx: str) -> None:
+        """The O(nnz) checks, a window of each array at a time: on a memory-mapped array the
+        pages of a window leave this process's memory once it is scanned (``release``), so
+        the scan holds a window of each array, not the arrays, and its temporaries are a
+        window's. The same findings, and the same messages, as one pass over each whole."""
+        indptr, indices, size = self.indptr, self.indices, self.indices.size
+        falls, first_fall = 0, -1
+        for lo, hi in windows(indptr.size - 1, indptr.itemsize):
+            part = indptr[lo : hi + 1]
+            found = np.flatnonzero(part[1:] < part[:-1])
+            if found.size and first_fall < 0:
+                first_fall = lo + int(found[0])
+            falls += int(found.size)
+            release(indptr, lo, hi)
+        if falls:
+            r = first_fall
             raise ValueError(
-                f"{ptr} is not monotone: {falls.size} fall(s), the first from "
+                f"{ptr} is not monotone: {falls} fall(s), the first from "
                 f"{int(indptr[r])} to {int(indptr[r + 1])} at row {r}"
             )
-        low, high = (int(indices.min()), int(indices.max())) if size else (0, 0)
+        low = high = 0
+        rows, last_row, first_row, first_entry = 0, -1, -1, -1
+        for lo, hi in windows(size, indices.itemsize):
+            part = indices[lo:hi]
+            low = min(low, int(part.min())) if lo else int(part.min())
+            high = max(high, int(part.max())) if lo else int(part.max())
+            # a non-increase is allowed only where a row starts (entry lo against lo - 1 too)
+            start = max(lo - 1, 0)
+            seen = indices[start:hi]
+            drops = np.flatnonzero(seen[1:] <= seen[:-1]) + start + 1
+            inside = drops[indptr[np.searchsorted(indptr, drops)] != drops]
+            if inside.size:
+                found = np.unique(np.searchsorted(indptr, inside, side="right") - 1)
+                if first_entry < 0:
+                    first_row, first_entry = int(found[0]), int(inside[0])
+                # a row runs on across windows: counted in the first it is found in
+                rows += int(found.size) - int(int(found[0]) == last_row)
+                last_row = int(found[-1])
+            release(indices, lo, hi)
+        release(indptr)
         if low < 0 or high >= self.n_cols:
             raise ValueError(f"{idx} out of range 0..{self.n_cols - 1}: from {low} to {high}")
-        # a non-increase is allowed only where a row starts
-        drops = np.flatnonzero(indices[1:] <= indices[:-1]) + 1
-        inside = drops[indptr[np.searchsorted(indptr, drops)] != drops]
-        if inside.size:
-            rows = np.unique(np.searchsorted(indptr, inside, side="right") - 1)
+        if rows:
             raise ValueError(
-                f"{idx}: {rows.size} row(s) not strictly ascending, the first row "
-                f"{int(rows[0])} at entry {int(inside[0])}"
+                f"{idx}: {rows} row(s) not strictly ascending, the first row "
+                f"{first_row} at entry {first_entry}"
             )
-        return self

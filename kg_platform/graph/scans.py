@@ -11,11 +11,13 @@ output, so memory stays one output array whatever the threads.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 from numba import njit
+
+from kg_platform.storage import mapped
+from kg_platform.storage.mapped import release, windows
 
 
 @njit(nogil=True, cache=True)
@@ -45,40 +47,53 @@ def _ranges(n: int, parts: int) -> list[tuple[int, int]]:
     return [(int(a), int(b)) for a, b in zip(cuts[:-1], cuts[1:], strict=True)]
 
 
-def _split(
-    pool: ThreadPoolExecutor, n: int, parts: int, one: Callable[[int, int], None]
-) -> list[Future[None]]:
-    return [pool.submit(one, lo, hi) for lo, hi in _ranges(n, parts)]
-
-
 def value_counts(
     pool: ThreadPoolExecutor,
     parts: int,
     values: np.ndarray,
     n: int,
     mask: np.ndarray | None = None,
-) -> tuple[np.ndarray, list[Future[None]]]:
+) -> np.ndarray:
     """How often each of 0 .. n-1 occurs in ``values`` (where ``mask``), as
-    ``np.bincount(values[mask], minlength=n)`` for values in range: the output, filled once
-    the returned futures are done (``parts`` value ranges on ``pool``)."""
+    ``np.bincount(values[mask], minlength=n)`` for values in range, counted on ``pool``:
+    a window of ``values`` at a time (``mapped.windows``), each window split into ``parts``
+    value ranges, and its pages dropped from memory once every range has read it
+    (``mapped.release``: a memory-mapped array is held a window at a time, not whole)."""
     counts = np.zeros(n, dtype=np.int64)
-    flags = np.zeros(0, dtype=np.bool_) if mask is None else mask
-
-    def one(lo: int, hi: int) -> None:
-        _count_range(values, flags, lo, counts[lo:hi])
-
-    return counts, _split(pool, n, parts, one)
+    empty = np.zeros(0, dtype=np.bool_)
+    ranges = _ranges(n, parts)
+    for start, stop in windows(values.size, values.itemsize):
+        window = values[start:stop]
+        flags = empty if mask is None else mask[start:stop]
+        jobs = [pool.submit(_count_range, window, flags, lo, counts[lo:hi]) for lo, hi in ranges]
+        for job in jobs:
+            job.result()
+        release(values, start, stop)
+        if mask is not None:
+            release(mask, start, stop)
+    return counts
 
 
 def row_flag_counts(
     pool: ThreadPoolExecutor, parts: int, indptr: np.ndarray, flag: np.ndarray
 ) -> tuple[np.ndarray, list[Future[None]]]:
     """The set flags of each row of a CSR (``indptr``, ``flag``): the output, filled once
-    the returned futures are done."""
+    the returned futures are done (``parts`` row ranges on ``pool``). Each range is read a
+    window of whole rows at a time, about ``mapped.WINDOW_BYTES`` of ``flag`` (one row
+    may be more), whose pages are dropped once counted (``mapped.release``)."""
     n = indptr.size - 1
     counts = np.zeros(max(n, 0), dtype=np.int64)
+    step = max(1, mapped.WINDOW_BYTES // max(1, flag.itemsize))
 
     def one(lo: int, hi: int) -> None:
-        _row_flags(indptr, flag, lo, counts[lo:hi])
+        # row cuts where the flags reach each further step past the range's first flag
+        ends = np.arange(int(indptr[lo]) + step, int(indptr[hi]), step)
+        cuts = np.unique(
+            np.concatenate([[lo], lo + np.searchsorted(indptr[lo : hi + 1], ends), [hi]])
+        )
+        for a, b in zip(cuts[:-1].tolist(), cuts[1:].tolist(), strict=True):
+            _row_flags(indptr, flag, a, counts[a:b])
+            release(flag, int(indptr[a]), int(indptr[b]))
+        release(indptr, lo, hi + 1)
 
-    return counts, _split(pool, n, parts, one)
+    return counts, [pool.submit(one, lo, hi) for lo, hi in _ranges(n, parts)]

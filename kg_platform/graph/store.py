@@ -12,7 +12,7 @@ import numpy as np
 
 from kg_platform.graph import layout
 from kg_platform.storage.lake import Lake
-from kg_platform.storage.mapped import load_npy
+from kg_platform.storage.mapped import load_npy, release
 
 
 @dataclass(frozen=True)
@@ -82,6 +82,14 @@ class KGStore:
             found = np.asarray(mapped)
             self._arrays[name] = found
         return found
+
+    def release(self) -> None:
+        """Drop the pages of every array this store has mapped from the process's memory
+        (``mapped.release``): a check that has read the whole build hands its memory back
+        before the next step; the arrays stay mapped, and a later read maps its pages again.
+        Nothing for arrays read into memory."""
+        for array in self._arrays.values():
+            release(array)
 
     def __getattr__(self, name: str) -> np.ndarray:
         # arrays by name (store.cite_indptr); only reached when normal lookup fails

@@ -10,16 +10,22 @@ from typing import BinaryIO
 
 import numpy as np
 
+from kg_platform.storage.mapped import release
+
 # chunks bound the memory a memory-mapped array pulls in at once
 _STEP = 1 << 26
 
 
-def array_sha256(array: np.ndarray) -> str:
-    """sha256 of the array's data bytes in C order (not of the .npy header)."""
+def array_sha256(array: np.ndarray, drop_behind: bool = False) -> str:
+    """sha256 of the array's data bytes in C order (not of the .npy header); with
+    ``drop_behind``, a memory-mapped array's pages leave this process's memory as soon as
+    they are hashed (``mapped.release``), so hashing it holds one chunk of it, not all."""
     digest = hashlib.sha256()
     flat = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
     for start in range(0, flat.size, _STEP):
         digest.update(flat[start : start + _STEP])
+        if drop_behind:
+            release(flat, start, start + _STEP)
     return digest.hexdigest()
 
 

@@ -127,3 +127,50 @@ def damage() -> tuple[list[str], list[str]]:
 def opened_files() -> list[OpenedFile]:
     with _lock:
         return list(_opened.values())
+
+
+# how many bytes a scan that drops its pages behind it reads between two drops
+WINDOW_BYTES = 1 << 26
+
+
+def _file_map(array: np.ndarray) -> mmap.mmap | None:
+    """The file mapping that holds ``array``'s data, if it is a view of one (``load_npy``'s
+    mapped arrays and their slices); None for an array in memory."""
+    base: object = array
+    while base is not None:
+        if isinstance(base, mmap.mmap):
+            return base
+        base = getattr(base, "base", None)
+    return None
+
+
+def release(array: np.ndarray, start: int = 0, stop: int | None = None) -> None:
+    """Drop from this process's resident memory the pages of entries ``start`` to ``stop``
+    (default: the end) of a memory-mapped, C-contiguous ``array``; the next read of them
+    maps them again from the page cache or the file. Pages the range only shares are
+    dropped too, and a kernel that maps the file's large folios whole may drop the whole of
+    a huge page the range reaches into: they are clean pages of a read-only file, so
+    dropping one costs a re-read and never its data. Nothing for an array in memory (a
+    copied one under the serving policy, or any other), whose pages are its data."""
+    mapping = _file_map(array)
+    if mapping is None or not hasattr(mmap, "MADV_DONTNEED") or not array.size:
+        return
+    stop = array.shape[0] if stop is None else min(stop, array.shape[0])
+    if stop <= start:
+        return
+    row = array.itemsize * (array.size // array.shape[0])
+    origin = np.frombuffer(mapping, dtype=np.uint8).ctypes.data
+    first = array.ctypes.data - origin + start * row
+    last = array.ctypes.data - origin + stop * row
+    page = mmap.PAGESIZE
+    first -= first % page
+    last = min(-(-last // page) * page, len(mapping))
+    if last > first:
+        mapping.madvise(mmap.MADV_DONTNEED, first, last - first)
+
+
+def windows(size: int, itemsize: int) -> list[tuple[int, int]]:
+    """Ranges of ``size`` entries of ``itemsize`` bytes, about ``WINDOW_BYTES`` each (read
+    when called)."""
+    step = max(1, WINDOW_BYTES // max(1, itemsize))
+    return [(lo, min(lo + step, size)) for lo in range(0, size, step)]

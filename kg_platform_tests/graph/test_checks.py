@@ -7,6 +7,7 @@ import pytest
 from kg_platform.graph import layout
 from kg_platform.graph.checks import check_invariants, recount
 from kg_platform.graph.store import KGStore
+from kg_platform.storage import mapped
 from kg_platform.storage.catalog import Catalog
 from kg_platform.storage.lake import Lake
 from kg_platform_tests.support.graph import tamper
@@ -105,6 +106,35 @@ def test_csr_check_cheap_and_full() -> None:
     assert fails(lambda: ascending, True) == "cite_indices out of range 0..1: from 0 to 2"
 
 
+@pytest.mark.parametrize("window_bytes", [None, 8])
+def test_csr_full_check_in_windows(window_bytes: int | None, monkeypatch) -> None:
+    # the full check a window at a time (64 MiB, or 8 bytes: one indptr entry, two indices)
+    # finds what one pass over each whole array finds: every fall and every unordered row
+    # counted once, row 3 unordered across two windows, the row starts' drops allowed
+    if window_bytes:
+        monkeypatch.setattr(mapped, "WINDOW_BYTES", window_bytes)
+    cite = layout.EDGE_KINDS["cite"]
+
+    def full(indptr: list[int], indices: list[int]) -> str:
+        csr = layout.Csr(cite, np.array(indptr), np.array(indices, dtype=np.int32), 5, 10)
+        with pytest.raises(ValueError) as error:
+            csr.check(full=True)
+        return str(error.value)
+
+    rows = [1, 2, 3, 5, 4, 4, 7, 6, 5, 0, 1, 2]
+    assert full([0, 3, 6, 6, 9, 12], rows) == (
+        "cite_indices: 2 row(s) not strictly ascending, the first row 1 at entry 4"
+    )
+    assert full([0, 3, 2, 6, 5, 12], rows) == (
+        "cite_indptr is not monotone: 2 fall(s), the first from 3 to 2 at row 1"
+    )
+    low = [1, 2, 3, 4, 5, 6, 7, 8, 9, -1, 1, 2]
+    assert full([0, 3, 6, 6, 9, 12], low) == "cite_indices out of range 0..9: from -1 to 9"
+    ordered = [1, 2, 3, 4, 5, 6, 7, 8, 9, 0, 1, 2]
+    checked = layout.Csr(cite, np.array([0, 3, 6, 6, 9, 12]), np.array(ordered), 5, 10)
+    assert checked.check(full=True) is checked
+
+
 def test_a_flipped_major_flag_is_caught_by_both(lake: Lake, tiny, con) -> None:
     tamper(lake, tiny.build_id, "mesh2art_major", lambda a: a.__setitem__(1, True), True)
     store = KGStore.open(lake, tiny.build_id)
@@ -130,23 +160,28 @@ def test_a_wrong_edge_is_caught_by_both(lake: Lake, tiny, con) -> None:
     ) in rc.details
 
 
-@pytest.mark.parametrize("threads", [1, 3])
-def test_the_compiled_counts_are_numpys(lake: Lake, tiny, threads: int) -> None:
+@pytest.mark.parametrize(("threads", "window_bytes"), [(1, None), (3, None), (3, 4)])
+def test_the_compiled_counts_are_numpys(
+    lake: Lake, tiny, threads: int, window_bytes: int | None, monkeypatch
+) -> None:
     # the invariants' degree and major counts, split by value and row range over threads,
-    # against np.bincount and a sum per row on the hand-worked build's arrays
+    # against np.bincount and a sum per row on the hand-worked build's arrays; in one window
+    # (64 MiB), then one entry at a time
     from concurrent.futures import ThreadPoolExecutor
 
     from kg_platform.graph import scans
 
+    if window_bytes:
+        monkeypatch.setattr(mapped, "WINDOW_BYTES", window_bytes)
     store = KGStore.open(lake, tiny.build_id)
     indices, major = store.array("art2mesh_indices"), store.array("art2mesh_major")
     indptr, flag = store.array("mesh2art_indptr"), store.array("mesh2art_major")
     n = store.n_descriptors
     with ThreadPoolExecutor(threads) as pool:
-        counts, done = scans.value_counts(pool, threads, indices, n)
-        majors, done_majors = scans.value_counts(pool, threads, indices, n, mask=major)
+        counts = scans.value_counts(pool, threads, indices, n)
+        majors = scans.value_counts(pool, threads, indices, n, mask=major)
         rows, done_rows = scans.row_flag_counts(pool, threads, indptr, flag)
-        for job in done + done_majors + done_rows:
+        for job in done_rows:
             job.result()
     assert counts.tolist() == np.bincount(indices, minlength=n).tolist() == [2, 2, 1, 0, 1]
     assert majors.tolist() == np.bincount(indices[major], minlength=n).tolist()
