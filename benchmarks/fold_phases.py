@@ -185,8 +185,12 @@ def child_profile(corpus_root: str, _files: list[str]) -> dict:
 
     catalog = Catalog(Lake(corpus_root))
     spill = os.path.join(corpus_root, "profile-spill")
-    # the profile step's own connection where it has one (the reference checkout may not)
-    con = p.connect(catalog, spill) if hasattr(p, "connect") else catalog.connect()
+    # the profile step's own connection: the catalog's bounded one, or in an older reference
+    # checkout graph/profile's, or the plain one before either
+    if hasattr(catalog, "connect_bounded"):
+        con = catalog.connect_bounded(spill)
+    else:
+        con = p.connect(catalog, spill) if hasattr(p, "connect") else catalog.connect()
     try:
         catalog.refresh_views(con)
         p.article_rows(con)

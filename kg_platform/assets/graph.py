@@ -31,17 +31,10 @@ def _judged(the_lake, store, delta) -> list:
     limit, spilling past it: unbounded, DuckDB's peak follows its threads and the RAM it sees
     (benchmarks/recount_memory.py; docs/BENCHMARKS.md, *The graph recount's memory*)."""
     from kg_platform.graph.checks import check_invariants, recount
-    from kg_platform.pubmed.fold import FOLD_MEMORY_LIMIT_ENV, fold_memory_limit
-    from kg_platform.settings import usable_cores
 
     the_catalog = Catalog(the_lake)  # in memory: concurrent builds share no database file
     with tempfile.TemporaryDirectory(prefix="kg-graph-recount-") as spill:
-        try:
-            con = the_catalog.connect(memory_limit=fold_memory_limit(), spill_dir=spill)
-        except ValueError as exc:
-            raise ValueError(f"{FOLD_MEMORY_LIMIT_ENV}: {exc}") from exc
-        # a thread per core the step may use (DuckDB counts the machine's, not its affinity)
-        con.execute(f"SET threads = {usable_cores()}")
+        con = the_catalog.connect_bounded(spill)
         try:
             the_catalog.refresh_views(con)
             return [
@@ -150,7 +143,8 @@ def corpus_profile(context: dg.AssetExecutionContext, lake: LakeResource) -> dg.
     delta, how = p.profile_delta(the_lake)
     the_catalog = Catalog(the_lake)
     with tempfile.TemporaryDirectory(prefix="kg-profile-") as spill:
-        con = p.connect(the_catalog, spill)
+        # the citations aggregate holds a row per citing article: bounded, it spills
+        con = the_catalog.connect_bounded(spill)
         try:
             the_catalog.refresh_views(con)
             if delta is None:

@@ -21,7 +21,6 @@ from kg_platform.storage.reports import PROFILE_INPUTS, PROFILE_ROWS
 if TYPE_CHECKING:  # the evaluation reports import this module for its figures only
     import pyarrow as pa
 
-    from kg_platform.storage.catalog import Catalog
     from kg_platform.storage.lake import Lake
 
 SLICES = (("most recent 1/8", 0.125), ("most recent 1/4", 0.25), ("most recent 1/2", 0.5))
@@ -70,21 +69,6 @@ def profile_corpus(con: duckdb.DuckDBPyConnection) -> CorpusProfile:
     profile = summarise(con)
     con.execute(f"DROP TABLE {ROWS}")
     return profile
-
-
-def connect(catalog: Catalog, spill_dir: str) -> duckdb.DuckDBPyConnection:
-    """A connection for the profile's rows: under the fold's memory limit, spilling past it
-    into the local folder ``spill_dir`` (the citations aggregate holds a row per citing
-    article: unbounded it grows with the corpus, up to DuckDB's default of 80% of RAM), with
-    a DuckDB thread per core this process may use (DuckDB alone counts the machine's)."""
-    from kg_platform.settings import FOLD_MEMORY_LIMIT_ENV, fold_memory_limit, usable_cores
-
-    try:
-        con = catalog.connect(memory_limit=fold_memory_limit(), spill_dir=spill_dir)
-    except ValueError as exc:
-        raise ValueError(f"{FOLD_MEMORY_LIMIT_ENV}: {exc}") from exc
-    con.execute(f"SET threads = {usable_cores()}")
-    return con
 
 
 # the profile's rows, one per corpus article: what every figure is summed from

@@ -28,7 +28,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 # what a run's process needs before its first event, besides the code location: dagster's
-# run entry point and the instance's storage (SQLite's, or Postgres's under `kg workers`)
+# run entry point and the instance's storage (SQLite's, or under `kg workers` the pooled
+# Postgres storage its dagster.yaml names, which imports dagster_postgres)
 PRELOAD = (
     "dagster._grpc.impl",
     "dagster._core.storage.sqlite_storage",
@@ -36,7 +37,7 @@ PRELOAD = (
     "dagster._core.storage.event_log.sqlite.sqlite_event_log",
     "dagster._core.storage.event_log.sqlite.consolidated_sqlite_event_log",
     "dagster._core.storage.schedules.sqlite.sqlite_schedule_storage",
-    "dagster_postgres",
+    "kg_platform.orchestration.pooled_postgres",
 )
 SCRIPT = "kg-code-server"
 MODULE = "kg_platform.orchestration.code_server"

@@ -33,13 +33,19 @@ class Catalog:
     def connect(
         self, read_only: bool = False, memory_limit: str | None = None, spill_dir: str | None = None
     ) -> duckdb.DuckDBPyConnection:
-        """A connection; with ``memory_limit`` DuckDB holds to it and spills past it into
-        ``spill_dir`` (a local folder) instead of growing to its default of 80% of RAM."""
+        """A connection with a DuckDB thread per core this process may use (DuckDB alone
+        counts the machine's cores, not the affinity: settings.usable_cores); with
+        ``memory_limit`` DuckDB holds to it and spills past it into ``spill_dir`` (a local
+        folder) instead of growing to its default of 80% of RAM."""
+        from kg_platform.settings import usable_cores
+
         if self.database != ":memory:":
             os.makedirs(os.path.dirname(os.path.abspath(self.database)), exist_ok=True)
         import duckdb  # here: the Dagster definitions name this resource and seldom query
 
-        config = {"memory_limit": memory_limit} if memory_limit else {}
+        config: dict = {"threads": usable_cores()}
+        if memory_limit:
+            config["memory_limit"] = memory_limit
         if spill_dir:
             config["temp_directory"] = spill_dir
         try:
@@ -51,6 +57,17 @@ class Catalog:
         if not self.lake.is_local:
             con.register_filesystem(self.lake.fs)
         return con
+
+    def connect_bounded(self, spill_dir: str) -> duckdb.DuckDBPyConnection:
+        """A connection under the fold's memory limit (KG_FOLD_MEMORY_LIMIT), spilling past
+        it into the local folder ``spill_dir``: the recount's and the profile's aggregates
+        grow with the corpus. A limit DuckDB cannot read is a ValueError naming the setting."""
+        from kg_platform.settings import FOLD_MEMORY_LIMIT_ENV, fold_memory_limit
+
+        try:
+            return self.connect(memory_limit=fold_memory_limit(), spill_dir=spill_dir)
+        except ValueError as exc:
+            raise ValueError(f"{FOLD_MEMORY_LIMIT_ENV}: {exc}") from exc
 
     def parquet_glob(self, pattern: str) -> str:
         """A path DuckDB's read_parquet understands for a lake glob."""
