@@ -7,8 +7,9 @@ export DAGSTER_HOME := $(CURDIR)/.kg/dagster
 
 .PHONY: demo ui test lint format bench bench-smoke clean
 
-# setup.py and the C source too: pip install -e . compiles the reader next to its source
-$(STAMP): pyproject.toml setup.py kg_platform/pubmed/_reader.c
+# setup.py and the C sources too: pip install -e . compiles the reader and the recount scan
+# next to their sources
+$(STAMP): pyproject.toml setup.py kg_platform/pubmed/_reader.c kg_platform/pubmed/_recount.c
 	@command -v $(PYTHON) >/dev/null || { echo "needs $(PYTHON) on PATH"; exit 1; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -U pip wheel

@@ -1,4 +1,5 @@
-"""The compiled part of the package: the byte-level PubMed XML reader (a CPython extension).
+"""The compiled part of the package: the byte-level PubMed XML reader and the recount's byte
+scan (CPython extensions).
 
 Everything else is declared in pyproject.toml; setuptools merges the two. ``pip install -e .``
 (``make venv``) compiles it next to its sources, so ``import`` finds it in a source checkout.
@@ -9,9 +10,10 @@ from setuptools import Extension, setup
 setup(
     ext_modules=[
         Extension(
-            "kg_platform.pubmed._reader",
-            sources=["kg_platform/pubmed/_reader.c"],
+            f"kg_platform.pubmed.{name}",
+            sources=[f"kg_platform/pubmed/{name}.c"],
             extra_compile_args=["-O2", "-std=c11", "-Wall", "-Wextra", "-Wno-unused-parameter"],
         )
+        for name in ("_reader", "_recount")
     ]
 )

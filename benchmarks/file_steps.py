@@ -34,7 +34,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
 
 CHILD = """
-import hashlib, io, json, resource, sys
+import hashlib, io, json, os, resource, sys
 import pyarrow as pa
 import pyarrow.parquet as pq
 from kg_platform.pubmed import tables as T
@@ -71,7 +71,10 @@ for path in sys.argv[1:]:
         with pa.ipc.new_stream(sink, tables[name].schema) as ipc:
             ipc.write_table(pq.read_table(written[name]).combine_chunks())
         h.update(name.encode() + sink.getvalue().to_pybytes())
-print(json.dumps({"records": records, "steps": steps, "digest": h.hexdigest()[:16]}))
+print(json.dumps({"records": records, "steps": steps, "digest": h.hexdigest()[:16]}), flush=True)
+# no interpreter teardown: under load a library's pool thread sometimes aborts it
+# ("terminate called without an active exception") after the figures are printed
+os._exit(0)
 """
 
 
