@@ -138,6 +138,59 @@ def _far_links(
 
 
 @njit(nogil=True, cache=True)
+def pack_links(
+    indptr: np.ndarray, indices: np.ndarray, near: np.ndarray, ptr: np.ndarray, out: np.ndarray
+) -> None:
+    """The links of every node of ``near``, in order, copied into ``out`` (32-bit node
+    indices, room for them all): ``near[k]``'s are ``out[ptr[k]:ptr[k + 1]]`` (``ptr``, out,
+    ``near.size + 1`` values). Read as ``_far_links`` reads them, a block of nodes ahead."""
+    at = 0
+    ptr[0] = 0
+    for start in range(0, near.size, _TOUCH_BLOCK):
+        stop = min(near.size, start + _TOUCH_BLOCK)
+        touched = 0
+        for k in range(start, stop):
+            node = near[k]
+            lo, hi = indptr[node], indptr[node + 1]
+            if lo < hi:
+                touched += indices[lo] + indices[hi - 1]
+        if touched < 0:  # never (node indices): keeps the loop's loads
+            return
+        for k in range(start, stop):
+            node = near[k]
+            for j in range(indptr[node], indptr[node + 1]):
+                out[at] = indices[j]
+                at += 1
+            ptr[k + 1] = at
+
+
+@njit(nogil=True, cache=True)
+def _far_packed(
+    ptr: np.ndarray,
+    packed: np.ndarray,
+    near: np.ndarray,
+    table: np.ndarray,
+    ascending: np.ndarray,
+    swap: bool,
+    source: np.ndarray,
+    terminal: np.ndarray,
+    at: int,
+) -> int:
+    """``_far_links`` over the links ``pack_links`` copied out in order: ``near[k]``'s are
+    ``packed[ptr[k]:ptr[k + 1]]`` (``ptr`` has ``near.size + 1`` values, offsets into all of
+    ``packed``), read in one sequential pass; the same rows in the same order."""
+    origin, far_end = (terminal, source) if swap else (source, terminal)
+    for k in range(near.size):
+        node = near[k]
+        for j in range(ptr[k], ptr[k + 1]):
+            neighbour = packed[j]
+            origin[at] = node
+            far_end[at] = neighbour
+            at += (neighbour != node) & _found(neighbour, table, ascending)
+    return at
+
+
+@njit(nogil=True, cache=True)
 def links(
     indptr: np.ndarray,
     indices: np.ndarray,
@@ -299,13 +352,19 @@ def pair_evidence(
     counts: np.ndarray,
     heap_score: np.ndarray,
     heap_rows: np.ndarray,
+    packed_cite_ptr: np.ndarray,
+    packed_cite: np.ndarray,
+    packed_cited_by_ptr: np.ndarray,
+    packed_cited_by: np.ndarray,
 ) -> int:
     """Every candidate of ``collect_candidates`` counted at gates 3-6 and the best alive
     ones kept. ``bits``: quotable, retracted, concern; ``gates``: quotable gate on,
     retraction gate on, as-of year (0: none); ``counts`` (out): candidates, quotable,
     unretracted, as-of, evidence; ``heap_rows`` (out): kind, source, terminal, relation of
     the rows kept, ``heap_score`` their scores. Returns how many rows are kept (at most
-    ``heap_score.size``), in no order."""
+    ``heap_score.size``), in no order. ``packed_*``: the near nodes' links of that kind
+    copied out by ``pack_links`` (``ptr`` of ``near.size + 1`` values), read instead of
+    the graph's lists when not empty."""
     n_direct = direct.size
     # node indices fit in 32 bits: half the bytes to write and read back
     source = np.empty(n_direct + reads, dtype=np.int32)
@@ -315,10 +374,22 @@ def pair_evidence(
     # b --cites--> a is a <--cited-by-- b: from b, the CITES rows are b's cited_by links
     if from_b:
         first, second = (cited_by_indptr, cited_by_indices), (cite_indptr, cite_indices)
+        packed_first = (packed_cited_by_ptr, packed_cited_by)
+        packed_second = (packed_cite_ptr, packed_cite)
     else:
         first, second = (cite_indptr, cite_indices), (cited_by_indptr, cited_by_indices)
-    end_cites = _far_links(*first, near, table, ascending, from_b, source, terminal, n_direct)
-    n = _far_links(*second, near, table, ascending, from_b, source, terminal, end_cites)
+        packed_first = (packed_cite_ptr, packed_cite)
+        packed_second = (packed_cited_by_ptr, packed_cited_by)
+    if packed_first[0].size:
+        end_cites = _far_packed(
+            *packed_first, near, table, ascending, from_b, source, terminal, n_direct
+        )
+    else:
+        end_cites = _far_links(*first, near, table, ascending, from_b, source, terminal, n_direct)
+    if packed_second[0].size:
+        n = _far_packed(*packed_second, near, table, ascending, from_b, source, terminal, end_cites)
+    else:
+        n = _far_links(*second, near, table, ascending, from_b, source, terminal, end_cites)
     quotable_bit, retracted_bit, concern_bit = bits[0], bits[1], bits[2]
     quotable_gate, retracted_gate, as_of = gates[0] != 0, gates[1] != 0, gates[2]
     with_filters = filter_offsets.size > 1

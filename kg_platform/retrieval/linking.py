@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 import threading
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import combinations
 
 import numpy as np
@@ -25,6 +25,10 @@ class ConceptPair:
     b_name: str
     major_co_annotations: int  # articles with both as major topics
     co_annotations: int  # articles carrying both, major or not
+    # the articles carrying both (ascending, ``path_passes.intersect``'s array) when
+    # ``score_pairs`` found them on the whole graph with the compiled passes: the pair's
+    # DIRECT articles, so its path search does not intersect the two lists again
+    direct: np.ndarray | None = field(default=None, compare=False, repr=False)
 
     @property
     def label(self) -> str:
@@ -63,14 +67,18 @@ def kept_articles(articles: np.ndarray, excluded: np.ndarray | None) -> np.ndarr
     return articles[~in_sorted(articles, excluded)]
 
 
-def _common(a: np.ndarray, b: np.ndarray, n_nodes: int) -> int:
-    """How many values two ascending article lists share: by the compiled merge in a
-    process that has loaded the compiled passes (`kg serve`, a large pair's question),
-    else by ``intersect_sorted`` (the same count)."""
+def _common(a: np.ndarray, b: np.ndarray, n_nodes: int) -> tuple[int, np.ndarray | None]:
+    """How many values two ascending article lists share, and those values when the
+    compiled merge found them: by that merge in a process that has loaded the compiled
+    passes (`kg serve`, a large pair's question), else by ``intersect_sorted`` (the same
+    count, no array)."""
     passes = sys.modules.get("kg_platform.graph.path_passes")
     if passes is not None:
-        return int(passes.intersect(a, b).size)
-    return int(intersect_sorted(a, b, n_nodes).size)
+        common = passes.intersect(a, b)
+        if min(a.size, b.size) > 2 * common.size + 512:
+            common = common.copy()  # not the room the merge took for the shorter list
+        return int(common.size), common
+    return int(intersect_sorted(a, b, n_nodes).size), None
 
 
 # the most bytes of major-article lists kept per graph build (``major_articles``)
@@ -109,14 +117,17 @@ def score_pairs(
     n = store.n_articles
     pairs = []
     for a, b in combinations(concepts, 2):
+        common, direct = _common(every[a.d], every[b.d], n)
         pairs.append(
             ConceptPair(
                 a_ui=a.grounding.ui,
                 a_name=a.grounding.name,
                 b_ui=b.grounding.ui,
                 b_name=b.grounding.name,
-                major_co_annotations=_common(major[a.d], major[b.d], n),
-                co_annotations=_common(every[a.d], every[b.d], n),
+                major_co_annotations=_common(major[a.d], major[b.d], n)[0],
+                co_annotations=common,
+                # without exclusions these are the pair's DIRECT articles on the whole graph
+                direct=direct if excluded is None else None,
             )
         )
     # stable sort keeps question order among ties

@@ -30,6 +30,7 @@ against the question, so it keeps the arrays.
 from __future__ import annotations
 
 import sys
+import threading
 import time
 import weakref
 from dataclasses import dataclass
@@ -103,6 +104,7 @@ class _BridgePlan:
     from_b: bool
     reads: int
     csr: dict[str, tuple[np.ndarray, np.ndarray]]
+    near_d: int = -1  # the descriptor whose major articles are ``near``
 
 
 def _bridge_plan(store: KGStore, pair: ConceptPair) -> _BridgePlan:
@@ -112,7 +114,9 @@ def _bridge_plan(store: KGStore, pair: ConceptPair) -> _BridgePlan:
     from kg_platform.graph import path_passes  # numba loads with the first question
 
     a, b = store.desc_idx(pair.a_ui), store.desc_idx(pair.b_ui)
-    direct = path_passes.intersect(store.articles_of(a), store.articles_of(b))
+    direct = pair.direct  # found by ``score_pairs`` on the whole graph, when it was
+    if direct is None:
+        direct = path_passes.intersect(store.articles_of(a), store.articles_of(b))
     a_major, b_major = major_articles(store, a), major_articles(store, b)
     kinds = ("cite", "cited_by")
     csr = {kind: (store.array(f"{kind}_indptr"), store.array(f"{kind}_indices")) for kind in kinds}
@@ -121,7 +125,67 @@ def _bridge_plan(store: KGStore, pair: ConceptPair) -> _BridgePlan:
     from_b = b_reads < a_reads
     near, far, reads = (b_major, a_major, b_reads) if from_b else (a_major, b_major, a_reads)
     table, ascending = _far_lookup(far, reads, store.n_articles)
-    return _BridgePlan(direct, near, table, ascending, bool(from_b), int(reads), csr)
+    near_d = int(b if from_b else a)
+    return _BridgePlan(direct, near, table, ascending, bool(from_b), int(reads), csr, near_d)
+
+
+# A near side of at least this many citation links is read from a packed copy of its links
+# (``packed_links``) in a process that keeps them (`kg serve`: ``keep_packed``), up to
+# ``keep_packed``'s bytes per graph build.
+PACK_MIN_LINKS = 65_536
+PACKED_LINKS_BYTES = 256 << 20
+_PACKED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_PACK_LOCK = threading.Lock()
+_EMPTY_PTR = np.zeros(0, dtype=np.int64)
+_EMPTY_LINKS = np.zeros(0, dtype=np.int32)
+_NOT_PACKED = {kind: (_EMPTY_PTR, _EMPTY_LINKS) for kind in ("cite", "cited_by")}
+
+
+def keep_packed(store: KGStore, limit_bytes: int = PACKED_LINKS_BYTES) -> None:
+    """Keep, for this graph build, the packed links of every near side of at least
+    ``PACK_MIN_LINKS`` links that a question expands, each made on its first question, up
+    to ``limit_bytes`` in all (first made, first kept). `kg serve` does this when it opens a
+    build: the same large descriptors come back question after question."""
+    if limit_bytes < 0:
+        raise ValueError(f"packed links: limit {limit_bytes} bytes, must be 0 or more")
+    with _PACK_LOCK:
+        if store not in _PACKED:
+            _PACKED[store] = {None: 0, "limit": int(limit_bytes)}
+
+
+def packed_links(
+    store: KGStore, d: int, near: np.ndarray, reads: int
+) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """For each direction (``cite``, ``cited_by``): the links of every node of ``near``
+    (descriptor ``d``'s major articles, ``reads`` links in both directions) copied out in
+    order as 32-bit node indices, and where each node's start (``path_passes.pack_links``):
+    one sequential read where the graph's lists are scattered over it, the same links in
+    the same order. Empty arrays (read the graph's lists) for a small side, in a process
+    that does not keep them (``keep_packed``), or past its limit."""
+    from kg_platform.graph import path_passes
+
+    if reads < PACK_MIN_LINKS:
+        return _NOT_PACKED
+    with _PACK_LOCK:
+        kept = _PACKED.get(store)
+        found = kept.get(d) if kept is not None else None
+    if found is not None:
+        return found
+    size = 4 * reads + 2 * 8 * (near.size + 1)
+    if kept is None or kept[None] + size > kept["limit"]:
+        return _NOT_PACKED
+    found = {}
+    for kind in ("cite", "cited_by"):
+        indptr, indices = store.array(f"{kind}_indptr"), store.array(f"{kind}_indices")
+        ptr = np.empty(near.size + 1, dtype=np.int64)
+        out = np.empty(int(indptr[near + 1].sum() - indptr[near].sum()), dtype=np.int32)
+        path_passes.pack_links(indptr, indices, near, ptr, out)
+        found[kind] = (ptr, out)
+    with _PACK_LOCK:
+        if d not in kept and kept[None] + size <= kept["limit"]:
+            kept[d] = found
+            kept[None] += size
+    return found
 
 
 def collect_candidates(store: KGStore, pair: ConceptPair) -> Candidates:
@@ -232,6 +296,15 @@ def _slices(plan: _BridgePlan, slice_links: int) -> list[tuple[int, int, int]]:
     ] or [(0, 0, 0)]
 
 
+def _packed_slice(
+    packed: tuple[np.ndarray, np.ndarray], lo: int, hi: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """The packed links' offsets of near nodes ``lo`` to ``hi`` and all the links (empty
+    when not packed)."""
+    ptr, links = packed
+    return (ptr[lo : hi + 1], links) if ptr.size else packed
+
+
 _DEGREE_TERMS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
@@ -282,6 +355,7 @@ def pair_evidence(
     if slice_links < 1:
         raise ValueError(f"slice_links: must be at least 1, got {slice_links}")
     plan = _bridge_plan(store, pair)
+    packed = packed_links(store, plan.near_d, plan.near, plan.reads)
     lists = [store.articles_of(d) for d in filter_descriptors]
     filter_offsets = np.cumsum([0] + [x.size for x in lists], dtype=np.int64)
     filter_articles = np.concatenate(lists) if lists else np.zeros(0, dtype=np.int64)
@@ -308,6 +382,7 @@ def pair_evidence(
             np.array([quotable_gate, retracted_gate, as_of or 0], dtype=np.int64),
             _degree_term(store), _YEAR_TERM, 32768, filter_articles, filter_offsets,
             part, heap_score, heap_rows,
+            *_packed_slice(packed["cite"], lo, hi), *_packed_slice(packed["cited_by"], lo, hi),
         )  # fmt: skip
         counts += part
         kept_rows.append(heap_rows[:held])

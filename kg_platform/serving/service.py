@@ -32,7 +32,7 @@ from kg_platform.answer.api import Admission, AskConfig, KnowledgeGraph
 from kg_platform.answer.readers.base import Reader
 from kg_platform.graph.store import KGStore
 from kg_platform.retrieval.linking import ConceptPair
-from kg_platform.retrieval.paths import candidate_bound, load_kernels, major_reads
+from kg_platform.retrieval.paths import candidate_bound, keep_packed, load_kernels, major_reads
 from kg_platform.serving.edge import Supervisor, WorkerRecord
 from kg_platform.storage import mapped
 from kg_platform.storage.lake import Lake
@@ -91,6 +91,7 @@ def open_served(choose: Chooser, reader: Reader | None, kernels: bool = True) ->
     if kernels:  # what the question path keeps per graph build, made before any question
         tabling = time.perf_counter()
         major_reads(kg.store)
+        keep_packed(kg.store)  # the large near sides' links, packed on their first question
         tables_ms = round((time.perf_counter() - tabling) * 1000.0, 1)
     example, warm_ms = None, 0.0
     if kernels:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -57,3 +59,33 @@ def test_every_candidate_is_collected(store: KGStore) -> None:
     )
     assert rows == [(DIRECT, 100, 100, 0), (BRIDGE, 100, 400, CITED_BY), (BRIDGE, 200, 300, CITES)]
     assert np.all(c.kind[c.relation == 0] == DIRECT)
+
+
+def test_scored_pairs_carry_their_direct_articles_for_the_path_search(store: KGStore) -> None:
+    """With the compiled passes loaded (`kg serve`), ``score_pairs`` keeps each pair's
+    articles carrying both (the DIRECT articles the path search would intersect again);
+    not when some articles are excluded. The pair compares equal either way."""
+    from kg_platform.graph import path_passes  # noqa: F401 (loads the compiled passes)
+
+    concepts = concepts_in_graph(
+        store, [_g(HEPARIN, "Heparin", 0), _g(ASPIRIN, "Aspirin", 1), _g(MI, "MI", 2)]
+    )
+    pmids = store.array("pmids")
+    pairs = score_pairs(store, concepts)
+    assert [(p.a_ui, p.b_ui, pmids[p.direct].tolist()) for p in pairs] == [
+        (ASPIRIN, MI, [100]),
+        (HEPARIN, ASPIRIN, []),
+        (HEPARIN, MI, []),
+    ]
+    aspirin_mi = pairs[0]
+    assert [p.co_annotations for p in pairs] == [p.direct.size for p in pairs]
+    excluded = np.flatnonzero(pmids == 100)
+    without = score_pairs(store, concepts, excluded)
+    assert all(p.direct is None for p in without)
+    (kept,) = [p for p in without if (p.a_ui, p.b_ui) == (ASPIRIN, MI)]
+    assert kept == dataclasses.replace(aspirin_mi, co_annotations=0, major_co_annotations=0)
+    # the same pair without them finds the same DIRECT rows
+    bare = dataclasses.replace(aspirin_mi, direct=None)
+    assert bare == aspirin_mi
+    c, c_bare = collect_candidates(store, aspirin_mi), collect_candidates(store, bare)
+    assert c.source.tolist() == c_bare.source.tolist() and c.kind.tolist() == c_bare.kind.tolist()

@@ -618,3 +618,56 @@ def test_a_budgeted_search_reads_in_slices_and_stops_at_its_deadline(
     assert got.scores.tobytes() == scores[head].tobytes()
     with pytest.raises(ValueError, match="slice_links: must be at least 1, got 0"):
         pair_evidence(store, giant, [], 10, deadline=later, slice_links=0)
+
+
+def test_packed_links_give_the_same_evidence_and_are_kept_up_to_their_limit(
+    corpus, pairs, descriptors, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In a process that keeps packed links (`kg serve`), a near side's links are copied
+    out once, in order (each node's links exactly the graph's list), and the search read
+    from them gives the graph-read search's counts, rows, order and scores bit for bit,
+    in one pass or in slices; past the byte limit nothing more is kept and the graph's
+    lists are read."""
+    later = time.perf_counter() + 3600.0
+    plain = corpus[1]
+    store = KGStore.open(Lake(corpus[0]))  # a store of its own: nothing kept yet
+    monkeypatch.setattr(paths_module, "PACK_MIN_LINKS", 1)
+    assert paths_module.packed_links(store, 0, store.articles_of(0), 10) is paths_module._NOT_PACKED
+    paths_module.keep_packed(store)
+    packed_sides = set()
+    for pair in pairs:
+        plan = paths_module._bridge_plan(store, pair)
+        packed = paths_module.packed_links(store, plan.near_d, plan.near, plan.reads)
+        if plan.reads:
+            assert packed is not paths_module._NOT_PACKED, pair
+            packed_sides.add(plan.near_d)
+            for kind, (ptr, links) in packed.items():
+                indptr, indices = store.array(f"{kind}_indptr"), store.array(f"{kind}_indices")
+                assert links.dtype == np.int32 and ptr.size == plan.near.size + 1
+                for k in range(0, plan.near.size, 7):
+                    node = plan.near[k]
+                    want = indices[indptr[node] : indptr[node + 1]]
+                    assert np.array_equal(links[ptr[k] : ptr[k + 1]], want), (pair, kind)
+            again = paths_module.packed_links(store, plan.near_d, plan.near, plan.reads)
+            assert again is packed  # kept
+        for filters in ([], descriptors[3:5]):
+            idx = [store.desc_idx(d) for d in filters]
+            for gates, _, _ in GATES[:2]:
+                want = pair_evidence(plain, pair, idx, 10, **gates)
+                for deadline, slice_links in ((None, 65_536), (later, 97)):
+                    got = pair_evidence(
+                        store, pair, idx, 10, **gates, deadline=deadline, slice_links=slice_links
+                    )
+                    assert (got.counts, got.cut, got.links) == (want.counts, False, want.links)
+                    assert _rows(store, got.top).equals(_rows(plain, want.top)), pair
+                    assert got.scores.tobytes() == want.scores.tobytes(), pair
+    assert len(packed_sides) >= 3
+    # a store whose limit holds nothing reads the graph's lists
+    tight = KGStore.open(Lake(corpus[0]))
+    paths_module.keep_packed(tight, 100)
+    plan = paths_module._bridge_plan(tight, pairs[0])
+    assert plan.reads > 0
+    packed = paths_module.packed_links(tight, plan.near_d, plan.near, plan.reads)
+    assert packed is paths_module._NOT_PACKED
+    with pytest.raises(ValueError, match="limit -1 bytes, must be 0 or more"):
+        paths_module.keep_packed(KGStore.open(Lake(corpus[0])), -1)
