@@ -254,14 +254,20 @@ class ProcessTree:
 
 
 def measured(
-    command: list[str], env: dict, log: Path, cores: int | None = None, tree: list | None = None
+    command: list[str],
+    env: dict,
+    log: Path,
+    cores: int | None = None,
+    tree: list | None = None,
+    cwd: str = REPO,
 ) -> dict:
     """``command`` run to its end with its output in ``log``: wall, CPU of the whole tree
     (the children's rusage), the process tree's figures by role, and when each line of its
     output came (seconds after the start: where a command's own phases end). With ``cores``
     the command runs pinned to the first ``cores`` CPUs (its affinity, which every process
     it starts inherits); with ``tree`` (a list) every process's samples are kept and the
-    ``ProcessTree`` appended to it. (``wait4``'s
+    ``ProcessTree`` appended to it. It runs in ``cwd``: `python -m` (the code server) puts
+    that folder first on its path, so it is the checkout whose code runs. (``wait4``'s
     ru_maxrss is not used: a forked child starts with its parent's high-water mark, which
     survives its exec, so it reports at least this script's own RSS.)"""
     cpu = _children_cpu()
@@ -274,7 +280,7 @@ def measured(
         child = subprocess.Popen(
             command,
             env=env,
-            cwd=REPO,
+            cwd=cwd,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             preexec_fn=None if cpus is None else lambda: os.sched_setaffinity(0, cpus),
@@ -567,8 +573,9 @@ def build(
     *extra,
     cores: int | None = None,
     records: int | None = None,
+    cwd: str = REPO,
 ) -> dict:
-    """``kg build`` measured; with ``cores``, pinned to that many. ``phases``: per step key
+    """``kg build`` measured (in ``cwd``: see :func:`measured`); with ``cores``, pinned to that many. ``phases``: per step key
     (and ``outside_steps``) its steps, seconds, CPU and peak RSS (``_phases.attribute``),
     and with ``records`` its CPU seconds per million records."""
     from build import _mesh_source
@@ -589,7 +596,7 @@ def build(
         *extra,
     )
     trees: list[ProcessTree] = []
-    got = measured(command, env, log, cores=cores, tree=trees)
+    got = measured(command, env, log, cores=cores, tree=trees, cwd=cwd)
     home = env["DAGSTER_HOME"]
     windows = step_windows(home, since, trees[0])
     steps = _phases.attribute(windows, trees[0].processes())

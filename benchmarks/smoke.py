@@ -7,9 +7,9 @@ Inputs are made once under ``--work`` (``benchmarks/_smoke_lake.py``: a MeSH cut
 the same lake after an incremental update), and a small reference folder stands in for
 ``$KG_REFERENCE_DATA`` (that MeSH cut, the first 40 PubMedQA DEV questions, the real mirror
 and SciFact files), so the scripts' defaults read small data. ``SMOKE`` below is each
-script's tiny size. The three that need a home built by `kg build` through Dagster
-(rehearsal.py, then status_verify.py and planning.py on the home it built) run only with
-``--kg-build`` (one 300-record file, about 65 CPU-s more); otherwise they are printed as
+script's tiny size. The four that need `kg build` through Dagster (rehearsal.py, then
+status_verify.py and planning.py on the home it built, and file_runs.py) run only with
+``--kg-build`` (one 300-record file each, about 65 CPU-s more per build); otherwise they are printed as
 skipped with that reason. Two scripts run at a time.
 
     .venv/bin/python benchmarks/smoke.py [--work DIR] [--only NAME ...] [--kg-build]
@@ -49,6 +49,7 @@ REHEARSAL = "{work}/rehearsal/run-1x300"
 WITH_KG_BUILD: dict[str, list[str]] = {
     "rehearsal.py": ["--files", "1", "--records-per-file", "300", "--work", "{work}/rehearsal"]
     + ["--no-ui", "--runs", "1", "--questions", "1"],
+    "file_runs.py": ["--files", "1", "--records-per-file", "300", "--work", "{work}/file-runs"],
     "status_verify.py": ["--home", REHEARSAL + "/kg", "--runs", "1"],
     "planning.py": ["--home", "{work}/planning-home", "--lake", REHEARSAL + "/lake"]
     + ["--source", "{work}/rehearsal/source-1x300", "--mesh", "{reference}/mesh"]
@@ -69,6 +70,7 @@ SMOKE: dict[str, list[str] | str] = {
     + ["--sample", "100", "--fresh", "--device", "cpu"],
     "definitions_import.py": ["--runs", "1"],
     # the feed from token files with the null model (the MiniLM on CPU: ~20 CPU-s more)
+    "file_runs.py": KG_BUILD,
     "file_steps.py": ["--files", "2", "--records-per-file", "200", "--work", "{work}/steps"],
     "embed.py": ["--null-model", "--n", "64", "--files", "1"],
     "fold_phases.py": ["--lake", "{updated}", "--work", "{work}/fold-phases"],

@@ -136,14 +136,16 @@ def check_tables(tables: dict[str, pa.Table], recount: dict[str, int]) -> list[C
         CheckOutcome("unique_pmid_version", dup == 0, f"{dup} duplicated (pmid, version)")
     )
 
-    known = articles.select(["pmid", "version"]).unique()
+    # the distinct (pmid, version) of each table's rows that no article has: the anti-join
+    # first, then the distinct keys of the (usually no) rows it leaves
+    known = articles.select(["pmid", "version"])
     orphans = []
     for name, frame in frames.items():
         if name in ("articles", "deletions"):
             continue
         pmid_col = "citing_pmid" if name == "citations" else "pmid"
-        keys = frame.select(pl.col(pmid_col).alias("pmid"), "version").unique()
-        n = keys.join(known, on=["pmid", "version"], how="anti").height
+        keys = frame.select(pl.col(pmid_col).alias("pmid"), "version")
+        n = keys.join(known, on=["pmid", "version"], how="anti").unique().height
         if n:
             orphans.append(f"{name}: {n}")
     checks.append(

@@ -282,3 +282,30 @@ def test_a_duplicated_record_fails_the_schema_check_naming_its_pmid(tmp_path: Pa
     assert schema.details == (
         f"articles: duplicated (pmid, version) pmid {pmid}, version {version} (2 rows)"
     )
+
+
+def test_rows_of_no_article_fail_the_check_counting_their_distinct_keys() -> None:
+    import pyarrow as pa
+
+    from kg_platform.pubmed.tables import check_tables
+    from kg_platform.schemas import ARROW_SCHEMAS
+
+    def table(name: str, rows: list[dict]) -> pa.Table:
+        return pa.Table.from_pylist(rows, schema=ARROW_SCHEMAS[name])
+
+    tables = {name: ARROW_SCHEMAS[name].empty_table() for name in ARROW_SCHEMAS}
+    tables["articles"] = table("articles", [{"pmid": 1, "version": 1, "file": "f", "title": "t"}])
+    # (2, 1) in two rows and (1, 2) in one: two keys; (1, 1) is an article's
+    tables["mesh_edges"] = table(
+        "mesh_edges",
+        [
+            {"pmid": p, "version": v, "descriptor_ui": d, "descriptor_major": False}
+            for p, v, d in ((1, 1, "D1"), (2, 1, "D1"), (2, 1, "D2"), (1, 2, "D3"))
+        ],
+    )
+    tables["citations"] = table(
+        "citations", [{"citing_pmid": 3, "version": 1, "cited_pmid": 1}] * 2
+    )
+    checks = {c.name: c for c in check_tables(tables, {})}
+    assert not checks["pmids_in_articles"].passed
+    assert checks["pmids_in_articles"].details == "mesh_edges: 2; citations: 1"
