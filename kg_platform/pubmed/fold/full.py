@@ -10,14 +10,22 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import duckdb
+import numpy as np
+import pyarrow as pa
 
-from kg_platform.pubmed.fold.base import FoldResult, check_files, table_key
+from kg_platform.pubmed.fold.base import FoldResult, PmidSet, check_files, table_key
 from kg_platform.pubmed.fold.incremental import fold_new_files
-from kg_platform.pubmed.fold.manifest import file_stamps, previous_fold, publish, staged_parts
+from kg_platform.pubmed.fold.manifest import (
+    file_stamps,
+    part_entry,
+    previous_fold,
+    publish,
+    staged_parts,
+)
 from kg_platform.pubmed.fold.parts import PartWriter, write_parts
 from kg_platform.pubmed.fold.recount import pmid_bounds
 from kg_platform.settings import FOLD_MEMORY_LIMIT_ENV, fold_memory_limit, usable_cores
-from kg_platform.storage.corpus import CORPUS_TABLES, PMID_BUCKET, bucket_bounds
+from kg_platform.storage.corpus import CORPUS_TABLES, PMID_BUCKET, bucket_bounds, part_name
 from kg_platform.storage.lake import Lake
 
 # DuckDB's memory for the fold; past it the sorts and joins spill to the fold's staging folder.
@@ -60,8 +68,9 @@ def run_sql(con: duckdb.DuckDBPyConnection, sql: str) -> list[tuple]:
     return con.execute(sql).fetchall()
 
 
-def _scalar(con: duckdb.DuckDBPyConnection, sql: str) -> int:
-    return int(run_sql(con, sql)[0][0])
+def run_sql_numpy(con: duckdb.DuckDBPyConnection, sql: str) -> dict[str, np.ndarray]:
+    """A statement's result as numpy columns, fetched whole."""
+    return con.execute(sql).fetchnumpy()
 
 
 def _sql_string(text: str) -> str:
@@ -146,43 +155,83 @@ def rows_query(per_file: Callable[..., str], table: str) -> str:
     )
 
 
+class _Written:
+    """What one (range, table) task wrote: its rows, the manifest entry of each part
+    (manifest.part_entry) and, for the citations, the rows citing no corpus article."""
+
+    def __init__(self) -> None:
+        self.rows = 0
+        self.entries: dict[str, dict] = {}
+        self.dangling = 0
+
+
+class _CitationWriter(PartWriter):
+    """The citations' part writer, counting on the way the rows whose cited PMID is no
+    survivor's (no corpus article's): the fold's dangling citations, range by range."""
+
+    def __init__(self, folder: str, table: str, articles: PmidSet) -> None:
+        super().__init__(folder, table)
+        self.articles, self.dangling = articles, 0
+
+    def add(self, batch: pa.RecordBatch | pa.Table) -> None:
+        cited = batch.column("cited_pmid")
+        # a null cites no article (as the anti join counted it)
+        self.dangling += cited.null_count + self.articles.missing(
+            cited.drop_null().to_numpy() if cited.null_count else cited.to_numpy()
+        )
+        super().add(batch)
+
+
 def _write_tables(
     con: duckdb.DuckDBPyConnection,
     per_file: Callable[..., str],
     ranges: list[list[int]],
     spans: dict[str, tuple[int, int] | None],
     staging: str,
-) -> dict[str, int]:
+    articles: PmidSet,
+) -> list[tuple[str, _Written]]:
     """Every corpus table's parts, range by range (each range's buckets: _bucket_ranges),
-    under ``staging``; the rows of each table. A range of a table is one task: its rows
-    sorted by DuckDB and encoded by pyarrow (which releases the GIL) into that range's own
-    parts, so the tasks run side by side, on a thread and a DuckDB cursor per usable core,
-    and their parts are those one writer would write (a part is one bucket's rows in corpus
-    order, whoever writes it). A range reads the files whose records' PMIDs (``spans``,
-    from the footers) reach into it. Range by range, its articles first (the largest sort), so
-    the tasks at work at once sort neighbouring ranges of different tables."""
+    under ``staging``; what each (table, range) task wrote. A range of a table is one task:
+    its rows sorted by DuckDB and encoded by pyarrow (which releases the GIL) into that
+    range's own parts, so the tasks run side by side, on a thread and a DuckDB cursor per
+    usable core, and their parts are those one writer would write (a part is one bucket's
+    rows in corpus order, whoever writes it). A range reads the files whose records' PMIDs
+    (``spans``, from the footers) reach into it. Range by range, its articles first (the
+    largest sort), so the tasks at work at once sort neighbouring ranges of different
+    tables. Each task also hashes the parts it wrote and, for the citations, counts the
+    rows citing none of ``articles`` (the survivors' PMIDs): work that would otherwise
+    run on one thread after the last task, over every part again."""
 
-    def write(table: str, buckets: list[int]) -> int:
+    def write(table: str, buckets: list[int]) -> _Written:
         cursor = con.cursor()
+        done = _Written()
         try:
             lo, hi = bucket_bounds(buckets[0])[0], bucket_bounds(buckets[-1])[1]
             # a child row survives only beside its file's winning record, so a range reads
             # the files whose records reach into it: the baseline files of its PMIDs and the
             # updates, not every file of the release for every range
             holding = {f for f, s in spans.items() if s is not None and s[0] <= hi and s[1] >= lo}
-            writer = PartWriter(os.path.join(staging, table), table)
+            folder = os.path.join(staging, table)
+            writer = (
+                _CitationWriter(folder, table, articles)
+                if table == "citations"
+                else PartWriter(folder, table)
+            )
             query = rows_query(lambda t: per_file(t, holding), table)
-            return sum(write_parts(cursor, query, [(lo, hi)], writer, buckets).values())
+            written = write_parts(cursor, query, [(lo, hi)], writer, buckets)
         finally:
             cursor.close()
+        done.rows = sum(written.values())
+        done.entries = {
+            str(b): part_entry(os.path.join(folder, part_name(b)), n) for b, n in written.items()
+        }
+        done.dangling = getattr(writer, "dangling", 0)
+        return done
 
     tasks = [(table, buckets) for buckets in ranges for table in CORPUS_TABLES]
-    rows = dict.fromkeys(CORPUS_TABLES, 0)
     with ThreadPoolExecutor(max_workers=min(usable_cores(), max(1, len(tasks)))) as pool:
         written = [pool.submit(write, table, buckets) for table, buckets in tasks]
-        for (table, _), future in zip(tasks, written, strict=True):
-            rows[table] += future.result()
-    return rows
+        return [(table, f.result()) for (table, _), f in zip(tasks, written, strict=True)]
 
 
 def fold_release(
@@ -211,21 +260,19 @@ def fold_release(
         per_file = fold_tables(con, lake, files)
         ranges = _bucket_ranges(con, max(1, FOLD_RANGE_RECORDS // usable_cores()))
         spans = {f: pmid_bounds(lake, "articles", f) for f in files}
-        rows = _write_tables(con, per_file, ranges, spans, staging)
+        articles = PmidSet(run_sql_numpy(con, "SELECT pmid FROM fold_survivors")["pmid"])
+        tasks = _write_tables(con, per_file, ranges, spans, staging, articles)
+        rows = dict.fromkeys(CORPUS_TABLES, 0)
+        known: dict[str, dict[str, dict]] = {t: {} for t in CORPUS_TABLES}
+        for table, done in tasks:
+            rows[table] += done.rows
+            known[table].update(done.entries)
         state = con.sql(
             "SELECT d.pmid, d.deleted_ord, coalesce(d.deleted_ord > w.file_ord, false) AS removed "
             "FROM fold_deletions d LEFT JOIN fold_winners w USING (pmid) ORDER BY d.pmid"
         ).pl()
-        dangling = (
-            _scalar(
-                con,
-                f"SELECT count(*) FROM read_parquet('{os.path.join(staging, 'citations', '*')}') c "
-                f"ANTI JOIN read_parquet('{os.path.join(staging, 'articles', '*')}') a "
-                "ON c.cited_pmid = a.pmid",
-            )
-            if ranges
-            else 0
-        )
+        # the citations whose cited PMID is no corpus article (each task counted its own)
+        dangling = sum(done.dangling for _, done in tasks)
         result = FoldResult(
             rows=rows,
             deleted=int(state["removed"].sum()),
@@ -236,7 +283,7 @@ def fold_release(
             reason=reason,
             new_files=len(files),
         )
-        publish(lake, staging, result, stamps, state, staged_parts(staging, {}))
+        publish(lake, staging, result, stamps, state, staged_parts(staging, {}, known))
     finally:
         shutil.rmtree(staging, ignore_errors=True)
         if own_connection and con is not None:

@@ -146,21 +146,34 @@ def _sha256(path: str) -> str:
         return file_sha256(f)
 
 
-def staged_parts(staging: str, carried: dict[str, dict[str, dict]]) -> dict[str, dict[str, dict]]:
+def part_entry(local: str, rows: int | None = None) -> dict:
+    """A staged part's manifest entry: its bytes, sha256 and rows (``rows`` when the writer
+    counted them, else from its footer)."""
+    return {
+        "bytes": os.path.getsize(local),
+        "sha256": _sha256(local),
+        "rows": pq.ParquetFile(local).metadata.num_rows if rows is None else rows,
+    }
+
+
+def staged_parts(
+    staging: str,
+    carried: dict[str, dict[str, dict]],
+    known: dict[str, dict[str, dict]] | None = None,
+) -> dict[str, dict[str, dict]]:
     """The parts of each table as they will be published: ``carried`` (bucket -> entry of
     the previous manifest, for the parts kept as they are) and those written under
-    ``staging/<table>/``, each with its bytes, sha256 and rows, by bucket."""
+    ``staging/<table>/``, each with its bytes, sha256 and rows (part_entry), by bucket;
+    ``known``: the entries of staged parts already taken by their writers (the full fold's
+    tasks, in parallel), which are not read again."""
     parts: dict[str, dict[str, dict]] = {}
     for table in CORPUS_TABLES:
         entries = dict(carried.get(table, {}))
+        taken = (known or {}).get(table, {})
         folder = os.path.join(staging, table)
         for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
-            local = os.path.join(folder, name)
-            entries[str(part_bucket(name))] = {
-                "bytes": os.path.getsize(local),
-                "sha256": _sha256(local),
-                "rows": pq.ParquetFile(local).metadata.num_rows,
-            }
+            bucket = str(part_bucket(name))
+            entries[bucket] = taken.get(bucket) or part_entry(os.path.join(folder, name))
         parts[table] = dict(sorted(entries.items(), key=lambda e: int(e[0])))
     return parts
 
