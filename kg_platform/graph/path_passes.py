@@ -48,6 +48,43 @@ def intersect(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return out[:n]
 
 
+# the index of a 64-bit word's lowest set bit from a de Bruijn multiplication
+_DE_BRUIJN = np.uint64(0x03F79D71B4CB0A89)
+_LOWEST_BIT = np.zeros(64, dtype=np.int64)
+for _bit in range(64):
+    _LOWEST_BIT[((1 << _bit) * 0x03F79D71B4CB0A89 & (2**64 - 1)) >> 58] = _bit
+
+
+@njit(nogil=True, cache=True)
+def intersect_bits(
+    a: np.ndarray, bits_a: np.ndarray, b: np.ndarray, bits_b: np.ndarray
+) -> np.ndarray:
+    """``intersect(a, b)`` where ``bits_a`` and/or ``bits_b`` (not empty) is the ``bitset``
+    of ``a`` or ``b`` over every node: with both, one AND of the two tables' words; with
+    one, each value of the other list tested against it. The same values, ascending, in
+    the shorter list's dtype."""
+    small = a if a.size <= b.size else b
+    if bits_a.size and bits_b.size:
+        out = np.empty(small.size, dtype=small.dtype)
+        n = 0
+        for w in range(min(bits_a.size, bits_b.size)):
+            word = bits_a[w] & bits_b[w]
+            while word != 0:
+                low = word & (~word + np.uint64(1))
+                out[n] = (w << 6) + _LOWEST_BIT[(low * _DE_BRUIJN) >> np.uint64(58)]
+                n += 1
+                word ^= low
+        return out[:n]
+    bits, other = (bits_a, b) if bits_a.size else (bits_b, a)
+    out = np.empty(other.size, dtype=small.dtype)
+    n = 0
+    for k in range(other.size):
+        v = other[k]
+        out[n] = v
+        n += (bits[v >> 6] >> np.uint64(v & 63)) & np.uint64(1)
+    return out[:n]
+
+
 @njit(nogil=True, cache=True)
 def major_reads(
     mesh_indptr: np.ndarray,

@@ -67,16 +67,28 @@ def kept_articles(articles: np.ndarray, excluded: np.ndarray | None) -> np.ndarr
     return articles[~in_sorted(articles, excluded)]
 
 
-def _common(a: np.ndarray, b: np.ndarray, n_nodes: int) -> tuple[int, np.ndarray | None]:
+def _common(
+    a: np.ndarray,
+    b: np.ndarray,
+    n_nodes: int,
+    bits_a: np.ndarray | None = None,
+    bits_b: np.ndarray | None = None,
+) -> tuple[int, np.ndarray | None]:
     """How many values two ascending article lists share, and those values when the
-    compiled merge found them: by that merge in a process that has loaded the compiled
-    passes (`kg serve`, a large pair's question), else by ``intersect_sorted`` (the same
-    count, no array)."""
+    compiled passes found them: by the compiled merge in a process that has loaded them
+    (`kg serve`, a large pair's question), or by a bit table of one list or both
+    (``bits_a``, ``bits_b``: ``article_bits``) when given; else by ``intersect_sorted``
+    (the same count, no array)."""
     passes = sys.modules.get("kg_platform.graph.path_passes")
     if passes is not None:
-        common = passes.intersect(a, b)
-        if min(a.size, b.size) > 2 * common.size + 512:
-            common = common.copy()  # not the room the merge took for the shorter list
+        if bits_a is not None or bits_b is not None:
+            common = passes.intersect_bits(
+                a, _NO_BITS if bits_a is None else bits_a, b, _NO_BITS if bits_b is None else bits_b
+            )
+        else:
+            common = passes.intersect(a, b)
+        if max(a.size, b.size) > 2 * common.size + 512:
+            common = common.copy()  # not the room the pass took for the list it read
         return int(common.size), common
     return int(intersect_sorted(a, b, n_nodes).size), None
 
@@ -107,6 +119,48 @@ def major_articles(store: KGStore, d: int) -> np.ndarray:
     return found
 
 
+_NO_BITS = np.zeros(0, dtype=np.uint64)
+# the most bytes of article bit tables kept per graph build (``article_bits``)
+ARTICLE_BITS_BYTES = 64 << 20
+_ARTICLE_BITS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def keep_article_bits(store: KGStore, limit_bytes: int = ARTICLE_BITS_BYTES) -> None:
+    """Keep, for this graph build, a bit table over every article of each descriptor on
+    at least 1/64 of the articles (a table no larger than its list), made on its first
+    question, up to ``limit_bytes`` in all: two such lists then intersect by one AND of
+    their words. `kg serve` does this when it opens a build."""
+    if limit_bytes < 0:
+        raise ValueError(f"article bits: limit {limit_bytes} bytes, must be 0 or more")
+    with _MAJOR_LOCK:
+        if store not in _ARTICLE_BITS:
+            _ARTICLE_BITS[store] = {None: 0, "limit": int(limit_bytes)}
+
+
+def article_bits(store: KGStore, d: int, articles: np.ndarray) -> np.ndarray | None:
+    """``path_passes.bitset`` of descriptor ``d``'s articles (``articles``: that list),
+    kept per graph build (``keep_article_bits``); None for a list under 1/64 of the
+    articles, in a process that keeps none, past the limit, or without the compiled
+    passes."""
+    passes = sys.modules.get("kg_platform.graph.path_passes")
+    if passes is None or articles.size * 64 < store.n_articles:
+        return None
+    with _MAJOR_LOCK:
+        kept = _ARTICLE_BITS.get(store)
+        found = kept.get(d) if kept is not None else None
+    if found is not None or kept is None:
+        return found
+    size = 8 * ((store.n_articles + 63) >> 6)
+    if kept[None] + size > kept["limit"]:
+        return None
+    found = passes.bitset(articles, store.n_articles)
+    with _MAJOR_LOCK:
+        if d not in kept and kept[None] + size <= kept["limit"]:
+            kept[d] = found
+            kept[None] += size
+    return found
+
+
 def score_pairs(
     store: KGStore, concepts: list[GraphConcept], excluded: np.ndarray | None = None
 ) -> list[ConceptPair]:
@@ -115,9 +169,13 @@ def score_pairs(
     major = {c.d: kept_articles(major_articles(store, c.d), excluded) for c in concepts}
     every = {c.d: kept_articles(store.articles_of(c.d), excluded) for c in concepts}
     n = store.n_articles
+    # bit tables of the largest lists, kept per build (`kg serve`), for the whole graph
+    bits = {
+        c.d: article_bits(store, c.d, every[c.d]) if excluded is None else None for c in concepts
+    }
     pairs = []
     for a, b in combinations(concepts, 2):
-        common, direct = _common(every[a.d], every[b.d], n)
+        common, direct = _common(every[a.d], every[b.d], n, bits[a.d], bits[b.d])
         pairs.append(
             ConceptPair(
                 a_ui=a.grounding.ui,

@@ -31,7 +31,7 @@ from typing import Any
 from kg_platform.answer.api import Admission, AskConfig, KnowledgeGraph
 from kg_platform.answer.readers.base import Reader
 from kg_platform.graph.store import KGStore
-from kg_platform.retrieval.linking import ConceptPair
+from kg_platform.retrieval.linking import ConceptPair, keep_article_bits
 from kg_platform.retrieval.paths import candidate_bound, keep_packed, load_kernels, major_reads
 from kg_platform.serving.edge import Supervisor, WorkerRecord
 from kg_platform.storage import mapped
@@ -92,6 +92,7 @@ def open_served(choose: Chooser, reader: Reader | None, kernels: bool = True) ->
         tabling = time.perf_counter()
         major_reads(kg.store)
         keep_packed(kg.store)  # the large near sides' links, packed on their first question
+        keep_article_bits(kg.store)  # the largest article lists as bit tables, likewise
         tables_ms = round((time.perf_counter() - tabling) * 1000.0, 1)
     example, warm_ms = None, 0.0
     if kernels:

@@ -89,3 +89,35 @@ def test_scored_pairs_carry_their_direct_articles_for_the_path_search(store: KGS
     assert bare == aspirin_mi
     c, c_bare = collect_candidates(store, aspirin_mi), collect_candidates(store, bare)
     assert c.source.tolist() == c_bare.source.tolist() and c.kind.tolist() == c_bare.kind.tolist()
+
+
+def test_the_largest_lists_kept_as_bit_tables_give_the_same_pairs(store: KGStore) -> None:
+    """With bit tables kept for the lists on at least 1/64 of the articles (`kg serve`),
+    the pairs, their counts and their DIRECT articles are the same; each table is made
+    once; a limit that holds none keeps none."""
+    from kg_platform.graph import path_passes  # noqa: F401 (loads the compiled passes)
+    from kg_platform.retrieval import linking
+
+    concepts = concepts_in_graph(
+        store, [_g(HEPARIN, "Heparin", 0), _g(ASPIRIN, "Aspirin", 1), _g(MI, "MI", 2)]
+    )
+    want = score_pairs(store, concepts)
+    fresh = KGStore.open(store.lake)  # a store of its own: nothing kept yet
+    assert linking.article_bits(fresh, concepts[0].d, fresh.articles_of(concepts[0].d)) is None
+    linking.keep_article_bits(fresh)
+    got = score_pairs(fresh, concepts)
+    assert got == want
+    assert [p.direct.tolist() for p in got] == [p.direct.tolist() for p in want]
+    kept = linking._ARTICLE_BITS[fresh]
+    assert sorted(d for d in kept if isinstance(d, int)) == sorted(c.d for c in concepts)
+    table = linking.article_bits(fresh, concepts[1].d, fresh.articles_of(concepts[1].d))
+    assert table is kept[concepts[1].d]
+    assert (
+        np.flatnonzero(np.unpackbits(table.view(np.uint8), bitorder="little")).tolist()
+        == fresh.articles_of(concepts[1].d).tolist()
+    )
+    tight = KGStore.open(store.lake)
+    linking.keep_article_bits(tight, 7)
+    assert score_pairs(tight, concepts) == want and len(linking._ARTICLE_BITS[tight]) == 2
+    with pytest.raises(ValueError, match="limit -1 bytes, must be 0 or more"):
+        linking.keep_article_bits(tight, -1)

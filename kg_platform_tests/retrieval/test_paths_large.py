@@ -332,7 +332,13 @@ def test_top_rows_of_nothing_and_bad_top_k(corpus, pairs) -> None:
 
 @pytest.mark.parametrize(
     ("members", "lookups", "n_nodes"),
-    [(50, 10, 10_000_000), (5_000, 200_000, 50_000), (0, 1_000, 2_000), (2_000, 0, 2_000)],
+    [
+        (50, 10, 10_000_000),
+        (5_000, 200_000, 50_000),
+        (0, 1_000, 2_000),
+        (2_000, 0, 2_000),
+        (1_900, 3_000, 2_048),  # dense: whole words set, bit 63 of each among them
+    ],
 )
 def test_membership_and_intersection_agree_with_numpy(members, lookups, n_nodes) -> None:
     # the first case takes the binary search, the second the table over every node
@@ -355,6 +361,12 @@ def test_membership_and_intersection_agree_with_numpy(members, lookups, n_nodes)
 
         common = path_passes.intersect(a, b)
         assert common.dtype == a.dtype and np.array_equal(common, np.intersect1d(a, b))
+        # by a bit table of one list or of both (`kg serve`'s largest lists): the same
+        bits_a, bits_b = path_passes.bitset(a, n_nodes), path_passes.bitset(b, n_nodes)
+        none = np.zeros(0, dtype=np.uint64)
+        for x, y in ((bits_a, bits_b), (bits_a, none), (none, bits_b)):
+            common = path_passes.intersect_bits(a, x, b, y)
+            assert common.dtype == a.dtype and np.array_equal(common, np.intersect1d(a, b))
 
 
 def test_major_reads_and_the_bit_table_equal_their_plain_recount(corpus, raw, descriptors) -> None:
