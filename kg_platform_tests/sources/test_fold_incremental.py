@@ -201,11 +201,18 @@ def test_updates_that_revise_version_delete_and_restore_fold_as_a_full_fold(
     assert sorted(expected) == sorted(state)
 
 
-def test_a_synthetic_release_folded_file_by_file_is_the_full_fold(tmp_path: Path) -> None:
+def test_a_synthetic_release_folded_file_by_file_is_the_full_fold(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A synthetic release of 4 baseline and 3 update files (revisions, Version 2 records,
     retractions with their notices, DeleteCitations), each update folded into the corpus
     of the files before it. Its PMIDs are 1,000-3,000 apart, so the corpus has parts in
-    many buckets and an update leaves some of them as they were."""
+    many buckets and an update leaves some of them as they were. The incremental fold
+    rewrites its six tables at once here, a thread each (as on six cores), and the mirror
+    pair's on this machine's cores: the same bytes either way."""
+    from kg_platform.pubmed.fold import incremental
+
+    monkeypatch.setattr(incremental, "usable_cores", lambda: 6)
     paths = write_synthetic_release(
         tmp_path / "release", 4000, n_baseline_files=4, n_update_files=3, pmid_step=(1000, 3000)
     )

@@ -29,6 +29,7 @@ from kg_platform.pubmed.fold.manifest import (
     staged_parts,
 )
 from kg_platform.pubmed.fold.parts import PartWriter, group_rows
+from kg_platform.settings import usable_cores
 from kg_platform.storage.corpus import (
     CORPUS_TABLES,
     PMID_BUCKET,
@@ -225,19 +226,13 @@ def fold_new_files(
             done.writer = writer
             return done
 
-        # two threads (pyarrow decodes, encodes and compresses without the GIL): the articles
-        # and the citations beside the four smaller tables
-        others = [t for t in CORPUS_TABLES if t not in ("articles", "citations")]
-        with ThreadPoolExecutor(max_workers=2) as pool:
-            first_two = pool.submit(lambda: [rewrite(t) for t in ("articles", "citations")])
-            rest = pool.submit(lambda: [rewrite(t) for t in others])
-            done = dict(
-                zip(
-                    ["articles", "citations", *others],
-                    first_two.result() + rest.result(),
-                    strict=True,
-                )
-            )
+        # a table per task, on a thread per usable core (pyarrow decodes, encodes and
+        # compresses without the GIL), the largest tables first
+        order = ["articles", "citations", "mesh_edges"]
+        order += [t for t in CORPUS_TABLES if t not in order]
+        with ThreadPoolExecutor(max_workers=min(usable_cores(), len(order))) as pool:
+            rewritten = [pool.submit(rewrite, t) for t in order]
+            done = {t: f.result() for t, f in zip(order, rewritten, strict=True)}
         # a touched bucket keeps a part in every table while it holds an article
         holding = sorted(b for b, n in done["articles"].written.items() if n)
         for table in CORPUS_TABLES:
