@@ -28,8 +28,14 @@ the release's PMID span and its files numbered on after copy k-1's, written unde
 the work folder. The records are the corpus articles; ``cpu_s_per_m_records`` is a run's
 CPU seconds per million. The last line printed is one JSON object.
 
+``--reference DIR`` measures a second checkout alike (its ``kg_platform`` first on the
+child's path), alternating with this one; the summary then also says whether the two folds
+wrote the same parts. A run also reports the share of samples with two or more of the
+child's threads runnable (running or waiting for a core: the load does not hide them).
+
     nice -n 5 .venv/bin/python benchmarks/fold_phases.py \\
-        --lake /work/reh/built-84x30000/lake --work /tmp/fold/r84 --reps 1
+        --lake /work/reh/built-84x30000/lake --work /tmp/fold/r84 --reps 1 \\
+        --reference /work/wt/fold-ref
 """
 
 from __future__ import annotations
@@ -43,7 +49,8 @@ import sys
 import threading
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
 
 PHASES = ("fold", "checks", "profile")
 GIB = 1 << 30
@@ -54,17 +61,22 @@ def _release_files(tables: str) -> list[str]:
     return sorted(n.removesuffix(".parquet") for n in os.listdir(os.path.join(tables, "articles")))
 
 
-POLL_S = 0.2
+POLL_S = 0.1
 TICK = os.sysconf("SC_CLK_TCK")
 
 
-def _poll_threads(pid: int, seen: dict[str, float], stop: threading.Event) -> None:
-    """Each thread's CPU seconds (utime + stime from /proc) as last seen, until ``stop``."""
+def _poll_threads(
+    pid: int, seen: dict[str, float], runnable: list[int], stop: threading.Event
+) -> None:
+    """Each thread's CPU seconds (utime + stime from /proc) as last seen, and at every
+    sample how many of its threads were runnable (state R: running, or waiting for a core),
+    until ``stop``."""
     while not stop.wait(POLL_S):
         try:
             tids = os.listdir(f"/proc/{pid}/task")
         except OSError:
             return
+        ready = 0
         for tid in tids:
             try:
                 with open(f"/proc/{pid}/task/{tid}/stat") as f:
@@ -72,6 +84,8 @@ def _poll_threads(pid: int, seen: dict[str, float], stop: threading.Event) -> No
             except OSError:
                 continue
             seen[tid] = (int(fields[11]) + int(fields[12])) / TICK
+            ready += fields[0] == "R"
+        runnable.append(ready)
 
 
 PMID_COLUMNS = ("pmid", "citing_pmid", "cited_pmid", "ref_pmid")
@@ -216,18 +230,22 @@ def _link_tables(lake: str, root: str) -> None:
     os.symlink(os.path.join(os.path.abspath(lake), "tables"), os.path.join(root, "tables"))
 
 
-def _run(phase: str, pinned: bool, corpus_root: str, files_json: str) -> dict:
-    """One child: wall, CPU and peak RSS from wait4, and what the child reported."""
+def _run(phase: str, pinned: bool, corpus_root: str, files_json: str, checkout: str = REPO) -> dict:
+    """One child (its ``kg_platform`` from ``checkout``): wall, CPU and peak RSS from wait4,
+    and what the child reported."""
     report = os.path.join(corpus_root, f"{phase}-report.json")
-    cmd = [sys.executable, os.path.abspath(__file__), "--child", phase]
+    cmd = [sys.executable, os.path.abspath(__file__), "--child", phase, "--checkout", checkout]
     cmd += ["--corpus", corpus_root, "--files-json", files_json, "--report", report]
     if pinned:
         cmd = ["taskset", "-c", "0", *cmd]
     started = time.perf_counter()
     proc = subprocess.Popen(cmd)
     threads: dict[str, float] = {}
+    runnable: list[int] = []
     stop = threading.Event()
-    poller = threading.Thread(target=_poll_threads, args=(proc.pid, threads, stop), daemon=True)
+    poller = threading.Thread(
+        target=_poll_threads, args=(proc.pid, threads, runnable, stop), daemon=True
+    )
     poller.start()
     _, status, usage = os.wait4(proc.pid, 0)
     stop.set()
@@ -253,8 +271,22 @@ def _run(phase: str, pinned: bool, corpus_root: str, files_json: str) -> dict:
         "busiest_thread_cpu_s": round(busiest, 2),
         "bound_2_cores": round(cpu / max(cpu / 2, busiest), 3) if cpu else None,
         "threads_seen": len(threads),
+        # the share of samples with at least two threads runnable (running or waiting for
+        # a core, so the load does not hide them): the time the phase could use a second
+        # core; and the mean of runnable threads
+        "two_runnable_share": (
+            round(sum(r >= 2 for r in runnable) / len(runnable), 3) if runnable else None
+        ),
+        "mean_runnable": round(sum(runnable) / len(runnable), 2) if runnable else None,
         **child,
     }
+
+
+def _manifest_parts(root: str) -> dict:
+    from kg_platform.storage.corpus import FOLD_MANIFEST
+
+    with open(os.path.join(root, FOLD_MANIFEST)) as f:
+        return json.load(f)["parts"]
 
 
 def main() -> None:
@@ -270,7 +302,13 @@ def main() -> None:
         default="one,every",
         help="one (pinned to CPU 0), every (unpinned) or both: one,every (the default)",
     )
+    parser.add_argument(
+        "--reference",
+        help="a second checkout (its kg_platform first on the child's path), measured alike, "
+        "alternating with this one",
+    )
     parser.add_argument("--keep", action="store_true")
+    parser.add_argument("--checkout", help=argparse.SUPPRESS)
     parser.add_argument("--child", choices=PHASES, help=argparse.SUPPRESS)
     parser.add_argument("--corpus", help=argparse.SUPPRESS)
     parser.add_argument("--files-json", help=argparse.SUPPRESS)
@@ -278,6 +316,12 @@ def main() -> None:
     args = parser.parse_args()
 
     if args.child:
+        if args.checkout:
+            sys.path.insert(0, os.path.abspath(args.checkout))
+            import kg_platform
+
+            where = os.path.abspath(kg_platform.__file__)
+            assert where.startswith(os.path.abspath(args.checkout) + os.sep), where
         with open(args.files_json) as f:
             files = json.load(f)
         out = CHILDREN[args.child](args.corpus, files)
@@ -303,6 +347,8 @@ def main() -> None:
     with open(files_json, "w") as f:
         json.dump(files, f)
     kept = os.path.join(args.work, "corpus")  # the first fold's corpus, read by later phases
+    checkouts = {"this": REPO, **({"reference": args.reference} if args.reference else {})}
+    parts: dict[str, dict] = {}  # each checkout's first fold's parts (manifest entries)
     runs = []
     try:
         n = 0
@@ -311,36 +357,48 @@ def main() -> None:
                 order = [True, False] if rep % 2 == 0 else [False, True]
                 wanted = {"one": True, "every": False}
                 modes = {wanted[c] for c in args.cores.split(",")}
+                names = list(checkouts) if rep % 2 == 0 else list(checkouts)[::-1]
                 for pinned in [p for p in order if p in modes]:
-                    if phase == "fold":
-                        root = kept if not os.path.exists(kept) else f"{kept}-{n}"
-                        _link_tables(lake, root)
-                    else:
-                        root = kept
-                    runs.append({"rep": rep, **_run(phase, pinned, root, files_json)})
-                    print(json.dumps(runs[-1]), file=sys.stderr, flush=True)
-                    if root != kept:
-                        shutil.rmtree(root, ignore_errors=True)
-                    n += 1
+                    for name in names:
+                        if phase == "fold":
+                            root = kept if not os.path.exists(kept) else f"{kept}-{n}"
+                            _link_tables(lake, root)
+                        else:
+                            root = kept
+                        run = _run(phase, pinned, root, files_json, checkouts[name])
+                        runs.append({"rep": rep, "checkout": name, **run})
+                        print(json.dumps(runs[-1]), file=sys.stderr, flush=True)
+                        if phase == "fold" and name not in parts:
+                            parts[name] = _manifest_parts(root)
+                        if root != kept:
+                            shutil.rmtree(root, ignore_errors=True)
+                        n += 1
     finally:
         if not args.keep:
             shutil.rmtree(args.work, ignore_errors=True)
     summary = {}
     for phase in phases:
-        mine = [r for r in runs if r["phase"] == phase]
-        one = [r for r in mine if r["cores"].startswith("1 ")]
-        every = [r for r in mine if not r["cores"].startswith("1 ")]
-        speedups = [a["wall_s"] / b["wall_s"] for a, b in zip(one, every, strict=False)]
-        summary[phase] = {
-            "speedup": round(min(speedups), 3) if speedups else None,
-            "bound_2_cores": [r["bound_2_cores"] for r in every],
-            "speedups": [round(s, 3) for s in speedups],
-            "wall_s_1core": [r["wall_s"] for r in one],
-            "wall_s_all": [r["wall_s"] for r in every],
-            "cpu_s": [r["cpu_s"] for r in mine],
-            "peak_rss_gib": max((r["peak_rss_gib"] for r in mine), default=None),
-            "cpu_s_per_m_records": [r["cpu_s_per_m_records"] for r in mine],
-        }
+        for name in checkouts:
+            mine = [r for r in runs if r["phase"] == phase and r["checkout"] == name]
+            one = [r for r in mine if r["cores"].startswith("1 ")]
+            every = [r for r in mine if not r["cores"].startswith("1 ")]
+            speedups = [a["wall_s"] / b["wall_s"] for a, b in zip(one, every, strict=False)]
+            summary[phase if name == "this" else f"{phase}/reference"] = {
+                "speedup": round(min(speedups), 3) if speedups else None,
+                "bound_2_cores": [r["bound_2_cores"] for r in every],
+                "two_runnable_share": [r["two_runnable_share"] for r in every],
+                "speedups": [round(s, 3) for s in speedups],
+                "wall_s_1core": [r["wall_s"] for r in one],
+                "wall_s_all": [r["wall_s"] for r in every],
+                "cpu_s_1core": [r["cpu_s"] for r in one],
+                "cpu_s_all": [r["cpu_s"] for r in every],
+                "busiest_thread_cpu_s_all": [r["busiest_thread_cpu_s"] for r in every],
+                "peak_rss_gib": max((r["peak_rss_gib"] for r in mine), default=None),
+                "cpu_s_per_m_records": [r["cpu_s_per_m_records"] for r in mine],
+            }
+    if len(parts) == 2:
+        # the corpus parts (sha256 of each, from the fold's manifest) of the two checkouts
+        summary["fold"]["same_parts_as_reference"] = parts["this"] == parts["reference"]
     print(
         json.dumps(
             {
