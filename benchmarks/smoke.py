@@ -7,8 +7,9 @@ Inputs are made once under ``--work`` (``benchmarks/_smoke_lake.py``: a MeSH cut
 the same lake after an incremental update), and a small reference folder stands in for
 ``$KG_REFERENCE_DATA`` (that MeSH cut, the first 40 PubMedQA DEV questions, the real mirror
 and SciFact files), so the scripts' defaults read small data. ``SMOKE`` below is each
-script's tiny size. The four that need `kg build` through Dagster (rehearsal.py, then
-status_verify.py and planning.py on the home it built, and file_runs.py) run only with
+script's tiny size. The five that need `kg build` through Dagster (rehearsal.py, then
+status_verify.py and planning.py on the home it built, build_wait.py on its release, and
+file_runs.py) run only with
 ``--kg-build`` (one 300-record file each, about 65 CPU-s more per build); otherwise they are printed as
 skipped with that reason. Two scripts run at a time.
 
@@ -54,8 +55,11 @@ WITH_KG_BUILD: dict[str, list[str]] = {
     "planning.py": ["--home", "{work}/planning-home", "--lake", REHEARSAL + "/lake"]
     + ["--source", "{work}/rehearsal/source-1x300", "--mesh", "{reference}/mesh"]
     + ["--prepare", "--rounds", "1"],
+    # one more build of that file (and its no-op), from this checkout alone
+    "build_wait.py": ["--source", "{work}/rehearsal/source-1x300", "--files", "1"]
+    + ["--records-per-file", "300", "--work", "{work}/build-wait", "--rounds", "1"],
 }
-AFTER_REHEARSAL = ("status_verify.py", "planning.py")
+AFTER_REHEARSAL = ("status_verify.py", "planning.py", "build_wait.py")
 # script -> its arguments at the smoke size ({work}, {built}, ... filled in below), or the
 # reason it does not run small (a string)
 SMOKE: dict[str, list[str] | str] = {
@@ -65,6 +69,7 @@ SMOKE: dict[str, list[str] | str] = {
     + ["--runs", "1", "--questions", "1", "--serve-questions", "1", "--clients", "2"]
     + ["--requests", "6", "--workers", "1", "--remove"],
     "build.py": ["--fold-records", "2000", "--workdir", "{work}"],
+    "build_wait.py": KG_BUILD,
     "cold_ask.py": ["--lake", "{built}", "--runs", "1", "--questions", "1"],
     "concept_index.py": ["--lake", "{work}/concept", "--mesh-cache", "{work}/mesh-cache"]
     + ["--sample", "100", "--fresh", "--device", "cpu"],
@@ -173,7 +178,8 @@ def main() -> int:
     parser.add_argument(
         "--kg-build",
         action="store_true",
-        help="also rehearsal.py, status_verify.py and planning.py over one small kg build",
+        help="also rehearsal.py, status_verify.py, planning.py, build_wait.py and file_runs.py "
+        "over small kg builds",
     )
     args = parser.parse_args()
     started = time.perf_counter()

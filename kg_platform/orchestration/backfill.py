@@ -37,6 +37,12 @@ class BuildResult:
     status: str
     runs: list[RunOutcome] = field(default_factory=list)
     backfill: object = None  # Dagster's PartitionBackfill, as it ended
+    # what the wait cost: looks at the instance (ticks), the ticks that read the backfill and
+    # its runs (reads), and Dagster's backfill and run-queue iterations run here (drives,
+    # each followed by a read)
+    ticks: int = 0
+    reads: int = 0
+    drives: int = 0
 
     @property
     def failed(self) -> bool:
@@ -214,13 +220,33 @@ class Watched:
     """What a backfill waits on, read in a few queries: its status, its runs' statuses and the
     materialisations its unfinished runs have recorded (a run's step can finish what the next
     run needs before the run itself ends: the corpus step, before corpus_profile), with the
-    file partitions each run has recorded so far (for the progress lines)."""
+    file partitions each run has recorded so far (for the progress lines).
+
+    ``changed`` says, in one small query, whether any of that may have changed since it last
+    said so: the newest record id of the event log's index. Dagster mirrors every run status
+    change, asset event (planned, materialised) and check evaluation there
+    (SqliteEventLogStorage.store_event; one table on Postgres), so while the runs only work
+    the wait reads nothing else."""
 
     def __init__(self, instance, backfill_id: str, files: FileRuns = NO_FILES) -> None:
         self.instance, self.backfill_id, self.files = instance, backfill_id, files
         self.materialised: dict[str, tuple[str | None, int]] = {}  # run -> (cursor, count)
         # run -> file asset -> the file partitions it recorded so far
         self.file_partitions: dict[str, dict[str, set[str]]] = {}
+        self.mark: object = None  # the event log's newest record id when last looked at
+        self.looked = False
+
+    def changed(self) -> bool:
+        """True the first time, then whenever the event log's index has a newer record than
+        when last asked (always, on a storage that cannot say)."""
+        try:
+            mark = self.instance.event_log_storage.get_maximum_record_id()
+        except NotImplementedError:
+            return True
+        if self.looked and mark == self.mark:
+            return False
+        self.mark, self.looked = mark, True
+        return True
 
     def materialisations(self, run_id: str) -> int:
         import dagster as dg
@@ -230,13 +256,16 @@ class Watched:
             run_id, cursor=cursor, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION
         )
         if found.records:
-            cursor, count = found.cursor, count + len(found.records)
+            cursor = found.cursor
             recorded = self.file_partitions.setdefault(run_id, {})
             for r in found.records:
                 event = r.event_log_entry.dagster_event
                 name = event.asset_key.to_user_string()
-                if name in self.files.assets and event.partition:
-                    recorded.setdefault(name, set()).add(event.partition)
+                if name in self.files.assets:
+                    if event.partition:
+                        recorded.setdefault(name, set()).add(event.partition)
+                else:
+                    count += 1
         self.materialised[run_id] = (cursor, count)
         return count
 
@@ -250,13 +279,17 @@ class Watched:
         return set.intersection(*(recorded[a] for a in assets))
 
     def read(self) -> tuple:
-        """(the backfill, its run records, a value that changes whenever any of the three does)."""
+        """(the backfill, its run records, a value that changes when the backfill may have
+        more to launch: its status, a run created or ended, or an unfinished run's
+        materialisation of an asset not over files). A run over files that records one more
+        file, or a run that starts, unblocks nothing: the files' downstream waits for all of
+        them, and each file run ends just after its last file."""
         backfill = self.instance.get_backfill(self.backfill_id)
         records = backfill_runs(self.instance, self.backfill_id)
         runs = tuple(
             (
                 r.dagster_run.run_id,
-                r.dagster_run.status.value,
+                r.dagster_run.status.value in TERMINAL,
                 0
                 if r.dagster_run.status.value in TERMINAL
                 else self.materialisations(r.dagster_run.run_id),
@@ -328,24 +361,34 @@ ACTIVE = {"STARTING", "STARTED"}
 QUEUED = {"QUEUED", "NOT_STARTED"}
 
 
+# how often the wait judges who drives from the daemon's heartbeats (a daemon is gone after
+# LIVE_S without one)
+HEARTBEAT_CHECK_S = 5.0
+
+
 def wait_for_backfill(
     instance,
     process_context,
     backfill_id: str,
     on_run: Callable[[RunOutcome], None],
     tick_s: float = 0.5,
-    idle_s: float = 10.0,
+    idle_s: float = 30.0,
     reporter: Reporter | None = None,
     files: FileRuns = NO_FILES,
 ) -> BuildResult:
     """Drive (or, while a daemon serves the instance, watch) the backfill until it ends;
     ``on_run`` gets each run as it finishes, ``reporter`` what happens before. Who drives is
-    judged again every tick from the daemon's heartbeats: a daemon that stops beating (the
-    UI stopped) is taken over, one that starts is left to drive. Watching is a few queries a
-    tick; Dagster's backfill and run-queue iterations (each reads and rewrites the backfill:
-    ~0.15 s CPU at 10M records, most of what this process spent while the runs ran) are
-    driven when what the backfill waits on changed (Watched), while an iteration still
-    changes it, and at least every ``idle_s``. A run over ``files`` is reported file by file."""
+    judged again every HEARTBEAT_CHECK_S from the daemon's heartbeats: a daemon that stops
+    beating (the UI stopped) is taken over, one that starts is left to drive.
+
+    A tick (every ``tick_s``) is one small query (Watched.changed); the backfill and its runs
+    are read only when it says something changed, or while the backfill has no unfinished
+    run (its end comes with no event). Dagster's backfill and run-queue iterations (each
+    reads and rewrites the backfill: ~0.15 s CPU at 10M records) run when the backfill may
+    have more to launch (Watched.read: a run created or ended, a materialisation not over
+    files), while an iteration still changes that, and at least every ``idle_s`` (the
+    daemon's own backfill interval). So the wait costs CPU per run and per event, not per
+    second of the build. A run over ``files`` is reported file by file."""
     reporter = reporter or Reporter(say=lambda line: None)
     with reporter:
         return drive(
@@ -372,14 +415,22 @@ def drive(
     files_said: set[str] = set()
     result = BuildResult(backfill_id, "REQUESTED")
     driven_at, driven_on = float("-inf"), None
+    judged_at = float("-inf")
     host: bool | None = None
+    records: list = []
     while True:
-        age = heartbeat_age(instance)
-        serves = age is not None and age <= LIVE_S
-        if host is None or host == serves:
-            say_driver(reporter, backfill_id, age, serves, first=host is None)
-            host, driven_on = not serves, None
-        backfill, records, state = watched.read()
+        result.ticks += 1
+        if time.monotonic() - judged_at >= HEARTBEAT_CHECK_S:
+            judged_at = time.monotonic()
+            age = heartbeat_age(instance)
+            serves = age is not None and age <= LIVE_S
+            if host is None or host == serves:
+                say_driver(reporter, backfill_id, age, serves, first=host is None)
+                host, driven_on = not serves, None
+        ended = all(r.dagster_run.status.value in TERMINAL for r in records)
+        if watched.changed() or ended:
+            backfill, records, state = watched.read()
+            result.reads += 1
         if host and (state != driven_on or time.monotonic() - driven_at >= idle_s):
             # the state before this iteration: if the iteration changes it, drive again
             driven_at, driven_on = time.monotonic(), state
@@ -392,7 +443,10 @@ def drive(
                 pass
             for _ in queue.run_iteration(process_context):
                 pass
-            backfill, records, _ = watched.read()
+            result.drives += 1
+            watched.changed()  # what the iteration wrote is read now
+            # compared with the state before the iteration: if it changed it, drive again
+            backfill, records, state = watched.read()
         for record in records:
             run = record.dagster_run
             status = run.status.value
@@ -408,8 +462,9 @@ def drive(
                 seen[run.run_id] = run_outcome(instance, record, files)
                 result.runs.append(seen[run.run_id])
                 on_run(seen[run.run_id])
-        done = all(r.dagster_run.status.value in TERMINAL for r in records)
-        if backfill.status != BulkActionStatus.REQUESTED and done:
+        if backfill.status != BulkActionStatus.REQUESTED and all(
+            r.dagster_run.status.value in TERMINAL for r in records
+        ):
             result.status = backfill.status.value
             result.backfill = backfill
             break
