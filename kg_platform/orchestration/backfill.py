@@ -364,6 +364,13 @@ QUEUED = {"QUEUED", "NOT_STARTED"}
 # how often the wait judges who drives from the daemon's heartbeats (a daemon is gone after
 # LIVE_S without one)
 HEARTBEAT_CHECK_S = 5.0
+# while the event log is quiet (a long step), the backfill is still read this often: a cancel
+# from the UI changes its status and writes no event
+READ_IDLE_S = 30.0
+# the tick lengthens while nothing changes: by tick_s for every QUIET_STEP_S of quiet, up to
+# QUIET_TICK_MAX_S (what a run ending after a long quiet step may wait to be seen)
+QUIET_STEP_S = 10.0
+QUIET_TICK_MAX_S = 2.0
 
 
 def wait_for_backfill(
@@ -372,7 +379,7 @@ def wait_for_backfill(
     backfill_id: str,
     on_run: Callable[[RunOutcome], None],
     tick_s: float = 0.5,
-    idle_s: float = 30.0,
+    idle_s: float = 120.0,
     reporter: Reporter | None = None,
     files: FileRuns = NO_FILES,
 ) -> BuildResult:
@@ -381,14 +388,15 @@ def wait_for_backfill(
     judged again every HEARTBEAT_CHECK_S from the daemon's heartbeats: a daemon that stops
     beating (the UI stopped) is taken over, one that starts is left to drive.
 
-    A tick (every ``tick_s``) is one small query (Watched.changed); the backfill and its runs
-    are read only when it says something changed, or while the backfill has no unfinished
-    run (its end comes with no event). Dagster's backfill and run-queue iterations (each
-    reads and rewrites the backfill: ~0.15 s CPU at 10M records) run when the backfill may
-    have more to launch (Watched.read: a run created or ended, a materialisation not over
-    files), while an iteration still changes that, and at least every ``idle_s`` (the
-    daemon's own backfill interval). So the wait costs CPU per run and per event, not per
-    second of the build. A run over ``files`` is reported file by file."""
+    A tick (every ``tick_s``, up to QUIET_TICK_MAX_S after a quiet while) is one small query
+    (Watched.changed); the backfill and its runs are read only when it says something
+    changed, while the backfill has no unfinished run (its end comes with no event), and
+    every READ_IDLE_S. Dagster's backfill and run-queue iterations (each reads and rewrites
+    the backfill: ~0.15 s CPU at 10M records) run when the backfill may have more to launch
+    (Watched.read: its status, a run created or ended, a materialisation not over files),
+    while an iteration still changes that, and at least every ``idle_s``. So the wait costs
+    CPU per run and per event, and next to nothing per second of a long step. A run over
+    ``files`` is reported file by file."""
     reporter = reporter or Reporter(say=lambda line: None)
     with reporter:
         return drive(
@@ -416,6 +424,7 @@ def drive(
     result = BuildResult(backfill_id, "REQUESTED")
     driven_at, driven_on = float("-inf"), None
     judged_at = float("-inf")
+    read_at = changed_at = time.monotonic()
     host: bool | None = None
     records: list = []
     while True:
@@ -428,7 +437,10 @@ def drive(
                 say_driver(reporter, backfill_id, age, serves, first=host is None)
                 host, driven_on = not serves, None
         ended = all(r.dagster_run.status.value in TERMINAL for r in records)
-        if watched.changed() or ended:
+        if watched.changed():
+            changed_at = time.monotonic()
+        if changed_at >= read_at or ended or time.monotonic() - read_at >= READ_IDLE_S:
+            read_at = time.monotonic()
             backfill, records, state = watched.read()
             result.reads += 1
         if host and (state != driven_on or time.monotonic() - driven_at >= idle_s):
@@ -444,7 +456,8 @@ def drive(
             for _ in queue.run_iteration(process_context):
                 pass
             result.drives += 1
-            watched.changed()  # what the iteration wrote is read now
+            if watched.changed():  # what the iteration wrote is read now
+                changed_at = time.monotonic()
             # compared with the state before the iteration: if it changed it, drive again
             backfill, records, state = watched.read()
         for record in records:
@@ -471,8 +484,14 @@ def drive(
         reporter.doing = waiting_on(
             records, "this build runs the backfill" if host else DAEMON_DRIVES
         )
-        time.sleep(tick_s)
+        time.sleep(next_tick(tick_s, time.monotonic() - changed_at))
     return result
+
+
+def next_tick(tick_s: float, quiet_s: float) -> float:
+    """The wait's next tick after ``quiet_s`` without a new event: ``tick_s`` longer for
+    every QUIET_STEP_S of quiet, at most QUIET_TICK_MAX_S."""
+    return min(QUIET_TICK_MAX_S, tick_s * (1 + quiet_s // QUIET_STEP_S))
 
 
 DAEMON_DRIVES = "the Dagster daemon (`make ui`) runs the backfill"

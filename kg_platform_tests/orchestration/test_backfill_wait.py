@@ -15,6 +15,7 @@ from dagster._core.workspace.context import WorkspaceProcessContext
 from kg_platform.orchestration.backfill import (
     Reporter,
     code_location,
+    next_tick,
     submit_backfill,
     wait_for_backfill,
 )
@@ -92,3 +93,9 @@ def test_the_wait_drives_per_run_not_per_file_and_reads_only_what_changed(tmp_pa
     # the whole step's quiet seconds are ticks that read nothing
     print(f"ticks {result.ticks}, reads {result.reads}, drives {result.drives}")
     assert result.ticks - result.reads >= 2, result
+
+
+def test_the_tick_lengthens_while_nothing_happens_up_to_two_seconds() -> None:
+    # 0.5 s while events come, +0.5 s per 10 s of quiet, at most 2 s
+    ticks = [next_tick(0.5, quiet) for quiet in (0, 9.9, 10, 19.9, 25, 30, 600)]
+    assert ticks == [0.5, 0.5, 1.0, 1.0, 1.5, 2.0, 2.0]
