@@ -212,11 +212,24 @@ def _far_packed(
     source: np.ndarray,
     terminal: np.ndarray,
     at: int,
+    sparse: bool,
 ) -> int:
     """``_far_links`` over the links ``pack_links`` copied out in order: ``near[k]``'s are
     ``packed[ptr[k]:ptr[k + 1]]`` (``ptr`` has ``near.size + 1`` values, offsets into all of
-    ``packed``), read in one sequential pass; the same rows in the same order."""
+    ``packed``), read in one sequential pass; the same rows in the same order. ``sparse``:
+    few links are kept (a far side on a small share of the nodes), so a row is written
+    only when kept, behind a branch that is almost never taken."""
     origin, far_end = (terminal, source) if swap else (source, terminal)
+    if sparse:
+        for k in range(near.size):
+            node = near[k]
+            for j in range(ptr[k], ptr[k + 1]):
+                neighbour = packed[j]
+                if _found(neighbour, table, ascending) and neighbour != node:
+                    origin[at] = node
+                    far_end[at] = neighbour
+                    at += 1
+        return at
     for k in range(near.size):
         node = near[k]
         for j in range(ptr[k], ptr[k + 1]):
@@ -393,6 +406,7 @@ def pair_evidence(
     packed_cite: np.ndarray,
     packed_cited_by_ptr: np.ndarray,
     packed_cited_by: np.ndarray,
+    sparse: bool,
 ) -> int:
     """Every candidate of ``collect_candidates`` counted at gates 3-6 and the best alive
     ones kept. ``bits``: quotable, retracted, concern; ``gates``: quotable gate on,
@@ -401,7 +415,7 @@ def pair_evidence(
     the rows kept, ``heap_score`` their scores. Returns how many rows are kept (at most
     ``heap_score.size``), in no order. ``packed_*``: the near nodes' links of that kind
     copied out by ``pack_links`` (``ptr`` of ``near.size + 1`` values), read instead of
-    the graph's lists when not empty."""
+    the graph's lists when not empty (``sparse``: ``_far_packed``'s)."""
     n_direct = direct.size
     # node indices fit in 32 bits: half the bytes to write and read back
     source = np.empty(n_direct + reads, dtype=np.int32)
@@ -419,12 +433,14 @@ def pair_evidence(
         packed_second = (packed_cited_by_ptr, packed_cited_by)
     if packed_first[0].size:
         end_cites = _far_packed(
-            *packed_first, near, table, ascending, from_b, source, terminal, n_direct
+            *packed_first, near, table, ascending, from_b, source, terminal, n_direct, sparse
         )
     else:
         end_cites = _far_links(*first, near, table, ascending, from_b, source, terminal, n_direct)
     if packed_second[0].size:
-        n = _far_packed(*packed_second, near, table, ascending, from_b, source, terminal, end_cites)
+        n = _far_packed(
+            *packed_second, near, table, ascending, from_b, source, terminal, end_cites, sparse
+        )
     else:
         n = _far_links(*second, near, table, ascending, from_b, source, terminal, end_cites)
     quotable_bit, retracted_bit, concern_bit = bits[0], bits[1], bits[2]

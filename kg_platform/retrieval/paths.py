@@ -105,6 +105,8 @@ class _BridgePlan:
     reads: int
     csr: dict[str, tuple[np.ndarray, np.ndarray]]
     near_d: int = -1  # the descriptor whose major articles are ``near``
+    # the far side is on under 1/16 of the nodes: few links are kept (``_far_packed``)
+    sparse: bool = False
 
 
 def _bridge_plan(store: KGStore, pair: ConceptPair) -> _BridgePlan:
@@ -126,7 +128,15 @@ def _bridge_plan(store: KGStore, pair: ConceptPair) -> _BridgePlan:
     near, far, reads = (b_major, a_major, b_reads) if from_b else (a_major, b_major, a_reads)
     table, ascending = _far_lookup(far, reads, store.n_articles)
     near_d = int(b if from_b else a)
-    return _BridgePlan(direct, near, table, ascending, bool(from_b), int(reads), csr, near_d)
+    sparse = far.size * SPARSE_SHARE < store.n_articles
+    return _BridgePlan(
+        direct, near, table, ascending, bool(from_b), int(reads), csr, near_d, sparse
+    )
+
+
+# a far side on under 1/SPARSE_SHARE of the articles keeps few of the links read: a packed
+# side's pass then writes a row only when kept (``path_passes._far_packed``)
+SPARSE_SHARE = 16
 
 
 # A near side of at least this many citation links is read from a packed copy of its links
@@ -383,6 +393,7 @@ def pair_evidence(
             _degree_term(store), _YEAR_TERM, 32768, filter_articles, filter_offsets,
             part, heap_score, heap_rows,
             *_packed_slice(packed["cite"], lo, hi), *_packed_slice(packed["cited_by"], lo, hi),
+            plan.sparse,
         )  # fmt: skip
         counts += part
         kept_rows.append(heap_rows[:held])

@@ -632,14 +632,16 @@ def test_a_budgeted_search_reads_in_slices_and_stops_at_its_deadline(
         pair_evidence(store, giant, [], 10, deadline=later, slice_links=0)
 
 
+@pytest.mark.parametrize("sparse_share", [0, 10**9], ids=["branch", "no branch"])
 def test_packed_links_give_the_same_evidence_and_are_kept_up_to_their_limit(
-    corpus, pairs, descriptors, monkeypatch: pytest.MonkeyPatch
+    corpus, pairs, descriptors, monkeypatch: pytest.MonkeyPatch, sparse_share: int
 ) -> None:
     """In a process that keeps packed links (`kg serve`), a near side's links are copied
     out once, in order (each node's links exactly the graph's list), and the search read
     from them gives the graph-read search's counts, rows, order and scores bit for bit,
-    in one pass or in slices; past the byte limit nothing more is kept and the graph's
-    lists are read."""
+    in one pass or in slices, with a branch per kept row (a sparse far side) or without;
+    past the byte limit nothing more is kept and the graph's lists are read."""
+    monkeypatch.setattr(paths_module, "SPARSE_SHARE", sparse_share)
     later = time.perf_counter() + 3600.0
     plain = corpus[1]
     store = KGStore.open(Lake(corpus[0]))  # a store of its own: nothing kept yet
@@ -649,6 +651,7 @@ def test_packed_links_give_the_same_evidence_and_are_kept_up_to_their_limit(
     packed_sides = set()
     for pair in pairs:
         plan = paths_module._bridge_plan(store, pair)
+        assert plan.sparse == (sparse_share == 0)
         packed = paths_module.packed_links(store, plan.near_d, plan.near, plan.reads)
         if plan.reads:
             assert packed is not paths_module._NOT_PACKED, pair
