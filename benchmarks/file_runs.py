@@ -8,7 +8,8 @@ fresh home and lake, with `benchmarks/rehearsal.py`'s measured build: every proc
 build sampled, each step's CPU read off its run's worker and the worker's children inside
 the step's window (`benchmarks/_phases.py`). ``KG_PARSE_WORKERS`` is ``--parse-workers``
 (default 1: the file runs of a 2.5M build on 2 cores, two runs at once, parse inside
-their worker), ``--jobs`` is `kg build --jobs`.
+their worker), ``KG_FILES_PER_RUN`` is ``--files-per-run`` (default 16, as `kg build`'s),
+``--jobs`` is `kg build --jobs`.
 
 ``--reference DIR`` (another checkout of this repository with its compiled extensions built
 in place) builds the same files with that checkout's code, alternating with this one
@@ -53,6 +54,7 @@ def one_build(checkout: Path, source: str, work: Path, args: argparse.Namespace)
         "PYTHONPATH": str(checkout),
         "PYTHONUNBUFFERED": "1",
         "KG_PARSE_WORKERS": str(args.parse_workers),
+        "KG_FILES_PER_RUN": str(args.files_per_run),
     }
     env.pop("KG_EXECUTOR", None)
     records = sum(1 for _ in Path(source, "baseline").glob("*.xml.gz")) * args.records_per_file
@@ -69,7 +71,7 @@ def one_build(checkout: Path, source: str, work: Path, args: argparse.Namespace)
         "records": records,
         "file_runs_cpu_s": files["cpu_s"],
         "file_runs_cpu_s_per_million": files["cpu_s_per_million"],
-        "file_steps": files["steps"],
+        "file_run_steps": files["steps"],
         "outside_steps_cpu_s_per_million": phases["outside_steps"]["cpu_s_per_million"],
         "build_cpu_s_per_million": got["cpu_s_per_million"],
         "wall_s": got["wall_s"],
@@ -83,6 +85,7 @@ def smallest(rounds: list[dict]) -> dict:
     """Per figure, its smallest value over the rounds (the least disturbed by the load)."""
     out = {k: min(r[k] for r in rounds) for k in KEPT}
     out["records"] = rounds[0]["records"]
+    out["file_run_steps"] = rounds[0]["file_run_steps"]
     out["rounds"] = [{k: r[k] for k in (*KEPT, "wall_s")} for r in rounds]
     return out
 
@@ -98,6 +101,7 @@ def main() -> int:
     parser.add_argument("--select", default="+key:pubmed_tables", help="kg build --select")
     parser.add_argument("--jobs", type=int, default=2, help="kg build --jobs")
     parser.add_argument("--parse-workers", type=int, default=1, help="KG_PARSE_WORKERS")
+    parser.add_argument("--files-per-run", type=int, default=16, help="KG_FILES_PER_RUN")
     args = parser.parse_args()
 
     work = Path(args.work).resolve()

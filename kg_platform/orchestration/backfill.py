@@ -76,6 +76,8 @@ class BuildResult:
 
 DEFINITIONS = "kg_platform.definitions"
 LOCATION = "kg_platform"
+# what the runs' steps import on first use, preloaded by the forkserver beside the definitions
+RUN_IMPORTS = "kg_platform.assets.run_imports"
 
 
 def code_location(
@@ -86,15 +88,17 @@ def code_location(
     name: str = LOCATION,
     log: Path | None = None,
     env: dict[str, str] | None = None,
+    preload: tuple[str, ...] = (RUN_IMPORTS,),
 ):
     """Dagster's workspace target for a code location (the definitions' module), served by
     orchestration/code_server.py: the script `code_server_script` writes in the instance's
-    home, preloading ``module`` for the runs, with ``env`` and its output to ``log``."""
+    home, preloading ``module`` and ``preload`` for the runs, with ``env`` and its output
+    to ``log``."""
     from dagster._core.workspace.load import location_origin_from_module_name
     from dagster._core.workspace.load_target import WorkspaceLoadTarget
 
     home = Path(instance.root_directory)
-    executable = str(code_server_script(home, (module,), env, log))
+    executable = str(code_server_script(home, (module, *preload), env, log))
 
     class CodeLocation(WorkspaceLoadTarget):
         def create_origins(self):

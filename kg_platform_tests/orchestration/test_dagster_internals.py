@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import time
 import tomllib
 from pathlib import Path
@@ -26,7 +27,7 @@ from dagster._daemon.run_coordinator.queued_run_coordinator_daemon import (
 from dagster._utils.caching_instance_queryer import CachingInstanceQueryer
 
 from kg_platform.orchestration import DAGSTER_VERSION, records
-from kg_platform.orchestration.backfill import code_location, submit_backfill
+from kg_platform.orchestration.backfill import RUN_IMPORTS, code_location, submit_backfill
 from kg_platform.orchestration.freshness import OVERRIDDEN, stale_resolver
 from kg_platform.orchestration.instance import write_instance_yaml
 from kg_platform.orchestration.recovery import run_worker
@@ -42,9 +43,24 @@ def upstream(context) -> dg.MaterializeResult:
     version = context.run.tags.get("version", "1")
     # the run's process and the command line of the process that started it
     parent = Path(f"/proc/{os.getppid()}/cmdline").read_bytes().decode().split("\0")
+    # whether the pandera models came with the fork (RUN_IMPORTS), then polars' and Arrow's
+    # thread pools used in the forked process
+    preloaded = "kg_platform.schemas.models" in sys.modules
+    import io
+
+    import polars as pl
+
+    frame = pl.DataFrame({"k": [i % 7 for i in range(50_000)], "v": list(range(50_000))})
+    sums = frame.group_by("k").agg(pl.col("v").sum()).sort("k")["v"].to_list()
+    frame.write_parquet(io.BytesIO(), compression="zstd")
     return dg.MaterializeResult(
         data_version=dg.DataVersion(f"{context.partition_key}{version}"),
-        metadata={"pid": os.getpid(), "parent": dg.MetadataValue.json(parent[:-1])},
+        metadata={
+            "pid": os.getpid(),
+            "parent": dg.MetadataValue.json(parent[:-1]),
+            "preloaded": preloaded,
+            "sums": dg.MetadataValue.json(sums),
+        },
     )
 
 
@@ -174,6 +190,11 @@ def test_a_backfill_submitted_and_driven_without_a_daemon(tmp_path) -> None:
         code = parent[parent.index("-c") + 1]
         assert code.split(";")[0] == FORKSERVER
         assert f"'{__name__}'" in code
+        # and the libraries the runs' steps load (assets/run_imports.py): in the run's
+        # process before its step, and polars and Arrow work there after the fork
+        assert f"'{RUN_IMPORTS}'" in code
+        assert metadata["preloaded"].value is True
+        assert metadata["sums"].value == [sum(range(k, 50_000, 7)) for k in range(7)]
         health = instance.run_launcher.check_run_worker_health(runs[0])
         assert (health.status, health.msg) == (
             WorkerStatus.FAILED,
