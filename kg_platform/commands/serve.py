@@ -37,10 +37,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--workers",
         type=int,
-        default=1,
-        help="processes answering questions (default 1), under one supervisor; each opens "
-        "the same build (files over --copy-below-mib mapped, their pages shared), and "
-        "POST /reload in any of them makes every one serve the new build",
+        default=None,
+        help="processes answering questions (default: one per core this process may run "
+        "on), under one supervisor; each opens the same build (files over --copy-below-mib "
+        "mapped, their pages shared), and POST /reload in any of them makes every one "
+        "serve the new build",
     )
     parser.add_argument(
         "--heavy-candidates",
@@ -71,7 +72,16 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run_serve)
 
 
+def workers_of(args: argparse.Namespace) -> int:
+    """``--workers``, or by default one worker per core this process may run on
+    (``settings.usable_cores``: its CPU affinity)."""
+    from kg_platform.settings import usable_cores
+
+    return usable_cores() if args.workers is None else args.workers
+
+
 def run_serve(args: argparse.Namespace) -> int:
+    args.workers = workers_of(args)
     if not 0 <= args.port <= 65535:
         raise ValueError(f"--port {args.port}: must be in 0..65535")
     if not 1 <= args.workers <= 64:

@@ -584,7 +584,10 @@ def test_mapped_files_damaged_under_a_running_server(lake, tmp_path) -> None:
     build = layout.current_build_id(lake)
     cite = str(root / layout.array_key(build, "cite_indices"))
     index = str(root / "grounding" / "index.kgi")
-    with running_server(str(root), tmp_path, "--copy-below-mib", "0") as (process, base):
+    with running_server(str(root), tmp_path, "--workers", "1", "--copy-below-mib", "0") as (
+        process,
+        base,
+    ):
         status, before = _post(base + "/ask", {"question": ANSWERED})
         assert status == 200 and before["verdict"]["answerable"] is True
         files = _get(base + "/status")[1]["files"]
@@ -646,7 +649,7 @@ def test_copied_files_keep_serving_the_last_good_build(lake, tmp_path) -> None:
     build = layout.current_build_id(lake)
     cite = str(root / layout.array_key(build, "cite_indices"))
     index = str(root / "grounding" / "index.kgi")
-    with running_server(str(root), tmp_path) as (process, base):
+    with running_server(str(root), tmp_path, "--workers", "1") as (process, base):
         status, before = _post(base + "/ask", {"question": ANSWERED})
         assert status == 200
         sizes = {path: os.path.getsize(path) for path in (index, cite)}
@@ -747,3 +750,20 @@ def test_an_answer_read_while_its_file_shrank_is_withheld(lake, tmp_path, monkey
             "under the server while the question was read"
         },
     )
+
+
+def test_kg_serve_starts_a_worker_per_usable_core_by_default() -> None:
+    """Without --workers, one worker per core the process may run on (its CPU affinity):
+    a `kg serve` pinned to one core starts one; --workers still says how many."""
+    from kg_platform.cli import build_parser
+    from kg_platform.commands.serve import workers_of
+
+    parser = build_parser("serve")
+    before = os.sched_getaffinity(0)
+    assert workers_of(parser.parse_args(["serve"])) == len(before)
+    assert workers_of(parser.parse_args(["serve", "--workers", "3"])) == 3
+    os.sched_setaffinity(0, {min(before)})
+    try:
+        assert workers_of(parser.parse_args(["serve"])) == 1
+    finally:
+        os.sched_setaffinity(0, before)
