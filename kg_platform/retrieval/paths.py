@@ -286,12 +286,23 @@ class PathBudget:
         }
 
 
-def _slices(plan: _BridgePlan, slice_links: int) -> list[tuple[int, int, int]]:
+def _slices(
+    plan: _BridgePlan,
+    slice_links: int,
+    packed: dict[str, tuple[np.ndarray, np.ndarray]] = _NOT_PACKED,
+) -> list[tuple[int, int, int]]:
     """``plan.near`` as ``(start, end, links)`` slices in order, each of about
-    ``slice_links`` citation links (a node with more is a slice of its own)."""
+    ``slice_links`` citation links (a node with more is a slice of its own). Each node's
+    links are counted from the ``packed`` links' offsets when given (read in order), else
+    from the graph's (two scattered reads a node and direction)."""
     near = plan.near
     degree = np.zeros(near.size, dtype=np.int64)
     for kind in ("cite", "cited_by"):
+        ptr = packed[kind][0]
+        if ptr.size:
+            degree += ptr[1:]
+            degree -= ptr[:-1]
+            continue
         indptr = plan.csr[kind][0]
         degree += indptr[near + 1]
         degree -= indptr[near]
@@ -373,7 +384,7 @@ def pair_evidence(
     if deadline is None or plan.reads <= slice_links:
         slices = [(0, plan.near.size, plan.reads)]
     else:
-        slices = _slices(plan, slice_links)
+        slices = _slices(plan, slice_links, packed)
     kept_rows, kept_score = [], []
     links_read, cut = 0, False
     for at, (lo, hi, reads) in enumerate(slices):

@@ -665,6 +665,9 @@ def test_packed_links_give_the_same_evidence_and_are_kept_up_to_their_limit(
                     assert np.array_equal(links[ptr[k] : ptr[k + 1]], want), (pair, kind)
             again = paths_module.packed_links(store, plan.near_d, plan.near, plan.reads)
             assert again is packed  # kept
+            for slice_links in (1, 97, 1_000):  # counted from the packed offsets: the same
+                want = paths_module._slices(plan, slice_links)
+                assert paths_module._slices(plan, slice_links, packed) == want
         for filters in ([], descriptors[3:5]):
             idx = [store.desc_idx(d) for d in filters]
             for gates, _, _ in GATES[:2]:
