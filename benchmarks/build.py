@@ -158,17 +158,26 @@ class _TimedConnection:
         statements = self.statements
 
         class _Result:
-            def fetchall(self) -> list[tuple]:
-                rows = result.fetchall()
-                statements.append(
-                    {
-                        "statement": _statement_label(sql),
-                        "s": round(time.perf_counter() - wall, 2),
-                        "cpu_s": round(_cpu_s() - cpu, 2),
-                        "hwm_gib": round(_status_bytes("self", "VmHWM") / GIB, 3),
-                    }
-                )
-                return rows
+            """Each fetch (fetchall, fetchnumpy, ...) is timed up to the rows it returns."""
+
+            def __getattr__(self, name: str):
+                fetch = getattr(result, name)
+                if not name.startswith("fetch"):
+                    return fetch
+
+                def timed(*a, **k):
+                    rows = fetch(*a, **k)
+                    statements.append(
+                        {
+                            "statement": _statement_label(sql),
+                            "s": round(time.perf_counter() - wall, 2),
+                            "cpu_s": round(_cpu_s() - cpu, 2),
+                            "hwm_gib": round(_status_bytes("self", "VmHWM") / GIB, 3),
+                        }
+                    )
+                    return rows
+
+                return timed
 
         return _Result()
 
