@@ -259,7 +259,11 @@ def fold_release(
         run_sql(con, "SET parquet_metadata_cache = true")
         per_file = fold_tables(con, lake, files)
         ranges = _bucket_ranges(con, max(1, FOLD_RANGE_RECORDS // usable_cores()))
-        spans = {f: pmid_bounds(lake, "articles", f) for f in files}
+        # each file's PMID span from its footer, a footer read per file (a request each on
+        # S3), on a thread per usable core
+        with ThreadPoolExecutor(max_workers=usable_cores()) as pool:
+            bounds = pool.map(lambda f: pmid_bounds(lake, "articles", f), files)
+            spans = dict(zip(files, bounds, strict=True))
         articles = PmidSet(run_sql_numpy(con, "SELECT pmid FROM fold_survivors")["pmid"])
         tasks = _write_tables(con, per_file, ranges, spans, staging, articles)
         rows = dict.fromkeys(CORPUS_TABLES, 0)
