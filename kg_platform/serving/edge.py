@@ -126,6 +126,36 @@ class WorkerRecord:
             return {}
 
 
+def bind_each(config: Config, workers: int) -> list[socket]:
+    """The listening sockets of ``workers`` worker processes on ``config``'s host and port:
+    with more than one, a socket per worker, each with SO_REUSEPORT, so the kernel spreads
+    new connections over the workers (one shared socket lets whichever worker wakes first
+    accept a whole burst of keep-alive connections: 16 clients then all land on one
+    worker). One worker, or a platform without SO_REUSEPORT: uvicorn's one socket."""
+    import socket as sockets
+
+    if workers == 1 or not hasattr(sockets, "SO_REUSEPORT") or config.uds or config.fd:
+        return [config.bind_socket()]
+    family = sockets.AF_INET6 if config.host and ":" in config.host else sockets.AF_INET
+    bound: list[socket] = []
+    port = config.port
+    try:
+        for _ in range(workers):
+            sock = sockets.socket(family, sockets.SOCK_STREAM, sockets.IPPROTO_TCP)
+            bound.append(sock)
+            sock.setsockopt(sockets.SOL_SOCKET, sockets.SO_REUSEADDR, 1)
+            sock.setsockopt(sockets.SOL_SOCKET, sockets.SO_REUSEPORT, 1)
+            sock.bind((config.host, port))
+            port = sock.getsockname()[1]  # --port 0: the others bind the port the first got
+            sock.set_inheritable(True)
+    except OSError as error:
+        for sock in bound:
+            sock.close()
+        print(f"kg serve: cannot bind {config.host}:{config.port}: {error}", file=sys.stderr)
+        sys.exit(STARTUP_FAILURE)
+    return bound
+
+
 class Supervisor(Multiprocess):
     """uvicorn's supervisor, restarting a dead worker after a back-off that doubles with each
     death inside a minute (0 s for the first, then 1, 2, 4 .. 60 s), so a worker that dies
@@ -134,6 +164,9 @@ class Supervisor(Multiprocess):
 
     def __init__(self, config: Config, sockets: list[socket], record: WorkerRecord) -> None:
         super().__init__(config, sockets)
+        # one listening socket per worker (``bind_each``): each worker, and its replacement,
+        # accepts on its own; else every worker accepts on all of them
+        self.own = len(sockets) == self.processes_num > 1
         self.record = record
         self.deaths: deque[float] = deque()
         self.restarts = 0
@@ -151,6 +184,15 @@ class Supervisor(Multiprocess):
             }
         )
 
+    def _sockets_of(self, idx: int) -> list[socket]:
+        return [self.sockets[idx]] if self.own else self.sockets
+
+    def init_processes(self) -> None:
+        for idx in range(self.processes_num):
+            process = Process(self.config, self._sockets_of(idx))
+            process.start()
+            self.processes.append(process)
+
     def backoff(self, now: float) -> float:
         while self.deaths and now - self.deaths[0] > WINDOW_S:
             self.deaths.popleft()
@@ -163,7 +205,7 @@ class Supervisor(Multiprocess):
         for idx in list(self.waiting):
             if now >= self.waiting[idx]:
                 del self.waiting[idx]
-                replacement = Process(self.config, self.sockets)
+                replacement = Process(self.config, self._sockets_of(idx))
                 replacement.start()
                 self.processes[idx] = replacement
                 self.restarts += 1

@@ -33,7 +33,7 @@ from kg_platform.answer.readers.base import Reader
 from kg_platform.graph.store import KGStore
 from kg_platform.retrieval.linking import ConceptPair, keep_article_bits
 from kg_platform.retrieval.paths import candidate_bound, keep_packed, load_kernels, major_reads
-from kg_platform.serving.edge import Supervisor, WorkerRecord
+from kg_platform.serving.edge import Supervisor, WorkerRecord, bind_each
 from kg_platform.storage import mapped
 from kg_platform.storage.lake import Lake
 
@@ -400,5 +400,5 @@ def serve_workers(factory: str, spec: dict[str, Any], workers: int, host: str, p
             # a worker warming up (compiling its passes) on a loaded machine answers late
             timeout_worker_healthcheck=60,
         )
-        socket = config.bind_socket()
-        Supervisor(config, [socket], WorkerRecord(spec["record"])).run()
+        sockets = bind_each(config, workers)
+        Supervisor(config, sockets, WorkerRecord(spec["record"])).run()

@@ -767,3 +767,28 @@ def test_kg_serve_starts_a_worker_per_usable_core_by_default() -> None:
         assert workers_of(parser.parse_args(["serve"])) == 1
     finally:
         os.sched_setaffinity(0, before)
+
+
+def test_a_burst_of_keep_alive_connections_is_spread_over_the_workers(server) -> None:
+    """16 clients that connect at once and keep their connections (as benchmarks/serve.py's
+    do) reach both workers: each worker accepts on a socket of its own (SO_REUSEPORT), so
+    the first to wake cannot accept the whole burst and leave the other idle. Each pid
+    answers on the connection it accepted, request after request."""
+    import http.client
+    from urllib.parse import urlsplit
+
+    host, port = urlsplit(server[0]).hostname, urlsplit(server[0]).port
+    connections = [http.client.HTTPConnection(host, port, timeout=60) for _ in range(16)]
+    for connection in connections:
+        connection.connect()
+    pids = []
+    for _ in range(2):
+        for connection in connections:
+            connection.request("GET", "/status")
+            response = connection.getresponse()
+            assert response.status == 200
+            pids.append(json.loads(response.read())["worker_pid"])
+    for connection in connections:
+        connection.close()
+    assert pids[:16] == pids[16:]  # keep-alive: the same worker on each connection
+    assert len(set(pids)) == 2, pids  # both workers took part of the burst
