@@ -14,7 +14,8 @@ folder (its compiled reader must be there: copy ``kg_platform/pubmed/_reader*.so
 
 Per checkout: each round's figures and their medians (``cli_cpu_s``, ``code_server_cpu_s``,
 ``outside_steps_cpu_s``, ``build_cpu_s``, ``wall_s``, ``noop_wall_s``, ``noop_cli_cpu_s``;
-``cli_cpu_s_per_wall_s``: the CLI's CPU over the build's wall); ``ratios`` is this
+``cli_cpu_s_per_wall_s``: the CLI's CPU over the build's wall), and each round's ``runs_s``
+(per run: created, started, ended, from the instance); ``ratios`` is this
 checkout's median over the reference's. The machine's load is printed with each build: wall
 times on a shared machine follow the load, CPU seconds much less.
 
@@ -87,6 +88,11 @@ def one_build(checkout: str, work: Path, args, records: int) -> dict:
         "load_after": got["load_after"],
         "runs": len(got["timeline"]["runs"]),
         "outside_steps_span_s": got["phases"]["outside_steps"]["span_s"],
+        # per run: created, started, ended (s after the command's start), from the instance
+        "runs_s": [
+            [r["run"], r["created_s"], r["started_s"], r["ended_s"]]
+            for r in got["timeline"]["runs"]
+        ],
     }
 
 
