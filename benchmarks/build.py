@@ -812,6 +812,12 @@ def _timeline(home: str, names: list[str], t0: float) -> list[dict]:
                 message = entry.user_message or ""
                 if mark is None and message.startswith("Submitting celery task"):
                     mark = "submit"
+                if mark is None and message.startswith("Executing steps"):
+                    # dagster-celery's task, its instance opened and its plan made
+                    mark = "planned"
+                    worker = _event_metadata(event).get("Celery worker")
+                    if worker:
+                        steps.setdefault(key, {})["worker"] = worker.split("@")[0]
                 if mark:
                     steps.setdefault(key, {})[mark] = at(entry.timestamp)
             rows.append(
@@ -825,6 +831,43 @@ def _timeline(home: str, names: list[str], t0: float) -> list[dict]:
                 }
             )
     return rows
+
+
+def _event_metadata(event) -> dict[str, str]:
+    """An engine event's metadata as plain text values."""
+    data = getattr(event, "event_specific_data", None)
+    metadata = getattr(data, "metadata", None) or {}
+    return {k: str(getattr(v, "value", v)) for k, v in metadata.items()}
+
+
+def idle_shares(timeline: list[dict]) -> dict:
+    """How much of the Celery work each worker spent without a step running: over the span
+    from the first step submitted to the last step ended, 1 - (its steps' seconds from
+    task start, ``planned``, to ``end``) / span; and the seconds from a step's submission
+    (or, when it waited for a busy worker, from that worker's previous step's end) to its
+    start, the task's set-up. A figure the load changes little: it counts gaps, not
+    speed."""
+    steps = [s for run in timeline for s in run["steps"].values() if "worker" in s]
+    steps = [s for s in steps if s.get("end") is not None and s.get("submit") is not None]
+    if not steps:
+        return {}
+    first = min(s["submit"] for s in steps)
+    last = max(s["end"] for s in steps)
+    span = max(last - first, 1e-9)
+    shares: dict = {"span_s": round(span, 1)}
+    for worker in sorted({s["worker"] for s in steps}):
+        own = sorted((s for s in steps if s["worker"] == worker), key=lambda s: s["start"])
+        busy = sum(s["end"] - s.get("planned", s["start"]) for s in own)
+        setups, free_at = [], first
+        for s in own:
+            setups.append(round(s["start"] - max(s["submit"], free_at), 1))
+            free_at = s["end"]
+        shares[worker] = {
+            "steps": len(own),
+            "idle_share": round(1 - busy / span, 3),
+            "setup_s": setups,
+        }
+    return shares
 
 
 def files_celery(
@@ -844,6 +887,7 @@ def files_celery(
         cpu["kg_build"] = round(_children_cpu_s() - children, 1)
         result["cpu_s"] = {**cpu, "total": round(sum(cpu.values()), 1)}
         result["timeline"] = _timeline(home, names, t0)
+        result["idle"] = idle_shares(result["timeline"])
         return result
     finally:
         _kg(home, ["workers", "stop"], checkout=checkout)
@@ -952,6 +996,8 @@ def files_mode(args: argparse.Namespace) -> dict:
         result[f"{way}_file_runs"] = runs[way].get("file_runs")
         result[f"{way}_events_per_file"] = runs[way].get("events_per_file")
         result[f"{way}_cpu_s"] = runs[way].get("cpu_s", {}).get("total")
+        if runs[way].get("idle"):
+            result[f"{way}_idle"] = runs[way]["idle"]
         print(json.dumps({"way": way, **runs[way]}), flush=True)
     serial = result.get("serial_s")
     for way in ("multiprocess", "celery", "celery_reference"):

@@ -68,11 +68,14 @@ def worker_queues(
 
 
 def parse_workers_per_step(n_workers: int, concurrency: int, cores: int | None = None) -> int:
-    """The processes a step of a local worker parses its files with: the machine's cores
-    shared by the steps its workers run at once (a Celery child, daemonic, would otherwise
-    parse a batch on one core however many the worker has)."""
+    """The processes a step of a local worker parses its files with: its share of the
+    machine's cores among the steps its workers run at once, plus one, at most the cores
+    (a Celery child, daemonic, would otherwise parse a batch on one core however many the
+    worker has). The one more fills what the other steps leave idle (a step's set-up, its
+    last file, a worker with no step left): its pool's processes are forks of the preloaded
+    step process (kg_platform.pubmed.tables.pool_start_method), which cost no start-up."""
     cores = cores or usable_cores()
-    return max(1, cores // max(1, n_workers * concurrency))
+    return min(cores, cores // max(1, n_workers * concurrency) + 1)
 
 
 @dataclass(frozen=True)

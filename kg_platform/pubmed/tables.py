@@ -260,10 +260,21 @@ def parse_workers() -> int:
     return chosen
 
 
+def pool_start_method() -> str:
+    """How a pool starts its processes: ``spawn`` (a fresh interpreter, ~0.9 CPU-s of imports
+    each), or ``fork`` in a daemonic process. That is a Celery prefork child: itself a fork of
+    the worker's parent, which preloaded every step's imports (kg_platform.assets.preload),
+    running one step on its one thread; its forks start with the parser, pandera and the
+    models loaded, for no CPU, so a step can take the worker's cores for its files."""
+    import multiprocessing
+
+    return "fork" if multiprocessing.current_process().daemon else "spawn"
+
+
 class TablesPool:
-    """Files parsed ``width`` at a time: a pool of spawned processes, or the caller's own
-    process when ``width`` is 1 (no start-up cost, and possible where processes are not).
-    ``submit`` returns a future of :func:`publish_file`'s result."""
+    """Files parsed ``width`` at a time: a pool of processes (:func:`pool_start_method`), or
+    the caller's own process when ``width`` is 1 (no start-up cost, and possible where
+    processes are not). ``submit`` returns a future of :func:`publish_file`'s result."""
 
     def __init__(self, width: int) -> None:
         self.width = max(1, width)
@@ -276,7 +287,7 @@ class TablesPool:
 
             self._pool = ProcessPoolExecutor(
                 self.width,
-                mp_context=multiprocessing.get_context("spawn"),
+                mp_context=multiprocessing.get_context(pool_start_method()),
                 initializer=parse_worker_start,
             )
         else:

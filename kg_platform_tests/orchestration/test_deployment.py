@@ -14,7 +14,7 @@ import dagster as dg
 import pytest
 import yaml
 
-from kg_platform.orchestration.deployment import worker_queues
+from kg_platform.orchestration.deployment import parse_workers_per_step, worker_queues
 from kg_platform.orchestration.executor import executor_for
 from kg_platform.orchestration.instance import (
     GPU_POOL,
@@ -67,6 +67,16 @@ def test_worker_queues_default_cycle_and_gpu() -> None:
         worker_queues(0)
     with pytest.raises(ValueError, match="no queue"):
         worker_queues(1, [["gpu"]], gpu=False)
+
+
+def test_a_step_parses_on_its_share_of_the_cores_plus_one() -> None:
+    """Each step a local worker runs takes its share of the cores among the steps running at
+    once, plus one process that fills what the others leave idle, never more than the cores."""
+    assert parse_workers_per_step(2, 1, cores=2) == 2  # 4 processes on 2 cores while both run
+    assert parse_workers_per_step(1, 1, cores=8) == 8
+    assert parse_workers_per_step(2, 1, cores=26) == 14
+    assert parse_workers_per_step(4, 4, cores=26) == 2  # 16 steps: not 16 x 26 processes
+    assert parse_workers_per_step(3, 1, cores=1) == 1
 
 
 def test_instance_config_adds_postgres_and_pins_the_ncbi_limit() -> None:

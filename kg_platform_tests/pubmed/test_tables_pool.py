@@ -59,8 +59,9 @@ def test_the_first_file_imports_nothing_after_the_initialiser(tmp_path) -> None:
     }
 
 
-# a daemonic billiard process (a Celery prefork child) parses two files on a pool of two, then
-# a process whose pool worker is up is killed outright: the worker ends with it
+# a daemonic billiard process (a Celery prefork child, forked from a parent that preloaded the
+# steps' imports) parses two files on a pool of two forks of itself, then a daemonic process
+# whose pool worker is up is killed outright: the worker ends with it
 IN_A_DAEMON = textwrap.dedent(
     """
     import json, multiprocessing, os, shutil, signal, sys, time
@@ -74,8 +75,9 @@ IN_A_DAEMON = textwrap.dedent(
             futures = [pool.submit(lake, f"raw/{n}.xml.gz", n) for n in ("a", "b")]
             rows = [f.result().outcome.rows["articles"] for f in futures]
             workers = len(pool._pool._processes)
+            method = pool._pool._mp_context.get_start_method()
         queue.put({"daemon": multiprocessing.current_process().daemon, "rows": rows,
-                   "pool_processes": workers})
+                   "pool_processes": workers, "start_method": method})
 
     def orphaned(root, queue):
         with TablesPool(2) as pool:
@@ -86,6 +88,8 @@ IN_A_DAEMON = textwrap.dedent(
             os.kill(os.getpid(), signal.SIGKILL)
 
     if __name__ == "__main__":
+        # as a Celery worker's parent does before it forks its children
+        import kg_platform.assets.preload
         root = sys.argv[2]
         for name in ("a", "b"):
             shutil.copy(sys.argv[1], os.path.join(root, "raw", f"{name}.xml.gz"))
@@ -96,7 +100,7 @@ IN_A_DAEMON = textwrap.dedent(
         child.start()
         result = queue.get(timeout=120)
         child.join()
-        child = fork.Process(target=orphaned, args=(root, queue))
+        child = billiard.Process(target=orphaned, args=(root, queue), daemon=True)
         child.start()
         pids = queue.get(timeout=120)
         child.join()
@@ -120,10 +124,12 @@ def test_a_daemonic_process_parses_on_its_pool_and_its_workers_end_with_it(tmp_p
         text=True,
         check=True,
         env={**os.environ, "KG_PARSE_WORKERS": "2"},
+        timeout=240,
     )
     assert json.loads(done.stdout.splitlines()[-1]) == {
         "daemon": True,
         "rows": [10, 10],
         "pool_processes": 2,
+        "start_method": "fork",
         "workers_left_after_kill": [],
     }
