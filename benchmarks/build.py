@@ -812,12 +812,11 @@ def _timeline(home: str, names: list[str], t0: float) -> list[dict]:
                 message = entry.user_message or ""
                 if mark is None and message.startswith("Submitting celery task"):
                     mark = "submit"
-                if mark is None and message.startswith("Executing steps"):
+                worker = _event_metadata(event).get("Celery worker") if mark is None else None
+                if worker:
                     # dagster-celery's task, its instance opened and its plan made
                     mark = "planned"
-                    worker = _event_metadata(event).get("Celery worker")
-                    if worker:
-                        steps.setdefault(key, {})["worker"] = worker.split("@")[0]
+                    steps.setdefault(key, {})["worker"] = worker.split("@")[0]
                 if mark:
                     steps.setdefault(key, {})[mark] = at(entry.timestamp)
             rows.append(
@@ -840,14 +839,16 @@ def _event_metadata(event) -> dict[str, str]:
     return {k: str(getattr(v, "value", v)) for k, v in metadata.items()}
 
 
-def idle_shares(timeline: list[dict]) -> dict:
-    """How much of the Celery work each worker spent without a step running: over the span
-    from the first step submitted to the last step ended, 1 - (its steps' seconds from
-    task start, ``planned``, to ``end``) / span; and the seconds from a step's submission
-    (or, when it waited for a busy worker, from that worker's previous step's end) to its
-    start, the task's set-up. A figure the load changes little: it counts gaps, not
-    speed."""
-    steps = [s for run in timeline for s in run["steps"].values() if "worker" in s]
+def idle_shares(timeline: list[dict], step: str = "pubmed_file_batch") -> dict:
+    """How much of the file steps' span each worker spent without one running: over the span
+    from the first ``step`` submitted to the last ended, 1 - (its steps' seconds from the
+    task's plan made, ``planned``, to ``end``) / span; and the seconds from a step's
+    submission (or, when it waited for a busy worker, from that worker's previous step's
+    end) to its start, the task's set-up. A figure the load changes little: it counts gaps,
+    not speed."""
+    steps = [
+        s for run in timeline for key, s in run["steps"].items() if key == step and "worker" in s
+    ]
     steps = [s for s in steps if s.get("end") is not None and s.get("submit") is not None]
     if not steps:
         return {}
