@@ -247,28 +247,54 @@ def _article_totals(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
     return dict(zip(_ARTICLE_TOTALS, (int(v) for v in row), strict=True))
 
 
+_CITED_INSIDE = """SELECT citing_pmid, cited_pmid FROM citations
+    WHERE citing_pmid IN (SELECT pmid FROM articles)
+      AND cited_pmid IN (SELECT pmid FROM articles)"""
+
+
+def _citation_totals(con: duckdb.DuckDBPyConnection) -> tuple[int, int]:
+    """citation_edges (the distinct pairs of rows whose two PMIDs are articles) and
+    dangling_citations (every other row). The corpus's parts are PMID ranges, each in
+    citing-PMID order, so the pairs are counted in one streamed pass over the rows, a run
+    of one citing PMID at a time (``scans.distinct_sorted_pairs``); rows out of that order
+    are counted by DuckDB's aggregate instead."""
+    from kg_platform.graph import scans  # numba loads only when a graph is checked
+
+    articles = con.execute("SELECT pmid FROM articles WHERE pmid IS NOT NULL").fetchnumpy()
+    keep = np.unique(np.asarray(articles["pmid"], dtype=np.int64))
+    del articles
+    stream = con.sql("SELECT citing_pmid, cited_pmid FROM citations").to_arrow_reader(1 << 20)
+    try:
+        counted = scans.distinct_sorted_pairs(stream, keep)
+    finally:
+        stream.close()
+    if counted is None:
+        rows, inside, pairs = con.execute(
+            f"""SELECT (SELECT count(*) FROM citations), count(*),
+                       count(DISTINCT (citing_pmid, cited_pmid)) FROM ({_CITED_INSIDE})"""
+        ).fetchall()[0]
+    else:
+        rows, inside, pairs = counted
+    return int(pairs), int(rows) - int(inside)
+
+
 def _totals(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
     """Every total from DuckDB: the per-article ones, and the edges' over the articles."""
     row = con.execute(
         f"""
-        WITH cit AS (
-            SELECT citing_pmid, cited_pmid FROM citations
-            WHERE citing_pmid IN (SELECT pmid FROM articles)
-              AND cited_pmid IN (SELECT pmid FROM articles)
-        ), pairs AS (
+        WITH pairs AS (
             SELECT pmid, descriptor_ui, bool_or({_MAJOR}) AS major FROM mesh_edges
             WHERE pmid IN (SELECT pmid FROM articles) GROUP BY pmid, descriptor_ui
         )
         SELECT
-            (SELECT count(*) FROM (SELECT DISTINCT citing_pmid, cited_pmid FROM cit)),
-            (SELECT count(*) FROM citations) - (SELECT count(*) FROM cit),
             (SELECT count(*) FROM pairs),
             (SELECT count(*) FROM pairs WHERE major),
             (SELECT count(DISTINCT descriptor_ui) FROM pairs)
         """
     ).fetchone()
     edges = [name for name in TOTALS if name not in _ARTICLE_TOTALS]
-    totals = {**_article_totals(con), **dict(zip(edges, (int(v) for v in row), strict=True))}
+    values = (*_citation_totals(con), *(int(v) for v in row))
+    totals = {**_article_totals(con), **dict(zip(edges, values, strict=True))}
     return {name: totals[name] for name in TOTALS}
 
 

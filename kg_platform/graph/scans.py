@@ -97,3 +97,90 @@ def row_flag_counts(
         release(indptr, lo, hi + 1)
 
     return counts, [pool.submit(one, lo, hi) for lo, hi in _ranges(n, parts)]
+
+
+@njit(nogil=True, cache=True)
+def _distinct_in_runs(first: np.ndarray, second: np.ndarray, upto: int) -> int:
+    """The distinct (first, second) pairs among rows 0 .. upto - 1 when the rows come in
+    runs of one ``first`` value, ascending; -1 when ``first`` falls anywhere."""
+    n = 0
+    i = 0
+    while i < upto:
+        j = i + 1
+        while j < upto and first[j] == first[i]:
+            j += 1
+        if j < upto and first[j] < first[i]:
+            return -1
+        ascending = True
+        for k in range(i + 1, j):
+            if second[k] <= second[k - 1]:
+                ascending = False
+                break
+        if ascending:  # the common case: no sort, no copy
+            n += j - i
+        else:
+            run = np.sort(second[i:j])
+            n += 1
+            for k in range(1, run.size):
+                if run[k] != run[k - 1]:
+                    n += 1
+        i = j
+    return n
+
+
+# the widest PMID range ``distinct_sorted_pairs`` marks in a table (bytes); PubMed's is ~4e7
+_TABLE_MAX = 1 << 28
+
+
+@njit(nogil=True, cache=True)
+def _members(values: np.ndarray, table: np.ndarray, lo: int, mask: np.ndarray) -> None:
+    """mask[i] &= values[i] is in the set whose member v has table[v - lo] set."""
+    for i in range(values.size):
+        v = values[i] - lo
+        mask[i] = mask[i] and v >= 0 and v < table.size and table[v]
+
+
+def distinct_sorted_pairs(batches, keep: np.ndarray) -> tuple[int, int, int] | None:
+    """(rows, rows whose two values are both in ``keep`` (ascending), distinct such pairs)
+    of a stream of two-column integer Arrow record batches whose first column ascends (a run
+    of one value may span batches), in one pass that holds a batch and a run; None as soon
+    as the first column falls, or ``keep`` spans more than ``_TABLE_MAX`` values (the caller
+    counts another way). A null is in no ``keep``."""
+    if keep.size and int(keep[-1]) - int(keep[0]) >= _TABLE_MAX:
+        return None  # a table of every PMID between the two would not be small
+    lo = int(keep[0]) if keep.size else 0
+    table = np.zeros(int(keep[-1]) - lo + 1 if keep.size else 0, dtype=np.bool_)
+    table[keep - lo] = True
+    rows = inside = pairs = 0
+    first = second = np.zeros(0, dtype=np.int64)
+    for batch in batches:
+        if batch.num_rows == 0:
+            continue
+        rows += batch.num_rows
+        columns = []
+        mask = np.ones(batch.num_rows, dtype=bool)
+        for column in (batch.column(0), batch.column(1)):
+            values = column.fill_null(0).to_numpy().astype(np.int64, copy=False)
+            if column.null_count:
+                mask &= column.is_valid().to_numpy(zero_copy_only=False)
+            _members(values, table, lo, mask)
+            columns.append(values)
+        a, b = columns[0][mask], columns[1][mask]
+        inside += a.size
+        if a.size == 0:
+            continue
+        first, second = np.concatenate([first, a]), np.concatenate([second, b])
+        # the last run may go on in the next batch: held back
+        other = np.flatnonzero(first != first[-1])
+        last = int(other[-1]) + 1 if other.size else 0
+        counted = _distinct_in_runs(first, second, last)
+        if counted < 0 or (last and first[last - 1] > first[last]):
+            return None
+        pairs += counted
+        first, second = first[last:].copy(), second[last:].copy()
+    if first.size:
+        counted = _distinct_in_runs(first, second, first.size)
+        if counted < 0:
+            return None
+        pairs += counted
+    return rows, inside, pairs
