@@ -38,21 +38,27 @@ STAGES = [
 # what the steps import when they run: the modules the asset functions and the resources'
 # get() import, and the libraries those import on first use (test_preload checks the list
 # against the asset and resource modules' function-level imports)
-STEP_MODULES = (
-    # pubmed: the parser, its recount, the pandera models and the checks' libraries
+# what a file run's step imports on first use: the parser and its recount, the pandera
+# models (pandera, polars, pandas), pyarrow's Parquet writer and the lake's local filesystem
+# (a transaction's digest reads through it); `kg build`'s forkserver preloads these for its
+# runs (kg_platform.assets.run_imports)
+FILE_RUN_MODULES = (
     "kg_platform.pubmed.parse",
     "kg_platform.pubmed.recount",
+    "kg_platform.schemas.models",
+    "pyarrow.parquet",
+    "fsspec",
+)
+STEP_MODULES = (
+    # pubmed: a file run's, then the fold's, the source's and the checks' libraries
+    *FILE_RUN_MODULES,
     "kg_platform.pubmed.tables",
     "kg_platform.pubmed.fold",
     "kg_platform.pubmed.source",
-    "kg_platform.schemas.models",
     "pandera.errors",
     "polars",
-    "pyarrow.parquet",
     "numpy",
     "duckdb",
-    # the lake's local filesystem (a transaction's digest reads through it)
-    "fsspec",
     # mesh
     "kg_platform.mesh.checks",
     "kg_platform.mesh.source",
