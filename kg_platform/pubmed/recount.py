@@ -57,17 +57,7 @@ _DELETED_PMID = re.compile(rb"<PMID(?:\s[^>]*)?>\s*0*([1-9][0-9]*)\s*</PMID>")
 def recount_file(path: str | Path) -> dict[str, int]:
     """Count records, MeSH headings, PubMed-id references and deletions by scanning bytes."""
     path = Path(path)
-    counts = {
-        "articles": 0,
-        "mesh_headings": 0,
-        "pubmed_references": 0,
-        "deletions": 0,
-        "book_articles": 0,
-    }
-    deleted: set[bytes] = set()
-    ends: re.Pattern[bytes] | None = None
-    record_tag = b"PubmedArticle"
-    pending = b""
+    recount = Recount()
     try:
         with open(path, "rb") as raw:
             gzipped = raw.read(2) == b"\x1f\x8b"
@@ -75,22 +65,67 @@ def recount_file(path: str | Path) -> dict[str, int]:
             stream = _gzip_reader(raw) if gzipped else raw
             while True:
                 block = stream.read(_BLOCK)
+                recount.feed(block)
                 if not block:
                     break
-                pending += block
-                if ends is None:
-                    if b"<MedlineCitationSet" in pending:
-                        ends, record_tag = _LEGACY_ENDS, b"MedlineCitation"
-                    elif b"<PubmedArticleSet" in pending:
-                        ends = _PUBMED_ENDS
-                    else:
-                        continue
-                start = _count_units(pending, ends, record_tag, counts, deleted)
-                pending = pending[start:]
     except _READ_ERRORS as exc:
         raise PubmedFileError(f"{path.name}: recount cannot read the file: {exc}") from exc
-    counts["deletions"] = len(deleted)
-    return counts
+    return recount.counts()
+
+
+class Recount:
+    """The recount of one file's decompressed bytes, handed over in order by whoever
+    inflates the file: :func:`recount_file` (its own read), or the parse's fast path, which
+    hands each block it inflates here before reading it (``parse_file_stats(inflated=...)``:
+    one inflate serves both; the scan below still shares nothing with the parse's reader).
+    ``feed(b"")`` says the stream ended: ``complete`` is then true and :meth:`counts` the
+    file's counts; a reader that stops early leaves it false, and the caller recounts the
+    file itself."""
+
+    def __init__(self) -> None:
+        self._counts = {
+            "articles": 0,
+            "mesh_headings": 0,
+            "pubmed_references": 0,
+            "deletions": 0,
+            "book_articles": 0,
+        }
+        self._deleted: set[bytes] = set()
+        self._ends: re.Pattern[bytes] | None = None
+        self._record_tag = b"PubmedArticle"
+        self._pending = b""
+        self.complete = False
+
+    def feed(self, block: bytes) -> None:
+        """The next bytes of the decompressed stream (b"": the stream ended), scanned
+        ``_BLOCK`` bytes at a time (a block that stays in the core's cache)."""
+        if not block:
+            self.complete = True
+            return
+        size = _BLOCK
+        if len(block) <= size:
+            self._scan(block)
+            return
+        view = memoryview(block)  # each piece is copied once, joined to the bytes pending
+        for start in range(0, len(block), size):
+            self._scan(view[start : start + size])
+
+    def _scan(self, block: bytes | memoryview) -> None:
+        pending = self._pending + block if self._pending else bytes(block)
+        if self._ends is None:
+            if b"<MedlineCitationSet" in pending:
+                self._ends, self._record_tag = _LEGACY_ENDS, b"MedlineCitation"
+            elif b"<PubmedArticleSet" in pending:
+                self._ends = _PUBMED_ENDS
+            else:
+                self._pending = pending
+                return
+        start = _count_units(pending, self._ends, self._record_tag, self._counts, self._deleted)
+        self._pending = pending[start:]
+
+    def counts(self) -> dict[str, int]:
+        """The counts of the bytes fed so far (the file's, once ``complete``)."""
+        return {**self._counts, "deletions": len(self._deleted)}
 
 
 def _gzip_reader(raw):

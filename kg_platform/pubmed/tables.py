@@ -26,6 +26,8 @@ from kg_platform.storage.tables import table_key
 if TYPE_CHECKING:
     import pyarrow as pa
 
+    from kg_platform.pubmed.parse import ParseStats
+
 # polars, pandera and the parser are imported by the functions that use them: this module is
 # loaded with the Dagster definitions by every process that starts a run, which mostly
 # never parses a file
@@ -160,13 +162,9 @@ def check_tables(tables: dict[str, pa.Table], recount: dict[str, int]) -> list[C
 
 def parse_check_write(lake: Lake, raw_key: str, file: str) -> TablesOutcome:
     """Parse the raw file, run the checks, then write the seven tables atomically."""
-    from kg_platform.pubmed.parse import parse_file_stats
-    from kg_platform.pubmed.recount import recount_file
-
     started = time.perf_counter()
     with local_copy(lake, raw_key) as path:
-        tables, stats = parse_file_stats(path, file=file)
-        recount = recount_file(path)
+        tables, stats, recount = parse_and_recount(path, file)
     checks = check_tables(tables, recount)
     sizes = {name: lake.write_parquet(table_key(name, file), t) for name, t in tables.items()}
     return TablesOutcome(
@@ -177,6 +175,19 @@ def parse_check_write(lake: Lake, raw_key: str, file: str) -> TablesOutcome:
         book_articles_skipped=stats.book_articles_skipped,
         checks=checks,
     )
+
+
+def parse_and_recount(path: str, file: str) -> tuple[dict[str, pa.Table], ParseStats, dict]:
+    """The file's tables and parse stats, and its recount (recount.py): the recount scans
+    the bytes the parse's fast path inflates, as it reads them, so the file is inflated
+    once; when the fast path gave up before the end of the file (lxml read it), the recount
+    reads the file itself."""
+    from kg_platform.pubmed.parse import parse_file_stats
+    from kg_platform.pubmed.recount import Recount, recount_file
+
+    recount = Recount()
+    tables, stats = parse_file_stats(path, file=file, inflated=recount.feed)
+    return tables, stats, recount.counts() if recount.complete else recount_file(path)
 
 
 @dataclass(frozen=True)

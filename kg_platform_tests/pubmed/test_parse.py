@@ -371,3 +371,47 @@ def test_cut_keeps_line_numbers_and_unrelated_tags() -> None:
     # an unfinished subtree is held back until its end tag arrives
     out, held = _cut_unread(b"<A><AuthorList>\n<Author>", final=False)
     assert (out, held) == (b"<A>", b"<AuthorList>\n<Author>")
+
+
+@pytest.mark.parametrize("relative", sorted(EXPECTED_ROWS))
+def test_recount_of_the_bytes_the_parse_inflates_is_its_own_read(
+    monkeypatch, relative: str
+) -> None:
+    # a file run's recount scans the blocks the parse's fast path inflates (one inflate);
+    # when the fast path gives up before the end, the recount reads the file itself
+    from kg_platform.pubmed.tables import parse_and_recount
+
+    path = require_reference("pubmed", relative)
+    own = recount_file(path)
+    handed = recount.Recount()
+    tables, _ = parse_file_stats(path, inflated=handed.feed)
+    assert tables["articles"].num_rows == own["articles"]
+    if handed.complete:
+        assert handed.counts() == own
+        monkeypatch.setattr(recount, "recount_file", None)  # not read again
+    assert parse_and_recount(str(path), file_key(path))[2] == own
+
+
+def test_which_reference_files_the_recount_counts_from_the_parse() -> None:
+    # the legacy MedlineCitationSet goes to lxml (the fast path reads PubmedArticleSet only):
+    # its recount reads the file itself; every other file is inflated once
+    not_handed = set()
+    for relative in sorted(EXPECTED_ROWS):
+        handed = recount.Recount()
+        parse_file_stats(require_reference("pubmed", relative), inflated=handed.feed)
+        if not handed.complete:
+            not_handed.add(relative)
+    assert not_handed == {"legacy/medline16n0902.xml.gz"}
+
+
+@pytest.mark.parametrize("block", [997, 65536])
+def test_recount_of_handed_blocks_is_the_same_whatever_its_block(monkeypatch, block: int) -> None:
+    # the parse hands 1 MiB blocks (and a 64 KiB head); the recount scans them in pieces
+    path = require_reference("pubmed", "mirror/updatefiles/pubmed26n1335.xml.gz")
+    monkeypatch.setattr(recount, "_BLOCK", block)
+    handed = recount.Recount()
+    parse_file_stats(path, inflated=handed.feed)
+    assert handed.complete
+    counts = handed.counts()
+    keys = ("articles", "mesh_headings", "pubmed_references", "deletions")
+    assert tuple(counts[k] for k in keys) == (30, 214, 1063, 6)
