@@ -46,6 +46,7 @@ FILE_RUN_MODULES = (
     "kg_platform.pubmed.parse",
     "kg_platform.pubmed.recount",
     "kg_platform.schemas.models",
+    "kg_platform.schemas.one_pass",
     "pyarrow.parquet",
     "fsspec",
 )

@@ -103,11 +103,15 @@ def check_tables(tables: dict[str, pa.Table], recount: dict[str, int]) -> list[C
     import pandera.errors
     import polars as pl
 
+    from kg_platform.schemas.one_pass import proved_valid
+
     frames = {name: pl.from_arrow(t) for name, t in tables.items()}
     checks: list[CheckOutcome] = []
 
     schema_errors = []
     for name, model in PUBMED_TABLES.items():
+        if proved_valid(model, frames[name]):
+            continue  # one query proved every condition pandera's validation checks
         try:
             model.validate(frames[name], lazy=True)
         except (pandera.errors.SchemaErrors, pandera.errors.SchemaError) as exc:
@@ -116,10 +120,10 @@ def check_tables(tables: dict[str, pa.Table], recount: dict[str, int]) -> list[C
         CheckOutcome("schema", not schema_errors, "; ".join(schema_errors) or "7 tables valid")
     )
 
-    articles, edges = frames["articles"], frames["mesh_edges"]
+    articles = frames["articles"]
     written = {
         "articles": articles.height,
-        "mesh_headings": edges.select(["pmid", "version", "descriptor_ui"]).unique().height,
+        "mesh_headings": distinct_headings(tables["mesh_edges"]),
         "pubmed_references": frames["citations"].height,
         "deletions": frames["deletions"].height,
     }
@@ -138,18 +142,7 @@ def check_tables(tables: dict[str, pa.Table], recount: dict[str, int]) -> list[C
         CheckOutcome("unique_pmid_version", dup == 0, f"{dup} duplicated (pmid, version)")
     )
 
-    # the distinct (pmid, version) of each table's rows that no article has: the anti-join
-    # first, then the distinct keys of the (usually no) rows it leaves
-    known = articles.select(["pmid", "version"])
-    orphans = []
-    for name, frame in frames.items():
-        if name in ("articles", "deletions"):
-            continue
-        pmid_col = "citing_pmid" if name == "citations" else "pmid"
-        keys = frame.select(pl.col(pmid_col).alias("pmid"), "version")
-        n = keys.join(known, on=["pmid", "version"], how="anti").unique().height
-        if n:
-            orphans.append(f"{name}: {n}")
+    orphans = [f"{name}: {n}" for name, n in orphan_keys(frames).items() if n]
     checks.append(
         CheckOutcome(
             "pmids_in_articles",
@@ -158,6 +151,97 @@ def check_tables(tables: dict[str, pa.Table], recount: dict[str, int]) -> list[C
         )
     )
     return checks
+
+
+def distinct_headings(edges: pa.Table) -> int:
+    """The distinct (pmid, version, descriptor_ui) of a mesh_edges table. A parsed table is
+    sorted by (pmid, version), so each record's rows are one run: the count is that of
+    distinct (run, descriptor) pairs, the descriptor as its index among the table's
+    distinct values, each pair one integer, sorted. A table not so sorted, or with a null
+    in those columns, is counted by polars' unique of the three columns."""
+    import numpy as np
+    import polars as pl
+    import pyarrow.compute as pc
+
+    keys = edges.select(["pmid", "version", "descriptor_ui"])
+    if keys.num_rows == 0:
+        return 0
+    if any(c.null_count for c in keys.columns):
+        return pl.from_arrow(keys).unique().height
+    pmid = keys.column("pmid").to_numpy()
+    version = keys.column("version").to_numpy()
+    if not _sorted_by_record(pmid, version):
+        return pl.from_arrow(keys).unique().height
+    run = np.empty(len(pmid), dtype=np.int64)
+    run[0] = 0
+    np.not_equal(pmid[1:], pmid[:-1], out=run[1:])
+    run[1:] |= version[1:] != version[:-1]
+    np.cumsum(run, out=run)
+    index = pc.dictionary_encode(keys.column("descriptor_ui").combine_chunks()).indices
+    pairs = (run << 32) | index.to_numpy().astype(np.int64)
+    pairs.sort()
+    return 1 + int(np.count_nonzero(pairs[1:] != pairs[:-1]))
+
+
+def _sorted_by_record(pmid, version) -> bool:
+    """Whether the rows are in (pmid, version) order."""
+    import numpy as np
+
+    step = np.diff(pmid)
+    return bool(np.all((step > 0) | ((step == 0) & (np.diff(version) >= 0))))
+
+
+# a (pmid, version) key as one integer: pmid * 2**23 + version, one to one (and inside
+# int64) while |pmid| < 2**39 and 0 <= version < 2**23
+_VERSION_BITS = 23
+
+
+def orphan_keys(frames: dict) -> dict[str, int]:
+    """Per table with rows of records (all but articles and deletions), the distinct
+    (pmid, version) of its rows that no article has: the anti-join on the articles' keys
+    first, then the distinct keys of the (usually no) rows it leaves. Each key is one
+    integer when every table's keys fit (:data:`_VERSION_BITS`) and none is null, else
+    the two columns."""
+    import polars as pl
+
+    tables = {
+        name: frame.select(
+            pl.col("citing_pmid" if name == "citations" else "pmid").alias("pmid"), "version"
+        )
+        for name, frame in frames.items()
+        if name != "deletions"
+    }
+    packed = all(_packable(keys) for keys in tables.values())
+    key = (pl.col("pmid") * (1 << _VERSION_BITS) + pl.col("version")).alias("key")
+    on = ["key"] if packed else ["pmid", "version"]
+    if packed:
+        tables = {name: keys.select(key) for name, keys in tables.items()}
+    known = tables.pop("articles")
+    return {
+        name: keys.join(known, on=on, how="anti").unique().height for name, keys in tables.items()
+    }
+
+
+def _packable(keys) -> bool:
+    """Whether (pmid, version) keys have no null and fit one integer (:data:`_VERSION_BITS`)."""
+    import polars as pl
+
+    if keys.height == 0:
+        return True
+    bounds = keys.select(
+        pl.col("pmid").min().alias("pmid_min"),
+        pl.col("pmid").max().alias("pmid_max"),
+        pl.col("version").min().alias("version_min"),
+        pl.col("version").max().alias("version_max"),
+        pl.sum_horizontal(pl.all().null_count()).alias("nulls"),
+    ).row(0, named=True)
+    return (
+        bounds["nulls"] == 0
+        and bounds["pmid_min"] > -(1 << 39)
+        and bounds["pmid_max"] < 1 << 39
+        and bounds["version_min"] >= 0
+        and bounds["version_max"] < 1 << _VERSION_BITS
+    )
 
 
 def parse_check_write(lake: Lake, raw_key: str, file: str) -> TablesOutcome:
@@ -223,9 +307,10 @@ def load_parse_imports() -> None:
     """What a file's parse, checks and write load on first use, loaded now: the parse
     workers' initialiser (and the caller's process before its first file when it parses
     alone), so that no file's clock pays ~0.5 s of imports. Besides the modules it runs
-    the checks on the seven empty tables, which registers pandera's polars backends (that
-    imports hypothesis when it is installed), writes one empty Parquet table to memory and
-    makes the local fsspec filesystem."""
+    the checks on the seven empty tables (proved valid in one query each: pandera's polars
+    backends, and hypothesis with them, load only when a file's tables are not, to say
+    what fails), writes one empty Parquet table to memory and makes the local fsspec
+    filesystem."""
     import io
 
     import fsspec

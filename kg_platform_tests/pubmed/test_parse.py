@@ -16,6 +16,7 @@ import pytest
 from kg_platform.pubmed import recount
 from kg_platform.pubmed.parse import TABLE_NAMES, file_key, parse_file, parse_file_stats
 from kg_platform.pubmed.recount import recount_file
+from kg_platform.pubmed.tables import distinct_headings
 from kg_platform.schemas import PUBMED_TABLES
 from kg_platform_tests.conftest import require_reference
 from kg_platform_tests.support.parse import EXPECTED_ROWS
@@ -80,9 +81,11 @@ def test_recount_equals_rows_written(relative: str) -> None:
     tables, stats = parse_file_stats(path)
     recount = recount_file(path)
     mesh = pl.from_arrow(tables["mesh_edges"])
+    headings = mesh.select("pmid", "version", "descriptor_ui").unique().height
+    assert distinct_headings(tables["mesh_edges"]) == headings  # the file run's count
     assert recount == {
         "articles": tables["articles"].num_rows,
-        "mesh_headings": mesh.select("pmid", "version", "descriptor_ui").unique().height,
+        "mesh_headings": headings,
         "pubmed_references": tables["citations"].num_rows,
         "deletions": tables["deletions"].num_rows,
         "book_articles": stats.book_articles_skipped,

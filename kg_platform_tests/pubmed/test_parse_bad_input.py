@@ -309,3 +309,95 @@ def test_rows_of_no_article_fail_the_check_counting_their_distinct_keys() -> Non
     checks = {c.name: c for c in check_tables(tables, {})}
     assert not checks["pmids_in_articles"].passed
     assert checks["pmids_in_articles"].details == "mesh_edges: 2; citations: 1"
+
+
+def _mesh_table(rows: list[tuple]):
+    import pyarrow as pa
+
+    from kg_platform.schemas import ARROW_SCHEMAS
+
+    return pa.Table.from_pylist(
+        [
+            {"pmid": p, "version": v, "descriptor_ui": d, "descriptor_major": False}
+            for p, v, d in rows
+        ],
+        schema=ARROW_SCHEMAS["mesh_edges"],
+    )
+
+
+@pytest.mark.parametrize(
+    ("rows", "expected"),
+    [
+        # in (pmid, version) order: D1 twice in record (1, 1), not next to each other; the
+        # same descriptor in other records and versions counts again
+        ([(1, 1, "D1"), (1, 1, "D2"), (1, 1, "D1"), (1, 2, "D1"), (2, 1, "D1"), (2, 1, "D2")], 5),
+        # the same rows out of order (counted as the unique of the three columns)
+        ([(2, 1, "D1"), (1, 1, "D1"), (1, 2, "D1"), (1, 1, "D2"), (2, 1, "D2"), (1, 1, "D1")], 5),
+        # a null descriptor is one value
+        ([(1, 1, "D1"), (1, 1, None), (1, 1, None), (3, 1, "D1")], 3),
+        # qualifier rows of one heading: one heading each
+        ([(5, 1, "D3"), (5, 1, "D3"), (5, 1, "D3"), (6, 1, "D3"), (7, 1, "D03")], 3),
+        ([], 0),
+    ],
+)
+def test_distinct_headings_is_the_unique_of_pmid_version_descriptor(rows, expected) -> None:
+    import polars as pl
+
+    from kg_platform.pubmed.tables import distinct_headings
+
+    table = _mesh_table(rows)
+    unique = pl.from_arrow(table).select("pmid", "version", "descriptor_ui").unique().height
+    assert distinct_headings(table) == unique == expected
+    # split in chunks, as a parse's flushes leave it
+    if rows:
+        chunked = pa_concat([table.slice(0, 1), table.slice(1)])
+        assert distinct_headings(chunked) == expected
+
+
+def pa_concat(tables):
+    import pyarrow as pa
+
+    return pa.concat_tables(tables)
+
+
+def test_orphan_keys_beyond_one_integer_are_counted_on_both_columns() -> None:
+    import polars as pl
+    import pyarrow as pa
+
+    from kg_platform.pubmed.tables import orphan_keys
+    from kg_platform.schemas import ARROW_SCHEMAS
+
+    def frame(name: str, rows: list[dict]) -> pl.DataFrame:
+        return pl.from_arrow(pa.Table.from_pylist(rows, schema=ARROW_SCHEMAS[name]))
+
+    big = (1 << 39) + 1
+    frames = {name: frame(name, []) for name in ARROW_SCHEMAS}
+    frames["articles"] = frame(
+        "articles", [{"pmid": p, "version": 1, "file": "f"} for p in (1, 2, big)]
+    )
+    # (1, 2**23 + 1) as pmid * 2**23 + version would be (2, 1)'s integer: an orphan all the same
+    frames["mesh_edges"] = frame(
+        "mesh_edges",
+        [
+            {"pmid": p, "version": v, "descriptor_ui": "D1", "descriptor_major": False}
+            for p, v in ((big, 1), (big, 2), (big, 2), (1, 1), (1, (1 << 23) + 1))
+        ],
+    )
+    frames["pubtypes"] = frame("pubtypes", [{"pmid": 1, "version": 3, "name": "x"}])
+    assert orphan_keys(frames) == {
+        "mesh_edges": 2,
+        "citations": 0,
+        "corrections": 0,
+        "chemicals": 0,
+        "pubtypes": 1,
+    }
+    # every key inside one integer's range: counted on that integer, the same way
+    frames["articles"] = frames["articles"].filter(pl.col("pmid") < big)
+    frames["mesh_edges"] = frames["mesh_edges"].filter(pl.col("pmid") < big, pl.col("version") < 9)
+    assert orphan_keys(frames) == {
+        "mesh_edges": 0,
+        "citations": 0,
+        "corrections": 0,
+        "chemicals": 0,
+        "pubtypes": 1,
+    }
