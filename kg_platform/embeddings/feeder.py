@@ -19,11 +19,14 @@ from __future__ import annotations
 import bisect
 import multiprocessing as mp
 import os
+import threading
 import time
+import warnings
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
+from multiprocessing.connection import wait as ready
 from typing import Any
 
 import numpy as np
@@ -182,11 +185,53 @@ def _chunks(texts: Iterator[str], size: int) -> Iterator[list[str]]:
         yield chunk
 
 
+# Seconds the pool's own terminate may take before its workers are killed outright.
+TERMINATE_GRACE_S = 20.0
+
+
+def terminate_pool(pool: Any, grace_s: float = TERMINATE_GRACE_S) -> None:
+    """``pool.terminate()`` and ``pool.join()``, bounded in time.
+
+    ``Pool.terminate`` sends SIGTERM to its workers and then joins each one with no deadline: a
+    worker that does not end on SIGTERM holds the caller forever (CI once sat 300 s there). So
+    the terminate runs in a helper thread; whatever workers are still alive after ``grace_s``
+    are killed (SIGKILL) with a warning naming their pids, and the terminate then finishes
+    on its own: its joins return once the workers are gone."""
+    workers = list(pool._pool)  # the pool's processes; terminate replaces none of them
+    closer = threading.Thread(target=pool.terminate, name="tokeniser-pool-terminate", daemon=True)
+    closer.start()
+    closer.join(grace_s)
+    if closer.is_alive():
+        stuck = [p for p in workers if not ready([p.sentinel], 0)]
+        if stuck:
+            warnings.warn(
+                f"tokeniser pool: worker pid(s) {', '.join(str(p.pid) for p in stuck)} still "
+                f"alive {grace_s:g} s after SIGTERM; killing them (SIGKILL)",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+            for p in stuck:
+                p.kill()
+        closer.join(grace_s)
+        if closer.is_alive():
+            warnings.warn(
+                f"tokeniser pool: terminate still blocked {grace_s:g} s after its workers "
+                "were killed; leaving it behind",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+            return
+    pool.join()
+
+
 class _Tokenisers:
     """Tokenisation in spawned worker processes, or in this process when workers == 0."""
 
-    def __init__(self, tokenizer_json: str, workers: int) -> None:
+    def __init__(
+        self, tokenizer_json: str, workers: int, grace_s: float = TERMINATE_GRACE_S
+    ) -> None:
         self.workers = workers
+        self.grace_s = grace_s
         self.pool = None
         self.local = None
         if workers == 0:
@@ -210,8 +255,7 @@ class _Tokenisers:
 
     def __exit__(self, *exc: object) -> None:
         if self.pool is not None:
-            self.pool.terminate()
-            self.pool.join()
+            terminate_pool(self.pool, self.grace_s)
 
 
 def embed_tokens(

@@ -1,3 +1,8 @@
+import os
+import signal
+import time
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -5,6 +10,7 @@ from kg_platform.embeddings.feeder import (
     FeederError,
     FeederSettings,
     FeederStats,
+    _Tokenisers,
     embed_stream,
     embed_texts,
 )
@@ -83,6 +89,35 @@ def test_spawned_workers_do_not_hang_after_the_parent_used_the_tokenizer_pool(mo
     texts = [t for _, t, _ in scifact_abstracts(6)]
     vectors = embed_texts(encoder, texts, FeederSettings(batch_size=2, chunk=1, workers=2))
     np.testing.assert_allclose(vectors.astype(np.float32), encoder.encode(texts), atol=2e-3)
+
+
+def deaf_and_busy(pid_file: str) -> None:
+    # a task for a tokeniser worker: from now on SIGTERM does not end it, and it stays busy
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    Path(pid_file + ".part").write_text(str(os.getpid()))
+    os.replace(pid_file + ".part", pid_file)
+    time.sleep(600)
+
+
+@pytest.mark.timeout(120)
+def test_a_worker_that_ignores_sigterm_is_killed_and_named_not_waited_for(tmp_path):
+    # Pool.terminate joins its SIGTERMed workers with no deadline: CI once sat 300 s there
+    tokenisers = _Tokenisers(tiny_encoder().tokenizer_json(), workers=2, grace_s=1.0)
+    workers = list(tokenisers.pool._pool)
+    pid_file = tmp_path / "deaf.pid"
+    tokenisers.pool.apply_async(deaf_and_busy, (str(pid_file),))
+    flat, lengths = tokenisers.result(tokenisers.submit(["alpha beta", "gamma"]))
+    assert len(lengths) == 2 and int(lengths.sum()) == len(flat)
+    while not pid_file.exists():
+        time.sleep(0.05)
+    deaf = int(pid_file.read_text())
+    assert deaf in {p.pid for p in workers}
+    with pytest.warns(RuntimeWarning, match=rf"worker pid\(s\) {deaf} still alive 1 s after"):
+        tokenisers.__exit__(None, None, None)
+    codes = {p.pid: p.exitcode for p in workers}
+    assert codes.pop(deaf) == -signal.SIGKILL
+    # the other one ended on the pool's own sentinel or on its SIGTERM, whichever came first
+    assert list(codes.values())[0] in (0, -signal.SIGTERM)
 
 
 def test_a_stream_of_unknown_length_comes_back_as_consecutive_blocks():
