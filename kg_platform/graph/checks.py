@@ -18,7 +18,7 @@ import pyarrow as pa
 from kg_platform.checks import CheckOutcome
 from kg_platform.graph import layout
 from kg_platform.graph.change import changed_array, fold_base, fold_table, touched_pmids
-from kg_platform.graph.store import KGStore, in_sorted
+from kg_platform.graph.store import KGStore, in_sorted, sorted_unique
 from kg_platform.pubmed.fold.manifest import FOLD_TOUCHED, REPLACED_TABLES, replaced_key
 from kg_platform.settings import usable_cores as workers
 from kg_platform.storage.digest import array_sha256
@@ -261,7 +261,7 @@ def _citation_totals(con: duckdb.DuckDBPyConnection) -> tuple[int, int]:
     from kg_platform.graph import scans  # numba loads only when a graph is checked
 
     articles = con.execute("SELECT pmid FROM articles WHERE pmid IS NOT NULL").fetchnumpy()
-    keep = np.unique(np.asarray(articles["pmid"], dtype=np.int64))
+    keep = sorted_unique(np.asarray(articles["pmid"], dtype=np.int64))
     del articles
     stream = con.sql("SELECT citing_pmid, cited_pmid FROM citations").to_arrow_reader(1 << 20)
     try:
@@ -384,7 +384,7 @@ def update_delta(
 def _packed_pairs(citing: np.ndarray, cited: np.ndarray) -> int:
     """Distinct (citing, cited) pairs."""
     keys = (citing.astype(np.int64) << 32) | cited.astype(np.int64)
-    return int(np.unique(keys).size)
+    return int(sorted_unique(keys).size)
 
 
 def _citation_delta(
@@ -431,7 +431,7 @@ def _citation_delta(
         - int(np.count_nonzero(came))
         + int(np.count_nonzero(went)),
     }
-    return totals, np.unique(citing[came | went])
+    return totals, sorted_unique(citing[came | went])
 
 
 _PER_DESCRIPTOR = f"""

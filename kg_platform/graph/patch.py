@@ -60,7 +60,7 @@ from kg_platform.graph.build import (
     input_fingerprints,
 )
 from kg_platform.graph.change import changed_array, fold_base, fold_table, touched_pmids
-from kg_platform.graph.store import KGStore, in_sorted
+from kg_platform.graph.store import KGStore, in_sorted, sorted_unique
 from kg_platform.pubmed.fold.manifest import (
     ADDED_TABLES,
     FOLD_TOUCHED,
@@ -485,7 +485,7 @@ def _patch_citations(
     came_keys = (nodes.index(near_citing[came], "citations", "citing_pmid") << 32) | nodes.index(
         near_cited[came], "citations", "cited_pmid"
     )
-    extra = np.unique(np.concatenate([keys, came_keys]))
+    extra = sorted_unique(np.concatenate([keys, came_keys]))
 
     old_replaced = replaced.column("cited_pmid").to_numpy().astype(np.int64)
     old_dangling = int(

@@ -253,6 +253,16 @@ def in_sorted(values: np.ndarray, ascending: np.ndarray) -> np.ndarray:
     return ascending[np.minimum(pos, ascending.size - 1)] == values
 
 
+def sorted_unique(values: np.ndarray) -> np.ndarray:
+    """``np.unique(values)`` for a 1-d array, by a sort: numpy 2.4's ``np.unique`` counts
+    distinct values in a hash set, 60-120x slower than a sort when most values are distinct
+    (17 CPU-s for 10M PMIDs, 0.15 s sorted)."""
+    ordered = np.sort(values)
+    if ordered.size < 2:
+        return ordered
+    return ordered[np.concatenate(([True], ordered[1:] != ordered[:-1]))]
+
+
 def intersect_sorted(a: np.ndarray, b: np.ndarray, n_nodes: int | None = None) -> np.ndarray:
     """Common values of two ascending, duplicate-free arrays, ascending.
 

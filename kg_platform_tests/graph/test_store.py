@@ -7,7 +7,7 @@ import pytest
 
 from kg_platform.graph import layout
 from kg_platform.graph.layout import CONCERN, QUOTABLE, RETRACTED
-from kg_platform.graph.store import KGStore, intersect_sorted
+from kg_platform.graph.store import KGStore, intersect_sorted, sorted_unique
 from kg_platform.storage.lake import Lake
 
 
@@ -91,6 +91,15 @@ def test_intersect_sorted() -> None:
         assert intersect_sorted(a, b[:0], n_nodes).tolist() == []
     many = np.arange(0, 340, 2, dtype=np.int32)
     assert intersect_sorted(np.array([4, 5, 338]), many, 10_000).tolist() == [4, 338]
+
+
+def test_sorted_unique() -> None:
+    # np.unique's values by a sort: repeats, a negative, unsorted; one value; none
+    values = np.array([7, -2, 7, 3, 3, 3, 1 << 40, -2], dtype=np.int64)
+    assert sorted_unique(values).tolist() == [-2, 3, 7, 1 << 40] == np.unique(values).tolist()
+    assert sorted_unique(values).dtype == np.int64
+    assert sorted_unique(values[:1]).tolist() == [7]
+    assert sorted_unique(values[:0]).tolist() == []
 
 
 def test_a_damaged_array_is_named_with_its_file_array_and_build(lake: Lake, tiny) -> None:
