@@ -20,7 +20,10 @@ kept, and ``ratio_vs_reference`` is this checkout's over the reference's. The fi
   checks, writes, digests, events, all inside the step);
 - ``outside_steps_cpu_s_per_million``: the rest of the build (the CLI, the code server, run
   start-up before the step);
-- ``build_cpu_s_per_million``: every process of the build.
+- ``build_cpu_s_per_million``: every process of the build;
+- ``output_identical`` (with ``--reference``): every round of both checkouts wrote the
+  same bytes to every per-file table (``tables_digest``: sha256 of the lake's
+  ``tables/`` files).
 
     .venv/bin/python benchmarks/file_runs.py --source /tmp/src16 --reference /tmp/ref
     .venv/bin/python benchmarks/file_runs.py --files 2 --records-per-file 300 --work /tmp/fr
@@ -29,6 +32,7 @@ kept, and ``ratio_vs_reference`` is this checkout's over the reference's. The fi
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import shutil
@@ -66,6 +70,7 @@ def one_build(checkout: Path, source: str, work: Path, args: argparse.Namespace)
     files = phases.get("pubmed_file_batch")
     if files is None:
         raise SystemExit(f"{checkout}: no pubmed_file_batch step in the build ({run})")
+    digest = tables_digest(run / "lake")
     shutil.rmtree(run, ignore_errors=True)
     return {
         "records": records,
@@ -75,7 +80,18 @@ def one_build(checkout: Path, source: str, work: Path, args: argparse.Namespace)
         "outside_steps_cpu_s_per_million": phases["outside_steps"]["cpu_s_per_million"],
         "build_cpu_s_per_million": got["cpu_s_per_million"],
         "wall_s": got["wall_s"],
+        "tables_digest": digest,
     }
+
+
+def tables_digest(lake: Path) -> str:
+    """sha256 over every per-file table the build wrote (relative path and bytes, in path
+    order): two builds wrote the same Parquet files when their digests are equal."""
+    h = hashlib.sha256()
+    tables = lake / "tables"
+    for path in sorted(p for p in tables.rglob("*.parquet") if p.is_file()):
+        h.update(str(path.relative_to(tables)).encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()[:16]
 
 
 KEPT = ("file_runs_cpu_s_per_million", "outside_steps_cpu_s_per_million", "build_cpu_s_per_million")
@@ -86,6 +102,7 @@ def smallest(rounds: list[dict]) -> dict:
     out = {k: min(r[k] for r in rounds) for k in KEPT}
     out["records"] = rounds[0]["records"]
     out["file_run_steps"] = rounds[0]["file_run_steps"]
+    out["tables_digests"] = sorted({r["tables_digest"] for r in rounds})
     out["rounds"] = [{k: r[k] for k in (*KEPT, "wall_s")} for r in rounds]
     return out
 
@@ -130,6 +147,8 @@ def main() -> int:
         result["ratio_vs_reference"] = {
             k: round(ours[k] / ref[k], 3) if ref[k] else None for k in KEPT
         }
+        # every round of both checkouts wrote byte-identical tables
+        result["output_identical"] = len({*ours["tables_digests"], *ref["tables_digests"]}) == 1
     result["seconds"] = round(time.perf_counter() - started, 1)
     result["load_after"] = os.getloadavg()
     print(json.dumps(result))

@@ -23,6 +23,9 @@
 #include <Python.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 typedef struct {
     Py_ssize_t start; /* where the match's '<' is */
@@ -114,6 +117,54 @@ static Py_ssize_t distinct_ids(Id *ids, Py_ssize_t n, Py_ssize_t limit) {
     return distinct;
 }
 
+/* Whether the tag starting at p[0] == '<' can be one the scan acts on, from its next two
+ * bytes: "</P" (PubmedArticle, PubmedBookArticle), "</D" (DeleteCitation), "</R"
+ * (ReferenceList), "</" + close (the third byte of the record end tag), "<Me"
+ * (MeshHeading), "<Re" (ReferenceList), "<Ar" (ArticleId). Every other tag is skipped
+ * unread: the scan below does nothing at it. */
+static int wanted(const char *p, char close) {
+    char a = p[1], b = p[2];
+    if (a == '/') return b == 'P' || b == 'D' || b == 'R' || b == close;
+    return ((a == 'M' || a == 'R') && b == 'e') || (a == 'A' && b == 'r');
+}
+
+/* The first p >= from, p + 2 < end, with p[0] == '<' and wanted(p): 16 bytes at a time
+ * where SSE2 is there (every x86-64), else byte by byte; NULL when there is none. A tag
+ * within two bytes of ``end`` is too short to be any the scan reads. */
+static const char *next_wanted(const char *from, const char *end, char close) {
+    const char *p = from;
+#if defined(__SSE2__)
+    const __m128i lt = _mm_set1_epi8('<'), slash = _mm_set1_epi8('/');
+    const __m128i P = _mm_set1_epi8('P'), D = _mm_set1_epi8('D'), R = _mm_set1_epi8('R');
+    const __m128i C = _mm_set1_epi8(close), M = _mm_set1_epi8('M'), A = _mm_set1_epi8('A');
+    const __m128i e = _mm_set1_epi8('e'), r = _mm_set1_epi8('r');
+    while (end - p >= 18) { /* the bytes p[0..17] */
+        __m128i v0 = _mm_loadu_si128((const __m128i *)p);
+        __m128i open = _mm_cmpeq_epi8(v0, lt);
+        if (_mm_movemask_epi8(open) == 0) {
+            p += 16;
+            continue;
+        }
+        __m128i v1 = _mm_loadu_si128((const __m128i *)(p + 1));
+        __m128i v2 = _mm_loadu_si128((const __m128i *)(p + 2));
+        __m128i closing = _mm_and_si128(
+            _mm_cmpeq_epi8(v1, slash),
+            _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v2, P), _mm_cmpeq_epi8(v2, D)),
+                         _mm_or_si128(_mm_cmpeq_epi8(v2, R), _mm_cmpeq_epi8(v2, C))));
+        __m128i opening = _mm_or_si128(
+            _mm_and_si128(_mm_or_si128(_mm_cmpeq_epi8(v1, M), _mm_cmpeq_epi8(v1, R)),
+                          _mm_cmpeq_epi8(v2, e)),
+            _mm_and_si128(_mm_cmpeq_epi8(v1, A), _mm_cmpeq_epi8(v2, r)));
+        int bits = _mm_movemask_epi8(_mm_and_si128(open, _mm_or_si128(closing, opening)));
+        if (bits) return p + __builtin_ctz((unsigned)bits);
+        p += 16;
+    }
+#endif
+    for (; end - p > 2; p++)
+        if (*p == '<' && wanted(p, close)) return p;
+    return NULL;
+}
+
 static PyObject *scan(PyObject *self, PyObject *args) {
     Py_buffer data, tag;
     Py_ssize_t last;
@@ -136,8 +187,9 @@ static PyObject *scan(PyObject *self, PyObject *args) {
 
     Py_BEGIN_ALLOW_THREADS;
     const char *p = base;
-    while ((p = memchr(p, '<', (size_t)(end - p))) != NULL) {
-        char next = p + 1 < end ? p[1] : 0;
+    const char close = end_tag[2];
+    while ((p = next_wanted(p, end, close)) != NULL) {
+        char next = p[1];
         if (next == '/') {
             if (starts(p, end, "</PubmedBookArticle>", 20) ||
                 starts(p, end, "</DeleteCitation>", 17)) {

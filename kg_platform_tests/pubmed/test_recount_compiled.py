@@ -133,3 +133,20 @@ def test_the_scan_alone() -> None:
     assert recount._compiled_scan(b"x</PubmedBookArticle>" + data, tag, last + 21) is None
     with pytest.raises(ValueError, match="last must be where end_tag starts"):
         recount._compiled_scan(data, tag, len(data))
+
+
+@pytest.mark.parametrize("shift", range(18))
+def test_the_scan_counts_the_same_at_every_offset_in_its_16_byte_steps(shift: int) -> None:
+    # the scan looks for the tags it reads 16 bytes at a time (SSE2) and byte by byte in the
+    # last 17: every tag at every offset, and a block ending right after a record's end tag
+    require_compiled_scan()
+    tag = b"</PubmedArticle>"
+    data = b" " * shift + RECORDS
+    last = data.rfind(tag)
+    assert recount._compiled_scan(data, tag, last) == (4, 3, 6)
+    assert recount._compiled_scan(data[: last + len(tag)], tag, last) == (4, 3, 6)
+    deleted = data[: last + len(tag)] + b" " * shift + b"</DeleteCitation>"
+    assert recount._compiled_scan(deleted, tag, last) is None
+    legacy = b"</MedlineCitation>"  # a legacy set's record end: "</M" is read too
+    records = data.replace(legacy, b"").replace(tag, legacy)
+    assert recount._compiled_scan(records, legacy, records.rfind(legacy)) == (4, 3, 6)
