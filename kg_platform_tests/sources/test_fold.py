@@ -109,6 +109,60 @@ def test_fold_written_range_by_range_is_the_fold_written_at_once(
     assert [groups_per_part[k] for k in corpus_parts(ranged, "articles")] == [1, 1, 1, 2, 10]
 
 
+def test_ranges_read_file_by_file_are_the_query_s_parts_byte_for_byte(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A range whose files' surviving rows follow one another in PMID order is read file by
+    file with pyarrow (no DuckDB join or sort); the parts are the range query's, byte for
+    byte. On the mirror pair in ranges of 7 records over 2 cores (four ranges, as above),
+    the update n1335 revises records of the last bucket's baseline PMIDs, so that range's
+    rows interleave and go to the query (but for its corrections: the update has none); the
+    three before it are read file by file. The baseline alone is read file by file
+    throughout."""
+    from kg_platform.pubmed.fold import full
+
+    mirror = require_reference("pubmed", "mirror")
+    paths = [
+        mirror / "baseline" / "pubmed26n1334.xml.gz",
+        mirror / "updatefiles" / "pubmed26n1335.xml.gz",
+    ]
+    monkeypatch.setattr(full, "usable_cores", lambda: 2)
+    monkeypatch.setattr(full, "FOLD_RANGE_RECORDS", 7)
+    streamed_of = full._streamed_rows
+    tasks: list[tuple[str, int, bool]] = []
+
+    def noting(lake, table, files, bounds, *rest):
+        tasks.append(
+            (
+                table,
+                bounds[0] // 250_000,
+                streamed := streamed_of(lake, table, files, bounds, *rest),
+            )
+        )
+        return streamed
+
+    def fold(name: str, n: int, streaming: bool) -> Lake:
+        lake = Lake(str(tmp_path / name))
+        monkeypatch.setattr(full, "_streamed_rows", noting if streaming else lambda *a: False)
+        fold_release(lake, load_tables(lake, paths[:n]))
+        return lake
+
+    for n in (2, 1):
+        tasks.clear()
+        streamed, queried = fold(f"streamed-{n}", n, True), fold(f"queried-{n}", n, False)
+        queried_tasks = sorted((t, b) for t, b, s in tasks if not s)
+        # the update holds no correction: that table's last range has one file's rows
+        last = [(t, 166) for t in sorted(CORPUS_MODELS) if t != "corrections"]
+        assert queried_tasks == (last if n == 2 else []), queried_tasks
+        # the baseline's own records are all in one bucket: one range, one part a table
+        assert len(tasks) == (4 if n == 2 else 1) * len(CORPUS_MODELS)
+        for table in CORPUS_MODELS:
+            keys = corpus_parts(streamed, table)
+            assert keys == corpus_parts(queried, table) and len(keys) == (5 if n == 2 else 1)
+            for key in keys:
+                assert streamed.read_bytes(key) == queried.read_bytes(key), (n, key)
+
+
 @pytest.mark.parametrize("release", ["23", "24", "25"])
 def test_fold_of_sample_releases(tmp_path: Path, release: str) -> None:
     root = require_reference("pubmed", "samples", f"pubmed{release}")

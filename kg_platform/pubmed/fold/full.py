@@ -8,10 +8,12 @@ import os
 import shutil
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractContextManager, nullcontext
 
 import duckdb
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from kg_platform.pubmed.fold.base import FoldResult, PmidSet, check_files, table_key
 from kg_platform.pubmed.fold.incremental import fold_new_files
@@ -182,45 +184,167 @@ class _CitationWriter(PartWriter):
         super().add(batch)
 
 
+class _Survivors:
+    """The survivors' keys (pmid, version, file_ord), sorted by PMID: which rows of a file a
+    range keeps, looked up in numpy (no join)."""
+
+    def __init__(self, columns: dict[str, np.ndarray]) -> None:
+        self.pmid, self.version, self.file_ord = (
+            np.asarray(columns[c]) for c in ("pmid", "version", "file_ord")
+        )
+        # a masked array holds a null, which no row's key equals (the join drops it)
+        self.usable = not any(np.ma.isMaskedArray(columns[c]) for c in columns)
+
+    def kept(self, pmids: np.ndarray, versions: np.ndarray, file_ord: int) -> np.ndarray:
+        """Which rows (their PMIDs and versions, from the file at ``file_ord``) are a
+        survivor's: the rows the fold's join keeps."""
+        if not len(self.pmid):
+            return np.zeros(len(pmids), dtype=bool)
+        at = np.searchsorted(self.pmid, pmids).clip(max=len(self.pmid) - 1)
+        return (
+            (self.pmid[at] == pmids)
+            & (self.file_ord[at] == file_ord)
+            & (self.version[at] == versions)
+        )
+
+
+def _column(table: pa.Table, name: str) -> np.ndarray:
+    """A non-null integer column as numpy; a null becomes -1, which no PMID or version is."""
+    column = table.column(name)
+    if column.null_count:
+        column = column.fill_null(-1)
+    return column.to_numpy()
+
+
+def _parquet(lake: Lake, key: str) -> AbstractContextManager:
+    """What pyarrow opens a lake's Parquet file from: its path on a local lake (read
+    natively, the GIL released), else the lake's file object."""
+    return nullcontext(lake.path(key)) if lake.is_local else lake.open(key)
+
+
+def _streamed_rows(
+    lake: Lake,
+    table: str,
+    files: list[tuple[int, str]],
+    bounds: tuple[int, int],
+    survivors: _Survivors,
+    schema: pa.Schema,
+    writer: PartWriter,
+) -> bool:
+    """The rows the range query (rows_query) returns, without DuckDB, where that is only a
+    concatenation: each of ``files`` (fold order, name) read in turn, its surviving rows in
+    ``bounds`` (rows_query's join, in numpy) added to ``writer``. It holds when each file's
+    kept rows are in PMID order and the files' kept PMIDs do not interleave (a PMID's rows
+    all come from its winner's file), so that PMID order, then row order in the file, is
+    the files' order: the order rows_query sorts into. That and each file's column types
+    being ``schema``'s (what DuckDB returns) are checked first, from the PMID and version
+    columns; False, with nothing written, when one does not hold (the caller runs the
+    query). One file's rows are held at a time."""
+    pmid_col = CORPUS_TABLES[table]
+    lo, hi = bounds
+    plan: list[tuple[str, np.ndarray, int, int]] = []
+    for file_ord, name in files:
+        with _parquet(lake, table_key(table, name)) as f:
+            handle = pq.ParquetFile(f)
+            if handle.schema_arrow.types != schema.types or (
+                handle.schema_arrow.names != schema.names
+            ):
+                return False
+            keys = handle.read(columns=[pmid_col, "version"], use_threads=False)
+        pmids = _column(keys, pmid_col)
+        keep = (pmids >= lo) & (pmids <= hi)
+        keep &= survivors.kept(pmids, _column(keys, "version"), file_ord)
+        rows = pmids[keep]
+        if not len(rows):
+            continue
+        if np.any(rows[1:] < rows[:-1]):
+            return False
+        plan.append((name, keep, int(rows[0]), int(rows[-1])))
+    plan.sort(key=lambda p: p[2])
+    if any(a[3] >= b[2] for a, b in zip(plan, plan[1:], strict=False)):
+        return False
+    for name, keep, _, _ in plan:
+        with _parquet(lake, table_key(table, name)) as f:
+            rows = pq.ParquetFile(f).read(use_threads=False)
+        where = np.flatnonzero(keep)
+        if where[-1] - where[0] + 1 == len(where):  # one run of rows: a slice, no copy
+            rows = rows.slice(int(where[0]), len(where))
+        else:
+            rows = rows.filter(pa.array(keep))
+        writer.add(rows.cast(schema))
+    return True
+
+
 def _write_tables(
     con: duckdb.DuckDBPyConnection,
+    lake: Lake,
+    files: list[str],
     per_file: Callable[..., str],
     ranges: list[list[int]],
     spans: dict[str, tuple[int, int] | None],
     staging: str,
+    survivors: _Survivors,
     articles: PmidSet,
 ) -> list[tuple[str, _Written]]:
     """Every corpus table's parts, range by range (each range's buckets: _bucket_ranges),
-    under ``staging``; what each (table, range) task wrote. A range of a table is one task:
-    its rows sorted by DuckDB and encoded by pyarrow (which releases the GIL) into that
-    range's own parts, so the tasks run side by side, on a thread and a DuckDB cursor per
-    usable core, and their parts are those one writer would write (a part is one bucket's
-    rows in corpus order, whoever writes it). A range reads the files whose records' PMIDs
-    (``spans``, from the footers) reach into it. Range by range, its articles first (the
-    largest sort), so the tasks at work at once sort neighbouring ranges of different
-    tables. Each task also hashes the parts it wrote and, for the citations, counts the
-    rows citing none of ``articles`` (the survivors' PMIDs): work that would otherwise
-    run on one thread after the last task, over every part again."""
+    under ``staging``; what each (table, range) task wrote. A range of a table is one task,
+    writing that range's own parts, so the tasks run side by side, on a thread per usable
+    core, and their parts are those one writer would write (a part is one bucket's rows in
+    corpus order, whoever writes it). A range reads the files whose records' PMIDs
+    (``spans``, from the footers) reach into it. Where the files' surviving rows follow one
+    another in PMID order (_streamed_rows: files of disjoint PMIDs, as in a baseline), the
+    task reads them with pyarrow, file by file, keeping the survivors' rows (``survivors``),
+    with no join or sort; elsewhere (a range where an update's records interleave with the
+    baseline's) its rows are sorted by DuckDB, on a cursor of its own. pyarrow encodes the
+    parts either way (releasing the GIL). Range by range, its articles first (the largest
+    task), so the tasks at work at once write neighbouring ranges of different tables.
+    Each task also hashes the parts it wrote and, for the citations, counts the rows citing
+    none of ``articles`` (the survivors' PMIDs): work that would otherwise run on one
+    thread after the last task, over every part again."""
+    order = {f: n for n, f in enumerate(files)}
+    schemas: dict[str, pa.Schema] = {}
+    if survivors.usable:
+        # the schema the range query returns (DuckDB's types for the per-file columns)
+        for table in CORPUS_TABLES:
+            empty = rows_query(lambda t: per_file(t, {files[0]}), table).format(lo=1, hi=0)
+            schemas[table] = con.sql(empty).to_arrow_table().schema
 
     def write(table: str, buckets: list[int]) -> _Written:
-        cursor = con.cursor()
         done = _Written()
-        try:
-            lo, hi = bucket_bounds(buckets[0])[0], bucket_bounds(buckets[-1])[1]
-            # a child row survives only beside its file's winning record, so a range reads
-            # the files whose records reach into it: the baseline files of its PMIDs and the
-            # updates, not every file of the release for every range
-            holding = {f for f, s in spans.items() if s is not None and s[0] <= hi and s[1] >= lo}
-            folder = os.path.join(staging, table)
-            writer = (
-                _CitationWriter(folder, table, articles)
-                if table == "citations"
-                else PartWriter(folder, table)
-            )
-            query = rows_query(lambda t: per_file(t, holding), table)
-            written = write_parts(cursor, query, [(lo, hi)], writer, buckets)
-        finally:
-            cursor.close()
+        lo, hi = bucket_bounds(buckets[0])[0], bucket_bounds(buckets[-1])[1]
+        # a child row survives only beside its file's winning record, so a range reads
+        # the files whose records reach into it: the baseline files of its PMIDs and the
+        # updates, not every file of the release for every range
+        holding = {f for f, s in spans.items() if s is not None and s[0] <= hi and s[1] >= lo}
+        folder = os.path.join(staging, table)
+
+        def new_writer() -> PartWriter:
+            if table == "citations":
+                return _CitationWriter(folder, table, articles)
+            return PartWriter(folder, table)
+
+        writer = new_writer()
+        streamed = False
+        if table in schemas:
+            writer.schema = schemas[table]
+            held = sorted((order[f], f) for f in holding)
+            try:
+                streamed = _streamed_rows(
+                    lake, table, held, (lo, hi), survivors, schemas[table], writer
+                )
+            except BaseException:
+                writer.close()
+                raise
+        if streamed:
+            written = writer.close(buckets)
+        else:
+            writer = new_writer()
+            cursor = con.cursor()
+            try:
+                query = rows_query(lambda t: per_file(t, holding), table)
+                written = write_parts(cursor, query, [(lo, hi)], writer, buckets)
+            finally:
+                cursor.close()
         done.rows = sum(written.values())
         done.entries = {
             str(b): part_entry(os.path.join(folder, part_name(b)), n) for b, n in written.items()
@@ -264,8 +388,13 @@ def fold_release(
         with ThreadPoolExecutor(max_workers=usable_cores()) as pool:
             bounds = pool.map(lambda f: pmid_bounds(lake, "articles", f), files)
             spans = dict(zip(files, bounds, strict=True))
-        articles = PmidSet(run_sql_numpy(con, "SELECT pmid FROM fold_survivors")["pmid"])
-        tasks = _write_tables(con, per_file, ranges, spans, staging, articles)
+        keys = run_sql_numpy(
+            con, "SELECT pmid, version, file_ord FROM fold_survivors ORDER BY pmid"
+        )
+        survivors, articles = _Survivors(keys), PmidSet(keys["pmid"])
+        tasks = _write_tables(
+            con, lake, files, per_file, ranges, spans, staging, survivors, articles
+        )
         rows = dict.fromkeys(CORPUS_TABLES, 0)
         known: dict[str, dict[str, dict]] = {t: {} for t in CORPUS_TABLES}
         for table, done in tasks:
