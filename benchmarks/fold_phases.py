@@ -28,6 +28,12 @@ the release's PMID span and its files numbered on after copy k-1's, written unde
 the work folder. The records are the corpus articles; ``cpu_s_per_m_records`` is a run's
 CPU seconds per million. The last line printed is one JSON object.
 
+``--corpus-of DIR`` reads an already folded corpus instead of folding one (the checks and
+the profile at 10M without the fold's minutes): DIR is a kept lake's corpus folder (a
+rehearsal's ``run-*/lake/corpus/pubmed26``), linked as the corpus, read and never written;
+the fold's result the checks compare with is its manifest's. The phases then exclude
+``fold``.
+
 ``--reference DIR`` measures a second checkout alike (its ``kg_platform`` first on the
 child's path), alternating with this one; the summary then also says whether the two folds
 wrote the same parts. A run also reports the share of samples with two or more of the
@@ -207,7 +213,10 @@ def child_profile(corpus_root: str, _files: list[str]) -> dict:
         con = p.connect(catalog, spill) if hasattr(p, "connect") else catalog.connect()
     try:
         catalog.refresh_views(con)
-        p.article_rows(con)
+        if hasattr(p, "article_rows_from_parts"):  # the step's rows from the parts
+            p.article_rows_from_parts(con, catalog.lake)
+        else:
+            p.article_rows(con)
         profile = p.summarise(con)
         rows = con.sql(f"SELECT {p.ROW_COLUMNS} FROM {p.ROWS}").to_arrow_table()
         pools = _pools(con)
@@ -282,6 +291,19 @@ def _run(phase: str, pinned: bool, corpus_root: str, files_json: str, checkout: 
     }
 
 
+def _link_corpus(corpus: str, root: str) -> None:
+    """A kept corpus folder linked as ``root``'s corpus, and the fold's result the checks
+    take (rows, deleted, deletions listed, dangling citations) from its manifest."""
+    from kg_platform.storage.corpus import CORPUS_PREFIX, FOLD_MANIFEST
+
+    os.symlink(os.path.abspath(corpus), os.path.join(root, CORPUS_PREFIX))
+    with open(os.path.join(root, FOLD_MANIFEST)) as f:
+        manifest = json.load(f)
+    keys = ("rows", "deleted", "deletions_listed", "dangling_citations", "mode", "new_files")
+    with open(os.path.join(root, "fold_result.json"), "w") as f:
+        json.dump({k: manifest[k] for k in keys} | {"files": manifest["files"]}, f)
+
+
 def _manifest_parts(root: str) -> dict:
     from kg_platform.storage.corpus import FOLD_MANIFEST
 
@@ -307,6 +329,9 @@ def main() -> None:
         help="a second checkout (its kg_platform first on the child's path), measured alike, "
         "alternating with this one",
     )
+    parser.add_argument(
+        "--corpus-of", help="a kept corpus folder to read instead of folding (not with fold)"
+    )
     parser.add_argument("--keep", action="store_true")
     parser.add_argument("--checkout", help=argparse.SUPPRESS)
     parser.add_argument("--child", choices=PHASES, help=argparse.SUPPRESS)
@@ -330,6 +355,8 @@ def main() -> None:
         return
 
     phases = [p for p in args.phases.split(",") if p]
+    if args.corpus_of and "fold" in phases:
+        parser.error("--corpus-of replaces the fold: leave fold out of --phases")
     shutil.rmtree(args.work, ignore_errors=True)
     os.makedirs(args.work)
     lake = args.lake
@@ -349,6 +376,9 @@ def main() -> None:
     kept = os.path.join(args.work, "corpus")  # the first fold's corpus, read by later phases
     checkouts = {"this": REPO, **({"reference": args.reference} if args.reference else {})}
     parts: dict[str, dict] = {}  # each checkout's first fold's parts (manifest entries)
+    if args.corpus_of:
+        _link_tables(lake, kept)
+        _link_corpus(args.corpus_of, kept)
     runs = []
     try:
         n = 0

@@ -102,7 +102,8 @@ def corpus_part_of(table: str, pmid: int) -> str:
     return part_key(table, int(pmid) // PMID_BUCKET)
 
 
-def _require_parts(lake: Lake, table: str) -> list[str]:
+def required_parts(lake: Lake, table: str) -> list[str]:
+    """corpus_parts, a FileNotFoundError naming the folder when there are none."""
     parts = corpus_parts(lake, table)
     if not parts:
         raise FileNotFoundError(
@@ -115,7 +116,7 @@ def read_corpus(lake: Lake, table: str, columns: list[str] | None = None) -> pa.
     """A whole corpus table (``columns`` of it), its parts in PMID order."""
     import pyarrow as pa
 
-    tables = [lake.read_parquet(key, columns=columns) for key in _require_parts(lake, table)]
+    tables = [lake.read_parquet(key, columns=columns) for key in required_parts(lake, table)]
     return pa.concat_tables(tables, promote_options="permissive")
 
 
@@ -125,7 +126,7 @@ def corpus_batches(
     """A corpus table one record batch at a time, part by part in PMID order."""
     import pyarrow.parquet as pq
 
-    for key in _require_parts(lake, table):
+    for key in required_parts(lake, table):
         with lake.open(key) as f:
             yield from pq.ParquetFile(f).iter_batches(batch_size=batch_size, columns=columns)
 
@@ -135,7 +136,7 @@ def corpus_rows(lake: Lake, table: str) -> int:
     import pyarrow.parquet as pq
 
     total = 0
-    for key in _require_parts(lake, table):
+    for key in required_parts(lake, table):
         with lake.open(key) as f:
             total += pq.ParquetFile(f).metadata.num_rows
     return total
@@ -145,7 +146,7 @@ def corpus_fingerprint(lake: Lake, table: str) -> dict[str, str | int]:
     """A corpus table's folder, part count, bytes and one stamp over every part's key, size
     and modification stamp (Lake.fingerprint): equal exactly when no part was written,
     added or removed since."""
-    parts = _require_parts(lake, table)
+    parts = required_parts(lake, table)
     prints = [lake.fingerprint(key) for key in parts]
     stamp = hashlib.sha256(
         "\n".join(f"{p['key']}:{p['size']}:{p['stamp']}" for p in prints).encode()

@@ -13,6 +13,7 @@ import pytest
 
 from kg_platform.checks import CheckOutcome
 from kg_platform.pubmed.fold import (
+    PmidMap,
     PmidSet,
     check_edge_sources_in_articles,
     check_no_deleted_pmid,
@@ -21,6 +22,7 @@ from kg_platform.pubmed.fold import (
     fold_release,
     recount_fold_polars,
 )
+from kg_platform.pubmed.fold import base as fold_base
 from kg_platform.schemas import CORPUS_MODELS
 from kg_platform.storage.corpus import corpus_parts, write_corpus_table
 from kg_platform.storage.lake import Lake
@@ -38,7 +40,7 @@ MIRROR_DELETIONS = {41456105, 41557076, 41616784, 41618748, 41618749, 41618779}
 
 
 # -- real release pairs --------------------------------------------------------------------
-def test_fold_of_the_2026_mirror(tmp_path: Path) -> None:
+def test_fold_of_the_2026_mirror(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     mirror = require_reference("pubmed", "mirror")
     paths = [
         mirror / "baseline" / "pubmed26n1334.xml.gz",
@@ -54,6 +56,9 @@ def test_fold_of_the_2026_mirror(tmp_path: Path) -> None:
     # 1,349 references (286 + 1,063); all but one cite PMIDs outside this 60-record corpus
     assert result["rows"]["citations"] == 1349
     assert result["dangling_citations"] == 1348
+    # the surviving records' keys in a sorted array instead of one indexed by PMID: the same
+    monkeypatch.setattr(fold_base, "PMID_MAP_MAX", 0)
+    assert recount_fold_polars(lake, ["pubmed26n1334", "pubmed26n1335"]) == result
 
 
 def test_fold_written_range_by_range_is_the_fold_written_at_once(
@@ -329,3 +334,23 @@ def test_pmid_set_bitmap_and_sorted_fallback() -> None:
     # a PMID past the bitmap's bound: the sorted array answers the same
     assert PmidSet(np.array([5, 3, 10**12])).missing(np.array([3, 4, 10**12, -1])) == 2
     assert PmidSet(np.array([], dtype=np.int64)).missing(np.array([1, 2])) == 2
+    assert PmidSet(np.array([5, 3])).contains(np.array([3, 4, -1, 99])).tolist() == [
+        True,
+        False,
+        False,
+        False,
+    ]
+
+
+def test_pmid_map_dense_and_sorted_fallback() -> None:
+    pmids, values = np.array([7, 2, 5]), np.array([70, 20, 50])
+    asked = np.array([2, 3, 7, -1, 99, 5])
+    assert PmidMap(pmids, values).get(asked).tolist() == [20, 0, 70, 0, 0, 50]
+    # inside the array's bounds only: one gather
+    assert PmidMap(pmids, values).get(np.array([5, 2])).tolist() == [50, 20]
+    # a PMID past the dense array's bound: a sorted array answers the same
+    far = PmidMap(np.array([7, 2, 10**12]), values)
+    assert far.get(np.array([2, 10**12, 3, -1])).tolist() == [20, 50, 0, 0]
+    assert PmidMap(np.array([], dtype=np.int64), np.array([], dtype=np.int64)).get(
+        np.array([1])
+    ).tolist() == [0]

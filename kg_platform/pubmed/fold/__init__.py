@@ -23,6 +23,7 @@ The modules import downwards only (.importlinter): checks > full > incremental >
 
 from kg_platform.pubmed.fold.base import (
     FoldResult,
+    PmidMap,
     PmidSet,
     table_key,
 )
@@ -70,6 +71,7 @@ __all__ = [
     "FULL_FOLD_ENV",
     "REPLACED_TABLES",
     "FoldResult",
+    "PmidMap",
     "PmidSet",
     "added_key",
     "check_edge_sources_in_articles",

@@ -67,10 +67,61 @@ class PmidSet:
 
     def missing(self, values: np.ndarray) -> int:
         """How many of ``values`` are not in the set."""
+        if self._bitmap is not None and _within(values, self._top):
+            # every value inside the bitmap (the usual case): one gather, no mask
+            return len(values) - int(np.count_nonzero(self._bitmap[values]))
+        return len(values) - int(np.count_nonzero(self.contains(values)))
+
+    def contains(self, values: np.ndarray) -> np.ndarray:
+        """Whether each of ``values`` is in the set."""
+        if self._bitmap is not None and _within(values, self._top):
+            return self._bitmap[values]
         if self._bitmap is not None:
             inside = (values >= 0) & (values <= self._top)
-            return len(values) - int(self._bitmap[values[inside]].sum())
+            found = np.zeros(len(values), dtype=bool)
+            found[inside] = self._bitmap[values[inside]]
+            return found
         if self._sorted is None or not len(self._sorted):
-            return len(values)
+            return np.zeros(len(values), dtype=bool)
         at = np.searchsorted(self._sorted, values).clip(max=len(self._sorted) - 1)
-        return int((self._sorted[at] != values).sum())
+        return self._sorted[at] == values
+
+
+def _within(values: np.ndarray, top: int) -> bool:
+    """Every one of ``values`` in [0, top] (True when there are none)."""
+    return not len(values) or (int(values.min()) >= 0 and int(values.max()) <= top)
+
+
+# a PmidMap's dense array holds 8 bytes per possible PMID: 336 MB at PubMed's ~42M PMIDs;
+# past this bound it is a sorted array and binary search
+PMID_MAP_MAX = 100_000_000
+
+
+class PmidMap:
+    """Nonzero int64 values by PMID, looked up many at once (numpy, no hashing): an array
+    indexed by PMID while the PMIDs are at most PMID_MAP_MAX, else a sorted array. Each
+    PMID once."""
+
+    def __init__(self, pmids: np.ndarray, values: np.ndarray) -> None:
+        self._top = int(pmids.max()) if len(pmids) else -1
+        self._dense: np.ndarray | None = None
+        if 0 <= self._top <= PMID_MAP_MAX and int(pmids.min()) >= 0:
+            self._dense = np.zeros(self._top + 1, dtype=np.int64)
+            self._dense[pmids] = values
+        else:
+            order = np.argsort(pmids, kind="stable")
+            self._sorted, self._values = pmids[order], np.asarray(values, dtype=np.int64)[order]
+
+    def get(self, pmids: np.ndarray) -> np.ndarray:
+        """The value of each of ``pmids``, 0 for a PMID not in the map."""
+        if self._dense is not None:
+            if _within(pmids, self._top):
+                return self._dense[pmids]
+            inside = (pmids >= 0) & (pmids <= self._top)
+            out = np.zeros(len(pmids), dtype=np.int64)
+            out[inside] = self._dense[pmids[inside]]
+            return out
+        if not len(self._sorted):
+            return np.zeros(len(pmids), dtype=np.int64)
+        at = np.searchsorted(self._sorted, pmids).clip(max=len(self._sorted) - 1)
+        return np.where(self._sorted[at] == pmids, self._values[at], 0)

@@ -18,13 +18,18 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from kg_platform.checks import CheckOutcome
-from kg_platform.pubmed.fold.base import CHILD_TABLES, FoldResult, PmidSet, read_frame, table_key
+from kg_platform.pubmed.fold.base import CHILD_TABLES, FoldResult, PmidSet, table_key
 from kg_platform.pubmed.fold.full import connect, fold_tables, rows_query, run_sql
 from kg_platform.pubmed.fold.manifest import FOLD_DELETIONS
 from kg_platform.pubmed.fold.recount import (
+    coded,
     file_codes,
     files_holding,
     in_buckets,
+    int_column,
+    name_codes,
+    on_cores,
+    read_columns,
     recount_fold_polars,
     recount_parts_polars,
     survivors_digest,
@@ -33,12 +38,11 @@ from kg_platform.storage.corpus import (
     CORPUS_TABLES,
     PMID_BUCKET,
     bucket_bounds,
-    corpus_batches,
     corpus_parts,
     part_bucket,
     part_key,
     part_name,
-    read_corpus,
+    required_parts,
 )
 from kg_platform.storage.lake import Lake
 
@@ -50,8 +54,43 @@ def _batches(lake: Lake, key: str, columns: list[str]) -> Iterator[pa.RecordBatc
 
 
 # -- checks on the written corpus ------------------------------------------------------------
-def _corpus(lake: Lake, table: str, columns: list[str]) -> pl.DataFrame:
-    return pl.from_arrow(read_corpus(lake, table, columns=columns))
+@dataclasses.dataclass(frozen=True)
+class CorpusArticles:
+    """The written corpus articles' (pmid, version, file) as numpy columns, its parts in PMID
+    order, read once (parts on a thread per core) for every check of the written corpus."""
+
+    pmid: np.ndarray
+    version: np.ndarray
+    file_code: np.ndarray  # codes of ``names``
+    names: dict[str, int]  # file name -> code
+
+    @classmethod
+    def read(cls, lake: Lake) -> CorpusArticles:
+        def part(key: str) -> tuple[np.ndarray, np.ndarray, list[str], np.ndarray]:
+            table = read_columns(lake, key, ["pmid", "version", "file"], dictionary=("file",))
+            return (
+                int_column(table, "pmid"),
+                int_column(table, "version"),
+                *name_codes(table, "file", key),
+            )
+
+        names: dict[str, int] = {}
+        parts = on_cores(part, required_parts(lake, "articles"))
+        codes = [coded(file_names, local, names) for _, _, file_names, local in parts]
+        return cls(
+            np.concatenate([p[0] for p in parts]),
+            np.concatenate([p[1] for p in parts]),
+            np.concatenate(codes),
+            names,
+        )
+
+    def digest(self) -> str:
+        """survivors_digest of the written (pmid, version, file)."""
+        return survivors_digest(self.pmid, self.version, self.file_code, self.names)
+
+
+def _articles(lake: Lake, articles: CorpusArticles | None) -> CorpusArticles:
+    return articles if articles is not None else CorpusArticles.read(lake)
 
 
 def _digest_of(batches: Iterator[pa.RecordBatch]) -> str:
@@ -70,33 +109,47 @@ def _digest_of(batches: Iterator[pa.RecordBatch]) -> str:
     )
 
 
-def _written_digest(lake: Lake) -> str:
-    """survivors_digest of the corpus articles as written, read one row group at a time."""
-    return _digest_of(corpus_batches(lake, "articles", ["pmid", "version", "file"]))
-
-
-def check_one_row_per_pmid(lake: Lake) -> CheckOutcome:
-    pmids = _corpus(lake, "articles", ["pmid"])["pmid"]
-    duplicated = pmids.len() - pmids.n_unique()
+def check_one_row_per_pmid(lake: Lake, articles: CorpusArticles | None = None) -> CheckOutcome:
+    pmids = _articles(lake, articles).pmid
+    if len(pmids) < 2 or bool((pmids[1:] > pmids[:-1]).all()):
+        duplicated = 0  # ascending, each PMID once (as the fold writes them)
+    else:
+        duplicated = len(pmids) - pl.Series(pmids).n_unique()
     return CheckOutcome(
-        "one_row_per_pmid", duplicated == 0, f"{pmids.len()} rows, {duplicated} duplicated PMIDs"
+        "one_row_per_pmid", duplicated == 0, f"{len(pmids)} rows, {duplicated} duplicated PMIDs"
     )
 
 
-def check_no_deleted_pmid(lake: Lake, files: list[str]) -> CheckOutcome:
+def check_no_deleted_pmid(
+    lake: Lake, files: list[str], articles: CorpusArticles | None = None
+) -> CheckOutcome:
     """No corpus PMID has a DeleteCitation in a file later than its record's file."""
-    order = pl.DataFrame({"file": files, "record_ord": list(range(len(files)))})
-    articles = _corpus(lake, "articles", ["pmid", "file"]).join(order, on="file", how="left")
-    unknown = articles.filter(pl.col("record_ord").is_null()).height
+    articles = _articles(lake, articles)
+    order = {f: n for n, f in enumerate(files)}
+    by_code = np.full(len(articles.names), -1, dtype=np.int32)
+    for name, code in articles.names.items():
+        by_code[code] = order.get(name, -1)
+    record_ord = by_code[articles.file_code] if len(by_code) else articles.file_code
+    unknown = int(np.count_nonzero(record_ord < 0))
     deletions = pl.concat(
         [
-            read_frame(lake, table_key("deletions", f), ["pmid"]).with_columns(
-                pl.lit(n, pl.Int32).alias("file_ord")
+            pl.DataFrame({"pmid": pmids}).with_columns(pl.lit(n, pl.Int32).alias("file_ord"))
+            for n, pmids in enumerate(
+                on_cores(
+                    lambda f: int_column(
+                        read_columns(lake, table_key("deletions", f), ["pmid"]), "pmid"
+                    ),
+                    files,
+                )
             )
-            for n, f in enumerate(files)
         ]
     )
-    present = articles.join(deletions, on="pmid").filter(pl.col("file_ord") > pl.col("record_ord"))
+    # only the articles whose PMID some file deletes (few), from a release's files
+    named = PmidSet(deletions["pmid"].to_numpy()).contains(articles.pmid) & (record_ord >= 0)
+    candidates = pl.DataFrame({"pmid": articles.pmid[named], "record_ord": record_ord[named]})
+    present = candidates.join(deletions, on="pmid").filter(
+        pl.col("file_ord") > pl.col("record_ord")
+    )
     bad = present["pmid"].unique().sort().to_list()
     details = f"{len(bad)} deleted PMIDs present" + (f": {bad[:10]}" if bad else "")
     if unknown:
@@ -104,10 +157,12 @@ def check_no_deleted_pmid(lake: Lake, files: list[str]) -> CheckOutcome:
     return CheckOutcome("no_deleted_pmid", not bad and unknown == 0, details)
 
 
-def check_recount(lake: Lake, files: list[str], result: FoldResult) -> CheckOutcome:
+def check_recount(
+    lake: Lake, files: list[str], result: FoldResult, articles: CorpusArticles | None = None
+) -> CheckOutcome:
     """DuckDB's fold (as written) against the Polars recount of every file."""
     recount = recount_fold_polars(lake, files)
-    written = _written_digest(lake)
+    written = _articles(lake, articles).digest()
     ours = {
         "rows": result.rows,
         "deleted": result.deleted,
@@ -120,17 +175,22 @@ def check_recount(lake: Lake, files: list[str], result: FoldResult) -> CheckOutc
     return CheckOutcome("polars_recount", not diffs, details)
 
 
-def check_edge_sources_in_articles(lake: Lake) -> CheckOutcome:
-    """Every child row's PMID is a corpus article; the child tables are read one row group
-    at a time against the set of article PMIDs."""
-    pmids = PmidSet(_corpus(lake, "articles", ["pmid"])["pmid"].to_numpy())
-    orphans = {}
-    for table in CHILD_TABLES:
+def check_edge_sources_in_articles(
+    lake: Lake, articles: CorpusArticles | None = None
+) -> CheckOutcome:
+    """Every child row's PMID is a corpus article; the child tables' parts are read on a
+    thread per core, each against the set of article PMIDs."""
+    pmids = PmidSet(_articles(lake, articles).pmid)
+    keys = [(table, key) for table in CHILD_TABLES for key in required_parts(lake, table)]
+
+    def orphans_in(item: tuple[str, str]) -> int:
+        table, key = item
         col = CORPUS_TABLES[table]
-        orphans[table] = sum(
-            pmids.missing(batch.column(0).to_numpy())
-            for batch in corpus_batches(lake, table, [col])
-        )
+        return pmids.missing(int_column(read_columns(lake, key, [col]), col))
+
+    orphans = dict.fromkeys(CHILD_TABLES, 0)
+    for (table, _), n in zip(keys, on_cores(orphans_in, keys), strict=True):
+        orphans[table] += n
     bad = {t: n for t, n in orphans.items() if n}
     details = f"rows without a corpus article: {bad}" if bad else "all edge sources found"
     return CheckOutcome("edge_sources_in_articles", not bad, details)
@@ -300,17 +360,25 @@ def fold_checks(lake: Lake, files: list[str], result: FoldResult) -> list[CheckO
         seconds = round(time.perf_counter() - started, 3)
         return dataclasses.replace(outcome, metadata={**outcome.metadata, "seconds": seconds})
 
+    read: list[CorpusArticles] = []
+
+    def articles() -> CorpusArticles:
+        """The written articles, read by the first check that needs them (its seconds)."""
+        if not read:
+            read.append(CorpusArticles.read(lake))
+        return read[0]
+
     def recount() -> CheckOutcome:
         if result.mode != "incremental":
-            return check_recount(lake, files, result)
+            return check_recount(lake, files, result, articles())
         parts = check_recount_parts(lake, files, result)
         sample = check_incremental_sample(lake, files, result)
         details = f"{parts.details}; {sample.details}"
         return CheckOutcome("polars_recount", parts.passed and sample.passed, details)
 
     return [
-        timed(lambda: check_one_row_per_pmid(lake)),
-        timed(lambda: check_no_deleted_pmid(lake, files)),
+        timed(lambda: check_one_row_per_pmid(lake, articles())),
+        timed(lambda: check_no_deleted_pmid(lake, files, articles())),
         timed(recount),
-        timed(lambda: check_edge_sources_in_articles(lake)),
+        timed(lambda: check_edge_sources_in_articles(lake, articles())),
     ]

@@ -1,20 +1,37 @@
 """The independent recount: the fold's rules again in Polars and numpy, never DuckDB, from the
 per-file tables, for every file (recount_fold_polars) or for the PMIDs of some buckets from
-the files that may hold them (recount_parts_polars). One per-file table at a time, so the
-peak follows the articles (a few integers per record) and never the child tables' rows
-(~800M citations for a 40M-record baseline)."""
+the files that may hold them (recount_parts_polars). One per-file table at a time on each
+thread, so the peak follows the articles (a few integers per record, and 8 bytes per possible
+PMID for the surviving records' keys) and never the child tables' rows (~800M citations for
+a 40M-record baseline)."""
 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
 
 import numpy as np
 import polars as pl
+import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from kg_platform.pubmed.fold.base import CHILD_TABLES, PmidSet, check_files, read_frame, table_key
+from kg_platform.pubmed.fold.base import (
+    CHILD_TABLES,
+    PmidMap,
+    PmidSet,
+    check_files,
+    read_frame,
+    table_key,
+)
+from kg_platform.settings import usable_cores
 from kg_platform.storage.corpus import CORPUS_TABLES, PMID_BUCKET, bucket_bounds
 from kg_platform.storage.lake import Lake
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 
 def file_codes(files: pl.Series, names: dict[str, int]) -> np.ndarray:
@@ -35,36 +52,139 @@ def survivors_digest(
     rank = np.zeros(max(names.values(), default=0) + 1, dtype="<i4")
     rank[[names[n] for n in in_use]] = np.arange(len(in_use), dtype="<i4")
     file_rank = rank[file_code]
-    order = np.lexsort((file_rank, version, pmid))
+    if len(pmid) > 1 and not bool((pmid[1:] > pmid[:-1]).all()):
+        order = np.lexsort((file_rank, version, pmid))
+        pmid, version, file_rank = pmid[order], version[order], file_rank[order]
+    # else each PMID once, ascending (a fold's survivors, a corpus as written): in order
     digest = hashlib.md5(usedforsecurity=False)
-    digest.update(np.ascontiguousarray(pmid[order], dtype="<i8").tobytes())
-    digest.update(np.ascontiguousarray(version[order], dtype="<i8").tobytes())
-    digest.update(np.ascontiguousarray(file_rank[order]).tobytes())
+    digest.update(np.ascontiguousarray(pmid, dtype="<i8").data)
+    digest.update(np.ascontiguousarray(version, dtype="<i8").data)
+    digest.update(np.ascontiguousarray(file_rank, dtype="<i4").data)
     digest.update("\n".join(in_use).encode())
     return digest.hexdigest()
 
 
+def read_columns(
+    lake: Lake, key: str, columns: list[str], dictionary: tuple[str, ...] = ()
+) -> pa.Table:
+    """Columns of one Parquet table of the lake, decoded on the calling thread (the callers
+    read many tables on a thread per core); ``dictionary`` columns as dictionary arrays.
+    A local lake's file by its path, and a remote one's without Arrow's read-ahead: no Arrow
+    thread holds a Python file object, whose release needs the GIL (at the interpreter's
+    exit, a thread that cannot take it aborts the process)."""
+    read_dictionary = list(dictionary) or None
+    if lake.is_local:  # Arrow's own file: no dataset scan, no Python object
+        with pq.ParquetFile(lake.path(key), read_dictionary=read_dictionary) as table:
+            return table.read(columns=columns, use_threads=False)
+    with (
+        lake.open(key) as f,
+        pq.ParquetFile(f, read_dictionary=read_dictionary, pre_buffer=False) as table,
+    ):
+        return table.read(columns=columns, use_threads=False)
+
+
+def int_column(table: pa.Table, name: str, null: int = -1) -> np.ndarray:
+    """An integer column as numpy, a null as ``null`` (-1: never a PMID)."""
+    column = table.column(name)
+    if column.null_count:
+        column = pc.fill_null(column, null)
+    return column.to_numpy()
+
+
+def name_codes(table: pa.Table, name: str, key: str) -> tuple[list[str], np.ndarray]:
+    """A dictionary-read string column (read_columns' ``dictionary``) as the names it holds
+    and, per row, the index of its name among them."""
+    column = table.column(name)
+    if column.null_count:
+        raise ValueError(f"{key}: {column.null_count} rows without a {name}")
+    names: list[str] = []
+    codes = []
+    for chunk in column.chunks:
+        codes.append(chunk.indices.to_numpy().astype(np.int32) + len(names))
+        names.extend(chunk.dictionary.to_pylist())
+    return names, np.concatenate(codes) if codes else np.zeros(0, dtype=np.int32)
+
+
+def coded(file_names: list[str], local: np.ndarray, names: dict[str, int]) -> np.ndarray:
+    """name_codes' per-table indices as codes of ``names`` (name -> code), new names added."""
+    table = np.array([names.setdefault(n, len(names)) for n in file_names], dtype=np.int32)
+    return table[local] if len(table) else np.zeros(0, dtype=np.int32)
+
+
+def on_cores(task: Callable[[T], R], items: list[T]) -> list[R]:
+    """``task`` of every item on a thread per core this process may use, results in order
+    (Arrow's reads, Polars and numpy's array passes run without the GIL)."""
+    workers = min(usable_cores(), len(items))
+    if workers <= 1:
+        return [task(i) for i in items]
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        return list(pool.map(task, items))
+
+
 def _records(lake: Lake, files: list[str], names: dict[str, int]) -> pl.DataFrame:
     """(pmid, version, file_code, file_ord) of every record of every file."""
+
+    def read(file: str) -> tuple[np.ndarray, np.ndarray, list[str], np.ndarray]:
+        key = table_key("articles", file)
+        table = read_columns(lake, key, ["pmid", "version", "file"], dictionary=("file",))
+        return (
+            int_column(table, "pmid"),
+            int_column(table, "version"),
+            *name_codes(table, "file", key),
+        )
+
     frames = []
-    for ord_, file in enumerate(files):
-        frame = read_frame(lake, table_key("articles", file), ["pmid", "version", "file"])
+    for ord_, (pmid, version, file_names, local) in enumerate(on_cores(read, files)):
         frames.append(
             pl.DataFrame(
                 {
-                    "pmid": frame["pmid"],
-                    "version": frame["version"],
-                    "file_code": file_codes(frame["file"], names),
-                    "file_ord": np.full(frame.height, ord_, dtype=np.int32),
+                    "pmid": pmid,
+                    "version": version,
+                    "file_code": coded(file_names, local, names),
+                    "file_ord": np.full(len(pmid), ord_, dtype=np.int32),
                 }
             )
         )
     return pl.concat(frames, how="vertical")
 
 
+def record_key(file_ord: int | np.ndarray, version: np.ndarray) -> np.ndarray:
+    """A record's (file, version) as one nonzero int64: (its file's place in the fold's
+    order + 1) * 2**32 + its version (32 bits, so each file's keys are apart)."""
+    key = version.astype(np.int64)
+    key += (np.asarray(file_ord, dtype=np.int64) + 1) << 32
+    return key
+
+
+def _file_children(
+    lake: Lake, file: str, ord_: int, winners: PmidMap, survivors: PmidSet
+) -> tuple[dict[str, int], int]:
+    """One file's child rows kept by the fold (their PMID's surviving record is this
+    file's, of their version) per table, and its kept citations whose cited PMID is no
+    survivor's."""
+    rows, dangling = {}, 0
+    for table in CHILD_TABLES:
+        pmid_col = CORPUS_TABLES[table]
+        cols = [pmid_col, "version"] + (["cited_pmid"] if table == "citations" else [])
+        frame = read_columns(lake, table_key(table, file), cols)
+        # a row's PMID's surviving key less this file's part of it: the row's version
+        # exactly when that record is this file's
+        found = winners.get(int_column(frame, pmid_col))
+        found -= (ord_ + 1) << 32
+        kept = found == int_column(frame, "version", 0)
+        if frame.column("version").null_count:  # a row without a version matches no record
+            kept &= frame.column("version").is_valid().to_numpy(zero_copy_only=False)
+        rows[table] = int(np.count_nonzero(kept))
+        if table == "citations":
+            dangling = survivors.missing(int_column(frame, "cited_pmid")[kept])
+    return rows, dangling
+
+
 def recount_fold_polars(lake: Lake, files: list[str]) -> dict[str, object]:
-    """The fold again, in Polars, from the per-file tables: rows per table, deleted count,
-    dangling citations and a digest of the surviving (pmid, version, file)."""
+    """The fold again, in Polars and numpy, from the per-file tables: rows per table,
+    deleted count, dangling citations and a digest of the surviving (pmid, version, file).
+    The files are read on a thread per core; a child row is kept when its (PMID, version)
+    and its file are its PMID's surviving record's (an array indexed by PMID: PmidMap)."""
     check_files(lake, files)
     names: dict[str, int] = {}
     records = (
@@ -75,47 +195,45 @@ def recount_fold_polars(lake: Lake, files: list[str]) -> dict[str, object]:
     )
     deletions = pl.concat(
         [
-            read_frame(lake, table_key("deletions", f), ["pmid"]).with_columns(
-                pl.lit(n, pl.Int32).alias("file_ord")
+            pl.DataFrame({"pmid": pmids}).with_columns(pl.lit(n, pl.Int32).alias("file_ord"))
+            for n, pmids in enumerate(
+                on_cores(
+                    lambda f: int_column(
+                        read_columns(lake, table_key("deletions", f), ["pmid"]), "pmid"
+                    ),
+                    files,
+                )
             )
-            for n, f in enumerate(files)
         ]
     )
     last_deletion = deletions.group_by("pmid").agg(pl.col("file_ord").max().alias("deleted_ord"))
-    joined = records.join(last_deletion, on="pmid", how="left")
+    joined = records.join(last_deletion, on="pmid", how="left", maintain_order="left")
     removed = joined.filter(pl.col("deleted_ord") > pl.col("file_ord")).height
-    # the survivors grouped by the file their record came from, for one file at a time below
+    # the survivors in PMID order (each once)
     survivors = joined.filter(
         pl.col("deleted_ord").is_null() | (pl.col("deleted_ord") <= pl.col("file_ord"))
-    ).sort("file_ord")
+    )
     del records, joined
-    starts = np.searchsorted(survivors["file_ord"].to_numpy(), np.arange(len(files) + 1))
-    survivor_pmids = PmidSet(survivors["pmid"].to_numpy())
+    pmid = survivors["pmid"].to_numpy()
+    version = survivors["version"].to_numpy()
+    winners = PmidMap(pmid, record_key(survivors["file_ord"].to_numpy(), version))
+    survivor_pmids = PmidSet(pmid)
     rows = {"articles": survivors.height, **dict.fromkeys(CHILD_TABLES, 0)}
     dangling = 0
-    for ord_, file in enumerate(files):
-        keys = survivors.slice(starts[ord_], starts[ord_ + 1] - starts[ord_]).select(
-            "pmid", "version"
-        )
-        for table in CHILD_TABLES:
-            pmid_col = CORPUS_TABLES[table]
-            cols = [pmid_col, "version"] + (["cited_pmid"] if table == "citations" else [])
-            kept = read_frame(lake, table_key(table, file), cols).join(
-                keys.rename({"pmid": pmid_col}), on=[pmid_col, "version"], how="inner"
-            )
-            rows[table] += kept.height
-            if table == "citations":
-                dangling += survivor_pmids.missing(kept["cited_pmid"].to_numpy())
+    for kept, file_dangling in on_cores(
+        lambda item: _file_children(lake, item[1], item[0], winners, survivor_pmids),
+        list(enumerate(files)),
+    ):
+        for table, n in kept.items():
+            rows[table] += n
+        dangling += file_dangling
     return {
         "rows": rows,
         "deleted": removed,
         "deletions_listed": last_deletion.height,
         "dangling_citations": dangling,
         "survivors_digest": survivors_digest(
-            survivors["pmid"].to_numpy(),
-            survivors["version"].to_numpy(),
-            survivors["file_code"].to_numpy(),
-            names,
+            pmid, version, survivors["file_code"].to_numpy(), names
         ),
     }
 
