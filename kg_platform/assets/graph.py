@@ -148,7 +148,7 @@ def corpus_profile(context: dg.AssetExecutionContext, lake: LakeResource) -> dg.
         try:
             the_catalog.refresh_views(con)
             if delta is None:
-                p.article_rows(con)
+                p.article_rows_from_parts(con, the_lake)
                 moved = {}
             else:
                 moved = p.article_rows_since(con, delta.previous, delta.touched)

@@ -95,6 +95,77 @@ def article_rows(con: duckdb.DuckDBPyConnection) -> None:
     )
 
 
+def article_rows_from_parts(con: duckdb.DuckDBPyConnection, lake: Lake) -> None:
+    """The temporary table ROWS, the rows ``article_rows`` makes (in the parts' order), made from
+    the corpus parts bucket by bucket on a thread per core: every table's part of a bucket
+    holds the rows of that bucket's PMIDs (storage/corpus), so an article's reference rows,
+    those citing a corpus article and its MeSH rows are counted by position in the bucket
+    (numpy bincount) instead of hashed by PMID."""
+    import numpy as np
+    import pyarrow as pa
+
+    from kg_platform.pubmed.fold.base import PmidSet
+    from kg_platform.pubmed.fold.recount import int_column, on_cores, read_columns
+    from kg_platform.storage.corpus import (
+        PMID_BUCKET,
+        bucket_bounds,
+        corpus_parts,
+        part_bucket,
+        part_key,
+        required_parts,
+    )
+
+    parts = required_parts(lake, "articles")
+    held = {t: set(corpus_parts(lake, t)) for t in ("citations", "mesh_edges")}
+    articles = on_cores(
+        lambda key: read_columns(lake, key, ["pmid", "year", "has_abstract"]), parts
+    )
+    corpus = PmidSet(
+        np.concatenate([int_column(a, "pmid") for a in articles]) if articles else np.zeros(0)
+    )
+
+    def offsets(key: str, table: pa.Table, column: str, lo: int) -> np.ndarray:
+        """Each row's PMID less the bucket's first (a ValueError naming the part for a PMID
+        outside its bucket)."""
+        at = int_column(table, column) - lo
+        if len(at) and (int(at.min()) < 0 or int(at.max()) >= PMID_BUCKET):
+            raise ValueError(f"{lake.path(key)}: a {column} outside the part's PMID bucket")
+        return at
+
+    def rows(item: tuple[str, pa.Table]) -> pa.Table:
+        key, table = item
+        bucket = part_bucket(key)
+        lo = bucket_bounds(bucket)[0]
+        at = offsets(key, table, "pmid", lo)
+        refs = inside = mesh = np.zeros(PMID_BUCKET, dtype=np.int64)
+        if (cites := part_key("citations", bucket)) in held["citations"]:
+            citations = read_columns(lake, cites, ["citing_pmid", "cited_pmid"])
+            citing = offsets(cites, citations, "citing_pmid", lo)
+            refs = np.bincount(citing, minlength=PMID_BUCKET)
+            cited = corpus.contains(int_column(citations, "cited_pmid"))
+            inside = np.bincount(citing[cited], minlength=PMID_BUCKET)
+        if (heads := part_key("mesh_edges", bucket)) in held["mesh_edges"]:
+            mesh_edges = read_columns(lake, heads, ["pmid"])
+            mesh = np.bincount(offsets(heads, mesh_edges, "pmid", lo), minlength=PMID_BUCKET)
+        return pa.table(
+            {
+                "pmid": table.column("pmid"),
+                "year": table.column("year"),
+                "has_abstract": table.column("has_abstract"),
+                "n_refs": pa.array(refs[at], pa.int64()),
+                "n_in": pa.array(inside[at], pa.int64()),
+                "has_mesh": pa.array(mesh[at] > 0),
+            }
+        )
+
+    made = pa.concat_tables(on_cores(rows, list(zip(parts, articles, strict=True))))
+    con.register("profile_made", made)
+    try:
+        con.execute(f"CREATE OR REPLACE TEMP TABLE {ROWS} AS SELECT * FROM profile_made")
+    finally:
+        con.unregister("profile_made")
+
+
 def article_rows_since(
     con: duckdb.DuckDBPyConnection, previous: pa.Table, touched: pa.Table
 ) -> dict[str, int]:

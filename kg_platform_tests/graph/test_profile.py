@@ -4,14 +4,23 @@ import base64
 import json
 import re
 
+import pyarrow as pa
+import pytest
+
 from kg_platform.graph.profile import (
+    ROW_COLUMNS,
+    ROWS,
     DecadeRow,
+    article_rows,
+    article_rows_from_parts,
     profile_corpus,
     render_json,
     render_markdown,
     render_png,
+    summarise,
 )
 from kg_platform.storage.catalog import Catalog
+from kg_platform.storage.corpus import part_key
 from kg_platform.storage.lake import Lake
 from kg_platform_tests.graph.corpus import tiny_corpus
 
@@ -57,3 +66,33 @@ def embedded_pngs(markdown: str) -> list[bytes]:
         base64.b64decode(m, validate=True)
         for m in re.findall(r"data:image/png;base64,([A-Za-z0-9+/=]+)", markdown)
     ]
+
+
+def test_rows_from_the_parts_are_the_rows_of_the_views(lake: Lake) -> None:
+    """The profile's rows counted bucket by bucket from the parts equal the DuckDB query's
+    over the views, and so do the figures summed from them."""
+    tiny_corpus(lake)
+    catalog = Catalog(lake)
+    con = catalog.connect()
+    catalog.refresh_views(con)
+    article_rows(con)
+    expected = con.execute(f"SELECT {ROW_COLUMNS} FROM {ROWS} ORDER BY pmid").fetchall()
+    figures = summarise(con)
+    article_rows_from_parts(con, lake)
+    assert con.execute(f"SELECT {ROW_COLUMNS} FROM {ROWS} ORDER BY pmid").fetchall() == expected
+    assert expected == [
+        (10, 1999, False, 0, 0, True),
+        (20, None, True, 1, 1, True),
+        (30, 2001, True, 4, 3, True),
+        (40, 2020, True, 2, 2, False),
+        (50, 2021, False, 3, 2, True),
+    ]
+    assert summarise(con) == figures
+    types = con.execute(f"SELECT {ROW_COLUMNS} FROM {ROWS}").to_arrow_table().schema.types
+    assert [str(t) for t in types] == ["int64", "int32", "bool", "int64", "int64", "bool"]
+    # a part holding a PMID of another bucket is named
+    lake.write_parquet(
+        part_key("mesh_edges", 0), pa.table({"pmid": pa.array([10, 250_010], pa.int64())})
+    )
+    with pytest.raises(ValueError, match=r"mesh_edges/part-00000\.parquet: a pmid outside"):
+        article_rows_from_parts(con, lake)
