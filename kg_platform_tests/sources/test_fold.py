@@ -168,6 +168,41 @@ def test_ranges_read_file_by_file_are_the_query_s_parts_byte_for_byte(
                 assert streamed.read_bytes(key) == queried.read_bytes(key), (n, key)
 
 
+def test_the_winner_is_the_last_file_s_highest_version_a_null_lowest(tmp_path: Path) -> None:
+    """fold_winners (one aggregate per PMID) ranks a PMID's records by file, then version, a
+    null version below any other: what the window ordered by file_ord DESC, version DESC
+    (NULLS LAST) it replaced ranks first."""
+    import duckdb
+    import pyarrow as pa
+
+    from kg_platform.pubmed.fold import table_key
+    from kg_platform.pubmed.fold.full import fold_tables
+
+    lake = Lake(str(tmp_path / "lake"))
+    files = {  # (pmid, version) rows of three files, in fold order
+        "f0": [(1, 1), (2, 3), (3, None), (3, None), (5, 7), (6, 2), (None, 1)],
+        "f1": [(1, None), (1, 2), (2, None), (6, 1), (None, 2)],
+        "f2": [(4, 5), (4, None), (5, None), (5, 1)],
+    }
+    for name, rows in files.items():
+        pmid, version = zip(*rows, strict=True)
+        table = pa.table({"pmid": pa.array(pmid, pa.int64()), "version": pa.array(version)})
+        lake.write_parquet(table_key("articles", name), table)
+        lake.write_parquet(table_key("deletions", name), table.slice(0, 0).select(["pmid"]))
+    con = duckdb.connect()
+    fold_tables(con, lake, list(files))
+    winners = con.sql("SELECT pmid, version, file_ord FROM fold_winners ORDER BY pmid").fetchall()
+    assert winners == [
+        (1, 2, 1),
+        (2, None, 1),
+        (3, None, 0),
+        (4, 5, 2),
+        (5, 1, 2),
+        (6, 1, 1),
+        (None, 2, 1),
+    ]
+
+
 @pytest.mark.parametrize("release", ["23", "24", "25"])
 def test_fold_of_sample_releases(tmp_path: Path, release: str) -> None:
     root = require_reference("pubmed", "samples", f"pubmed{release}")

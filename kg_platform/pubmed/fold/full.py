@@ -124,12 +124,16 @@ def fold_tables(
         )
 
     where = f"WHERE {window} " if window else ""
-    # the winner per PMID from keys only: titles and abstracts are read once, at the output
+    # the winner per PMID from keys only: titles and abstracts are read once, at the output.
+    # The record of the last file holding the PMID, of that file's highest version (a null
+    # version below any other, as a window ordered by file_ord DESC, version DESC ranks
+    # it): one hash aggregate, where a window partitioned by PMID sorts every key (at 10M
+    # records 2.8 CPU-s against 19, a third of it the kernel's page faults)
     run_sql(
         con,
         "CREATE OR REPLACE TABLE fold_winners AS "
-        f"SELECT pmid, version, file_ord FROM ({per_file('articles')}) {where}"
-        "QUALIFY row_number() OVER (PARTITION BY pmid ORDER BY file_ord DESC, version DESC) = 1",
+        "SELECT pmid, arg_max_null(version, (file_ord, version IS NOT NULL, version)) AS version, "
+        f"max(file_ord) AS file_ord FROM ({per_file('articles')}) {where}GROUP BY pmid",
     )
     run_sql(
         con,
