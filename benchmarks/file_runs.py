@@ -20,6 +20,8 @@ kept, and ``ratio_vs_reference`` is this checkout's over the reference's. The fi
   checks, writes, digests, events, all inside the step);
 - ``outside_steps_cpu_s_per_million``: the rest of the build (the CLI, the code server, run
   start-up before the step);
+- ``cli_cpu_s_per_million``, ``code_server_cpu_s_per_million``: the `kg build` process and
+  the code server's, the two processes that make most of ``outside_steps``;
 - ``build_cpu_s_per_million``: every process of the build;
 - ``output_identical`` (with ``--reference``): every round of both checkouts wrote the
   same bytes to every per-file table (``tables_digest``: sha256 of the lake's
@@ -72,7 +74,14 @@ def one_build(checkout: Path, source: str, work: Path, args: argparse.Namespace)
         raise SystemExit(f"{checkout}: no pubmed_file_batch step in the build ({run})")
     digest = tables_digest(run / "lake")
     shutil.rmtree(run, ignore_errors=True)
+    roles = got["processes"]
+    per_million = {
+        f"{role}_cpu_s_per_million": round(roles[role]["cpu_s"] * 1e6 / records, 2)
+        for role in ("cli", "code_server")
+        if role in roles
+    }
     return {
+        **per_million,
         "records": records,
         "file_runs_cpu_s": files["cpu_s"],
         "file_runs_cpu_s_per_million": files["cpu_s_per_million"],
@@ -94,7 +103,13 @@ def tables_digest(lake: Path) -> str:
     return h.hexdigest()[:16]
 
 
-KEPT = ("file_runs_cpu_s_per_million", "outside_steps_cpu_s_per_million", "build_cpu_s_per_million")
+KEPT = (
+    "file_runs_cpu_s_per_million",
+    "outside_steps_cpu_s_per_million",
+    "cli_cpu_s_per_million",
+    "code_server_cpu_s_per_million",
+    "build_cpu_s_per_million",
+)
 
 
 def smallest(rounds: list[dict]) -> dict:

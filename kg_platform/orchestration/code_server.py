@@ -28,8 +28,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 # what a run's process needs before its first event, besides the code location: dagster's
-# run entry point and the instance's storage (SQLite's, or under `kg workers` the pooled
-# Postgres storage its dagster.yaml names, which imports dagster_postgres)
+# run entry point and the instance's storage (SQLite's, on kept engines, or under `kg workers`
+# the pooled Postgres storage its dagster.yaml names, which imports dagster_postgres)
 PRELOAD = (
     "dagster._grpc.impl",
     "dagster._core.storage.sqlite_storage",
@@ -37,6 +37,7 @@ PRELOAD = (
     "dagster._core.storage.event_log.sqlite.sqlite_event_log",
     "dagster._core.storage.event_log.sqlite.consolidated_sqlite_event_log",
     "dagster._core.storage.schedules.sqlite.sqlite_schedule_storage",
+    "kg_platform.orchestration.sqlite_storage",
     "kg_platform.orchestration.pooled_postgres",
 )
 SCRIPT = "kg-code-server"
