@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -251,37 +252,7 @@ _CITED_INSIDE = """SELECT citing_pmid, cited_pmid FROM citations
     WHERE citing_pmid IN (SELECT pmid FROM articles)
       AND cited_pmid IN (SELECT pmid FROM articles)"""
 
-
-def _citation_totals(con: duckdb.DuckDBPyConnection) -> tuple[int, int]:
-    """citation_edges (the distinct pairs of rows whose two PMIDs are articles) and
-    dangling_citations (every other row). The corpus's parts are PMID ranges, each in
-    citing-PMID order, so the pairs are counted in one streamed pass over the rows, a run
-    of one citing PMID at a time (``scans.distinct_sorted_pairs``); rows out of that order
-    are counted by DuckDB's aggregate instead."""
-    from kg_platform.graph import scans  # numba loads only when a graph is checked
-
-    articles = con.execute("SELECT pmid FROM articles WHERE pmid IS NOT NULL").fetchnumpy()
-    keep = sorted_unique(np.asarray(articles["pmid"], dtype=np.int64))
-    del articles
-    stream = con.sql("SELECT citing_pmid, cited_pmid FROM citations").to_arrow_reader(1 << 20)
-    try:
-        counted = scans.distinct_sorted_pairs(stream, keep)
-    finally:
-        stream.close()
-    if counted is None:
-        rows, inside, pairs = con.execute(
-            f"""SELECT (SELECT count(*) FROM citations), count(*),
-                       count(DISTINCT (citing_pmid, cited_pmid)) FROM ({_CITED_INSIDE})"""
-        ).fetchall()[0]
-    else:
-        rows, inside, pairs = counted
-    return int(pairs), int(rows) - int(inside)
-
-
-def _totals(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
-    """Every total from DuckDB: the per-article ones, and the edges' over the articles."""
-    row = con.execute(
-        f"""
+_MESH_PAIRS = f"""
         WITH pairs AS (
             SELECT pmid, descriptor_ui, bool_or({_MAJOR}) AS major FROM mesh_edges
             WHERE pmid IN (SELECT pmid FROM articles) GROUP BY pmid, descriptor_ui
@@ -291,11 +262,160 @@ def _totals(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
             (SELECT count(*) FROM pairs WHERE major),
             (SELECT count(DISTINCT descriptor_ui) FROM pairs)
         """
-    ).fetchone()
-    edges = [name for name in TOTALS if name not in _ARTICLE_TOTALS]
-    values = (*_citation_totals(con), *(int(v) for v in row))
-    totals = {**_article_totals(con), **dict(zip(edges, values, strict=True))}
-    return {name: totals[name] for name in TOTALS}
+
+# the rows the streamed passes read, a PMID range ({where}) per query
+_CITATION_ROWS = "SELECT citing_pmid, cited_pmid FROM citations WHERE {where}"
+_MESH_ROWS = f"SELECT pmid, descriptor_ui, {_MAJOR} IS TRUE FROM mesh_edges WHERE {{where}}"
+
+
+def _pmid_ranges(column: str, keep: np.ndarray, parts: int) -> list[str]:
+    """WHERE clauses cutting ``column`` into up to ``parts`` ranges of about as many of the
+    articles' PMIDs (``keep``, ascending) each, the nulls in the first: every row in one."""
+    bounds = np.linspace(0, keep.size, parts + 1).astype(np.int64)[1:-1]
+    cuts = sorted({int(keep[i]) for i in bounds if 0 < i < keep.size})
+    if not cuts:
+        return ["true"]
+    clauses = [f"({column} < {cuts[0]} OR {column} IS NULL)"]
+    clauses += [f"{column} >= {a} AND {column} < {b}" for a, b in zip(cuts, cuts[1:], strict=False)]
+    return [*clauses, f"{column} >= {cuts[-1]}"]
+
+
+@contextlib.contextmanager
+def _rows(con: duckdb.DuckDBPyConnection, sql: str) -> Iterator[pa.RecordBatchReader]:
+    """The rows of ``sql`` as a reader of Arrow batches, on a cursor of its own (a thread
+    each)."""
+    cursor = con.cursor()
+    try:
+        reader = cursor.sql(sql).to_arrow_reader(1 << 20)
+        try:
+            yield reader
+        finally:
+            reader.close()
+    finally:
+        cursor.close()
+
+
+def _count_citations(con: duckdb.DuckDBPyConnection, where: str, members) -> tuple | None:
+    """(rows, rows inside, distinct pairs inside) of the citation rows ``where``, counted
+    in one streamed pass; None when their citing PMIDs are out of order."""
+    from kg_platform.graph import scans
+
+    count = scans.PairCount(members)
+    with _rows(con, _CITATION_ROWS.format(where=where)) as reader:
+        for batch in reader:
+            if batch.num_rows and not count.add(batch):
+                return None
+    return count.result()
+
+
+def _count_mesh(con: duckdb.DuckDBPyConnection, where: str, members, uis: pa.Array):
+    """The MeSH rows ``where`` of the articles, as (pmid, descriptor) pairs per
+    descriptor (a code: its place in ``uis``; a null descriptor the last code) and the
+    pairs with a major row (``scans.CodePairCount``), in one streamed pass; None when their
+    PMIDs are out of order."""
+    import pyarrow.compute as pc
+
+    from kg_platform.graph import scans
+
+    count = scans.CodePairCount(members, len(uis) + 1)
+    batches: list[pa.RecordBatch] = []
+
+    def add(batches: list[pa.RecordBatch]) -> bool:
+        # about a million rows at once: index_in hashes its value set on every call
+        rows = pa.Table.from_batches(batches)
+        ui = rows.column(1)
+        codes = pc.index_in(ui, value_set=uis)
+        if codes.null_count != ui.null_count:  # a descriptor not among uis: DuckDB counts
+            return False
+        return count.add(
+            rows.column(0), codes.fill_null(len(uis)).to_numpy(), rows.column(2).to_numpy()
+        )
+
+    held = 0
+    with _rows(con, _MESH_ROWS.format(where=where)) as reader:
+        for batch in reader:
+            batches.append(batch)
+            held += batch.num_rows
+            if held >= 1 << 20:
+                if not add(batches):
+                    return None
+                batches, held = [], 0
+    if held and not add(batches):
+        return None
+    return count
+
+
+def _edge_totals(
+    con: duckdb.DuckDBPyConnection, threads: int
+) -> tuple[dict[str, int], dict[str, tuple[int, int]] | None]:
+    """The edge totals over the articles (``TOTALS`` less the per-article ones), and each
+    descriptor's articles and major articles (None where DuckDB counted).
+
+    The corpus's parts are PMID ranges, each in PMID order, so the citations' distinct
+    pairs (and the dangling rows) and the MeSH (pmid, descriptor) pairs are counted in
+    streamed, compiled passes over the rows, a run of one PMID at a time (``scans``), each
+    table cut into a PMID range per thread (``threads``), each range on its own cursor.
+    Rows out of that order are counted by DuckDB's aggregates instead."""
+    from kg_platform.graph import scans  # numba loads only when a graph is checked
+
+    articles = con.execute("SELECT pmid FROM articles WHERE pmid IS NOT NULL").fetchnumpy()
+    keep = sorted_unique(np.asarray(articles["pmid"], dtype=np.int64))
+    del articles
+    members = scans.Members.of(keep)
+    citations: tuple | None = None
+    mesh = None
+    if members is not None:
+        with ThreadPoolExecutor(threads) as pool:
+            cited = [
+                pool.submit(_count_citations, con, where, members)
+                for where in _pmid_ranges("citing_pmid", keep, threads)
+            ]
+            uis = con.sql(
+                "SELECT DISTINCT descriptor_ui FROM mesh_edges WHERE descriptor_ui IS NOT NULL"
+            ).to_arrow_table()
+            uis = uis.column(0).combine_chunks()
+            headed = [
+                pool.submit(_count_mesh, con, where, members, uis)
+                for where in _pmid_ranges("pmid", keep, threads)
+            ]
+            parts = [job.result() for job in cited]
+            if all(part is not None for part in parts):
+                citations = tuple(sum(column) for column in zip(*parts, strict=True))
+            counts = [job.result() for job in headed]
+        if all(count is not None for count in counts):
+            mesh = counts
+    if citations is None:
+        citations = con.execute(
+            f"""SELECT (SELECT count(*) FROM citations), count(*),
+                       count(DISTINCT (citing_pmid, cited_pmid)) FROM ({_CITED_INSIDE})"""
+        ).fetchall()[0]
+    rows, inside, pairs = (int(v) for v in citations)
+    totals = {"citation_edges": pairs, "dangling_citations": rows - inside}
+    if mesh is None:
+        row = con.execute(_MESH_PAIRS).fetchall()[0]
+        totals.update(zip(("mesh_pairs", "major_pairs", "annotated_descriptors"), row, strict=True))
+        return {k: int(v) for k, v in totals.items()}, None
+    pairs_by = np.sum([count.pairs for count in mesh], axis=0)
+    majors_by = np.sum([count.flagged for count in mesh], axis=0)
+    totals["mesh_pairs"] = int(pairs_by.sum())
+    totals["major_pairs"] = int(majors_by.sum())
+    totals["annotated_descriptors"] = int(np.count_nonzero(pairs_by[:-1]))  # not the nulls
+    named = uis.to_pylist()
+    per_descriptor = {
+        named[c]: (int(pairs_by[c]), int(majors_by[c])) for c in np.flatnonzero(pairs_by[:-1])
+    }
+    return totals, per_descriptor
+
+
+def _totals(
+    con: duckdb.DuckDBPyConnection, threads: int
+) -> tuple[dict[str, int], dict[str, tuple[int, int]] | None]:
+    """Every total over every row, in ``TOTALS``' order: the per-article ones, and the
+    edges' over the articles (``_edge_totals``); and each descriptor's counts, or None."""
+    totals = _article_totals(con)
+    edges, per_descriptor = _edge_totals(con, threads)
+    totals.update(edges)
+    return {name: totals[name] for name in TOTALS}, per_descriptor
 
 
 def _store_totals(store: KGStore) -> dict[str, int]:
@@ -544,22 +664,32 @@ def _chosen_descriptors(
 
 
 def _descriptor_mismatches(
-    store: KGStore, con: duckdb.DuckDBPyConnection, ds: list[int]
+    store: KGStore,
+    con: duckdb.DuckDBPyConnection,
+    ds: list[int],
+    counted: dict[str, tuple[int, int]] | None = None,
 ) -> list[str]:
     """A line for each descriptor of ``ds`` whose articles or major articles in the arrays
-    are not DuckDB's count of them."""
+    are not DuckDB's count of them (``counted``: every descriptor's, from the corpus rows
+    streamed through DuckDB by ``_edge_totals``; else a query)."""
     counts = store.array("mesh_article_count")
     mismatches = []
     uis = [store.mesh_ui(d) for d in ds]
     sql = dict.fromkeys(uis, (0, 0))
-    for ui, n_art, n_major in con.execute(
-        f"""SELECT descriptor_ui, count(DISTINCT pmid),
+    if counted is not None:
+        sql.update((ui, counted[ui]) for ui in uis if ui in counted)
+    for ui, n_art, n_major in (
+        []
+        if counted is not None
+        else con.execute(
+            f"""SELECT descriptor_ui, count(DISTINCT pmid),
                    count(DISTINCT pmid) FILTER (WHERE {_MAJOR})
             FROM mesh_edges WHERE descriptor_ui IN (SELECT unnest(?))
               AND pmid IN (SELECT pmid FROM articles)
             GROUP BY descriptor_ui""",
-        [uis],
-    ).fetchall():
+            [uis],
+        ).fetchall()
+    ):
         sql[ui] = (int(n_art), int(n_major))
     for d, ui in zip(ds, uis, strict=True):
         got = (store.articles_of(d).size, store.articles_of(d, major_only=True).size)
@@ -639,8 +769,10 @@ def recount(
     mismatches: list[str] = []
     arr_totals = _store_totals(store)
     store.release()  # the arrays' side is counted: their pages leave before DuckDB's work
+    per_descriptor = None
     if delta is None:
-        sql_totals, source = _totals(con), "DuckDB"
+        sql_totals, per_descriptor = _totals(con, workers())
+        source = "DuckDB"
         present = rewired = np.zeros(0, dtype=np.int64)
     else:
         sql_totals, problems, delta_compared, present, rewired = _delta_totals(store, con, delta)
@@ -653,7 +785,7 @@ def recount(
 
     # an update's build: every descriptor was compared above
     ds, named_here = _chosen_descriptors(store, rng, sample, named_uis, full=delta is None)
-    mismatches += _descriptor_mismatches(store, con, ds)
+    mismatches += _descriptor_mismatches(store, con, ds, per_descriptor)
 
     # articles: random ones, highest out/in degree, and the named ones
     n = store.n_articles

@@ -1,12 +1,16 @@
-"""The counting passes of the graph's invariants (``checks.check_invariants``), compiled and
-split over the process's cores.
+"""The counting passes of the graph's checks, compiled and split over the process's cores.
 
-``np.bincount`` holds the GIL and first copies int32 indices to a temporary of int64 (900 MB
-for the citations at 10M articles); these passes count in place and release the GIL, so the
-invariants' scans run on every core a process may use (``settings.usable_cores``: its CPU affinity, so a
-process pinned to one core runs them one after another). A count is split by value range:
-each thread reads every value and counts those in its range into its own slice of one
-output, so memory stays one output array whatever the threads.
+The invariants' (``checks.check_invariants``): ``np.bincount`` holds the GIL and first copies
+int32 indices to a temporary of int64 (900 MB for the citations at 10M articles); these passes
+count in place and release the GIL, so the invariants' scans run on every core a process may
+use (``settings.usable_cores``: its CPU affinity, so a process pinned to one core runs them one
+after another). A count is split by value range: each thread reads every value and counts
+those in its range into its own slice of one output, so memory stays one output array
+whatever the threads.
+
+The recount's (``checks.recount``): the distinct citation pairs and (pmid, descriptor) pairs
+of corpus rows streamed in PMID order (``PairCount``, ``CodePairCount``), a run of one PMID
+at a time, one counter per PMID range and thread, the GIL released in the compiled loops.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from __future__ import annotations
 from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
+import pyarrow.compute as pc
 from numba import njit
 
 from kg_platform.storage import mapped
@@ -100,87 +105,222 @@ def row_flag_counts(
 
 
 @njit(nogil=True, cache=True)
-def _distinct_in_runs(first: np.ndarray, second: np.ndarray, upto: int) -> int:
-    """The distinct (first, second) pairs among rows 0 .. upto - 1 when the rows come in
-    runs of one ``first`` value, ascending; -1 when ``first`` falls anywhere."""
-    n = 0
-    i = 0
-    while i < upto:
-        j = i + 1
-        while j < upto and first[j] == first[i]:
-            j += 1
-        if j < upto and first[j] < first[i]:
-            return -1
-        ascending = True
-        for k in range(i + 1, j):
-            if second[k] <= second[k - 1]:
-                ascending = False
-                break
-        if ascending:  # the common case: no sort, no copy
-            n += j - i
-        else:
-            run = np.sort(second[i:j])
-            n += 1
-            for k in range(1, run.size):
-                if run[k] != run[k - 1]:
+def distinct_in_run(run: np.ndarray, k: int) -> int:
+    """The distinct values among ``run[:k]`` (sorted in place when they do not ascend: an
+    insertion sort for a short run, a reference list's length, 5x quicker than a sort call)."""
+    for i in range(1, k):
+        if run[i] <= run[i - 1]:
+            if k > 64:
+                run[:k].sort()
+            else:
+                for j in range(i, k):
+                    v = run[j]
+                    m = j - 1
+                    while m >= 0 and run[m] > v:
+                        run[m + 1] = run[m]
+                        m -= 1
+                    run[m + 1] = v
+            n = 1
+            for j in range(1, k):
+                if run[j] != run[j - 1]:
                     n += 1
-        i = j
-    return n
-
-
-# the widest PMID range ``distinct_sorted_pairs`` marks in a table (bytes); PubMed's is ~4e7
-_TABLE_MAX = 1 << 28
+            return n
+    return k  # the common case: ascending, no sort
 
 
 @njit(nogil=True, cache=True)
-def _members(values: np.ndarray, table: np.ndarray, lo: int, mask: np.ndarray) -> None:
-    """mask[i] &= values[i] is in the set whose member v has table[v - lo] set."""
-    for i in range(values.size):
-        v = values[i] - lo
-        mask[i] = mask[i] and v >= 0 and v < table.size and table[v]
+def _pairs_in_runs(
+    first: np.ndarray,
+    second: np.ndarray,
+    valid: np.ndarray,
+    table: np.ndarray,
+    lo: int,
+    state: np.ndarray,
+    run: np.ndarray,
+) -> tuple[int, np.ndarray]:
+    """One batch of ``PairCount.add``: the rows whose two values are both marked in
+    ``table`` (value v at v - lo; ``valid``, when not empty, false for a row with a null)
+    counted, and their distinct pairs, a run of one ``first`` value at a time. ``state`` is
+    [rows inside, distinct pairs of the finished runs, the run's first value, its length],
+    ``run`` its second values so far (returned: a longer copy when it fills). -1 as soon as
+    ``first`` falls between two rows inside."""
+    inside, pairs, prev, k = state[0], state[1], state[2], state[3]
+    checked = valid.size > 0
+    size = table.size
+    for i in range(first.size):
+        if checked and not valid[i]:
+            continue
+        a = first[i] - lo
+        b = second[i] - lo
+        if a < 0 or a >= size or b < 0 or b >= size or not table[a] or not table[b]:
+            continue
+        inside += 1
+        if k and first[i] != prev:
+            if first[i] < prev:
+                return -1, run
+            pairs += distinct_in_run(run, k)
+            k = 0
+        prev = first[i]
+        if k == run.size:
+            longer = np.empty(2 * run.size, dtype=run.dtype)
+            longer[:k] = run[:k]
+            run = longer
+        run[k] = second[i]
+        k += 1
+    state[0], state[1], state[2], state[3] = inside, pairs, prev, k
+    return 0, run
 
 
-def distinct_sorted_pairs(batches, keep: np.ndarray) -> tuple[int, int, int] | None:
-    """(rows, rows whose two values are both in ``keep`` (ascending), distinct such pairs)
-    of a stream of two-column integer Arrow record batches whose first column ascends (a run
-    of one value may span batches), in one pass that holds a batch and a run; None as soon
-    as the first column falls, or ``keep`` spans more than ``_TABLE_MAX`` values (the caller
-    counts another way). A null is in no ``keep``."""
-    if keep.size and int(keep[-1]) - int(keep[0]) >= _TABLE_MAX:
-        return None  # a table of every PMID between the two would not be small
-    lo = int(keep[0]) if keep.size else 0
-    table = np.zeros(int(keep[-1]) - lo + 1 if keep.size else 0, dtype=np.bool_)
-    table[keep - lo] = True
-    rows = inside = pairs = 0
-    first = second = np.zeros(0, dtype=np.int64)
-    for batch in batches:
-        if batch.num_rows == 0:
+@njit(nogil=True, cache=True)
+def _pairs_by_code(
+    first: np.ndarray,
+    valid: np.ndarray,
+    code: np.ndarray,
+    flag: np.ndarray,
+    table: np.ndarray,
+    lo: int,
+    state: np.ndarray,
+    last: np.ndarray,
+    last_flagged: np.ndarray,
+    pairs: np.ndarray,
+    flagged: np.ndarray,
+) -> int:
+    """One batch of ``CodePairCount.add``: for each row whose ``first`` is marked in
+    ``table``, a new (first, code) pair counted in ``pairs[code]`` when ``last[code]`` is
+    not this ``first`` yet, and in ``flagged[code]`` the first time a row of the pair has
+    ``flag``. The rows come in runs of one ``first``, ascending, so the last ``first`` seen
+    with a code tells a new pair from a repeat. ``state``: [the last first value, whether
+    there was one]. -1 as soon as ``first`` falls."""
+    prev, started = state[0], state[1]
+    checked = valid.size > 0
+    size = table.size
+    for i in range(first.size):
+        if checked and not valid[i]:
             continue
-        rows += batch.num_rows
-        columns = []
-        mask = np.ones(batch.num_rows, dtype=bool)
-        for column in (batch.column(0), batch.column(1)):
-            values = column.fill_null(0).to_numpy().astype(np.int64, copy=False)
-            if column.null_count:
-                mask &= column.is_valid().to_numpy(zero_copy_only=False)
-            _members(values, table, lo, mask)
-            columns.append(values)
-        a, b = columns[0][mask], columns[1][mask]
-        inside += a.size
-        if a.size == 0:
+        v = first[i]
+        a = v - lo
+        if a < 0 or a >= size or not table[a]:
             continue
-        first, second = np.concatenate([first, a]), np.concatenate([second, b])
-        # the last run may go on in the next batch: held back
-        other = np.flatnonzero(first != first[-1])
-        last = int(other[-1]) + 1 if other.size else 0
-        counted = _distinct_in_runs(first, second, last)
-        if counted < 0 or (last and first[last - 1] > first[last]):
+        if started and v < prev:
+            return -1
+        prev, started = v, 1
+        c = code[i]
+        if last[c] != v:
+            last[c] = v
+            pairs[c] += 1
+        if flag[i] and last_flagged[c] != v:
+            last_flagged[c] = v
+            flagged[c] += 1
+    state[0], state[1] = prev, started
+    return 0
+
+
+# the widest PMID range a membership table marks (bytes); PubMed's is ~4e7
+_TABLE_MAX = 1 << 28
+
+
+class Members:
+    """The values of ``keep`` (ascending) as a table of one byte per value between its
+    first and last, which the passes below read from any thread; None from ``of`` when that
+    range is wider than ``_TABLE_MAX`` (the caller counts another way)."""
+
+    def __init__(self, keep: np.ndarray) -> None:
+        self.lo = int(keep[0]) if keep.size else 0
+        self.table = np.zeros(int(keep[-1]) - self.lo + 1 if keep.size else 0, dtype=np.bool_)
+        self.table[keep - self.lo] = True
+
+    @classmethod
+    def of(cls, keep: np.ndarray) -> Members | None:
+        if keep.size and int(keep[-1]) - int(keep[0]) >= _TABLE_MAX:
             return None
-        pairs += counted
-        first, second = first[last:].copy(), second[last:].copy()
-    if first.size:
-        counted = _distinct_in_runs(first, second, first.size)
-        if counted < 0:
+        return cls(keep)
+
+
+def _int64(column) -> np.ndarray:
+    return column.fill_null(0).to_numpy().astype(np.int64, copy=False)
+
+
+def _valid(*columns) -> np.ndarray:
+    """True for the rows with no null in ``columns`` (Arrow arrays or chunked arrays);
+    empty when none has a null."""
+    valid = np.zeros(0, dtype=np.bool_)
+    for column in columns:
+        if column.null_count:
+            here = np.asarray(pc.is_valid(column))
+            valid = here if valid.size == 0 else valid & here
+    return valid
+
+
+class PairCount:
+    """Rows, rows whose two values are both members, and the distinct such pairs, of
+    two-column integer Arrow batches given in order (``add``), whose first column ascends
+    among the rows inside (a run of one value may span batches). Holds one run."""
+
+    def __init__(self, members: Members) -> None:
+        self.members = members
+        self.rows = 0
+        self.state = np.zeros(4, dtype=np.int64)
+        self.run = np.empty(1024, dtype=np.int64)
+        self.failed = False
+
+    def add(self, batch) -> bool:
+        """Count one batch; False (and nothing more counted) once the order is broken."""
+        if self.failed:
+            return False
+        self.rows += batch.num_rows
+        first, second = batch.column(0), batch.column(1)
+        status, self.run = _pairs_in_runs(
+            _int64(first),
+            _int64(second),
+            _valid(first, second),
+            self.members.table,
+            self.members.lo,
+            self.state,
+            self.run,
+        )
+        self.failed = status < 0
+        return not self.failed
+
+    def result(self) -> tuple[int, int, int] | None:
+        """(rows, rows inside, distinct pairs inside); None when the order was broken."""
+        if self.failed:
             return None
-        pairs += counted
-    return rows, inside, pairs
+        inside, pairs, _, k = (int(v) for v in self.state)
+        return self.rows, inside, pairs + (distinct_in_run(self.run, k) if k else 0)
+
+
+class CodePairCount:
+    """Per code of ``n_codes``: the distinct (first, code) pairs whose first value is a
+    member, and how many of them have a flagged row, of Arrow batches (an integer column,
+    its codes, its flags: ``add``) whose first column ascends among the members."""
+
+    def __init__(self, members: Members, n_codes: int) -> None:
+        self.members = members
+        self.state = np.zeros(2, dtype=np.int64)
+        none = np.iinfo(np.int64).min
+        self.last = np.full(n_codes, none, dtype=np.int64)
+        self.last_flagged = np.full(n_codes, none, dtype=np.int64)
+        self.pairs = np.zeros(n_codes, dtype=np.int64)
+        self.flagged = np.zeros(n_codes, dtype=np.int64)
+        self.failed = False
+
+    def add(self, first, codes: np.ndarray, flags: np.ndarray) -> bool:
+        """Count one batch (``first`` an Arrow integer array or chunked array, ``codes`` and
+        ``flags`` numpy arrays of its length); False once the order is broken."""
+        if self.failed:
+            return False
+        status = _pairs_by_code(
+            _int64(first),
+            _valid(first),
+            codes,
+            flags,
+            self.members.table,
+            self.members.lo,
+            self.state,
+            self.last,
+            self.last_flagged,
+            self.pairs,
+            self.flagged,
+        )
+        self.failed = status < 0
+        return not self.failed

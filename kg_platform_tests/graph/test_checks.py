@@ -192,25 +192,53 @@ def test_the_compiled_counts_are_numpys(
     assert check_invariants(store, threads=threads).passed
 
 
-@pytest.mark.parametrize("order", ["citing order", "shuffled"])
-def test_the_streamed_citation_count_is_duckdbs(order: str) -> None:
-    # citation_edges and dangling_citations of rows with a repeated pair, a null, a citing
-    # and a cited PMID that are no article, and an unsorted run: in citing order the
-    # streamed pass counts them, shuffled DuckDB's aggregate does; both as worked by hand
+@pytest.mark.parametrize("parts", [1, 3])
+@pytest.mark.parametrize("order", ["PMID order", "shuffled"])
+def test_the_streamed_edge_totals_are_duckdbs(order: str, parts: int) -> None:
+    # the citation and MeSH totals of rows with repeated pairs, nulls, PMIDs that are no
+    # article and a run broken by another descriptor: in PMID order the streamed passes
+    # count them (in 1 and 3 PMID ranges), shuffled DuckDB's aggregates do; both as worked
+    # by hand
     from kg_platform.graph import checks
 
-    rows = [(1, 3), (1, 2), (1, 3), (2, 1), (2, None), (4, 1), (5, 9), (5, 1), (5, 2)]
-    if order == "shuffled":
-        rows = [rows[i] for i in (5, 0, 8, 2, 6, 1, 4, 7, 3)]
+    cites = [(1, 3), (1, 2), (1, 3), (2, 1), (2, None), (3, 5), (4, 1), (5, 9), (5, 1), (5, 2)]
+    heads = [
+        (1, "D1", False, None),
+        (1, "D1", False, True),  # (1, D1) major by its qualifier
+        (1, "D2", None, None),  # NULL OR false: not major
+        (2, "D2", True, False),
+        (2, "D3", False, False),
+        (2, "D2", False, None),  # (2, D2) again, after D3
+        (2, None, True, None),  # a pair, major, and no descriptor
+        (3, "D1", False, None),
+        (4, "D9", True, None),  # PMID 4 is no article
+        (5, "D3", None, True),  # NULL OR true: major
+        (None, "D1", True, None),
+    ]
+    if order == "shuffled":  # PMID 3's rows after PMID 5's: out of order in every range
+        cites = [cites[i] for i in (6, 0, 9, 2, 7, 1, 4, 8, 3, 5)]
+        heads = heads[8:] + heads[:8]
     con = duckdb.connect()
     con.execute("CREATE TABLE articles AS SELECT unnest([1, 2, 3, 5])::BIGINT AS pmid")
     con.execute("CREATE TABLE citations (citing_pmid BIGINT, cited_pmid BIGINT)")
-    con.executemany("INSERT INTO citations VALUES (?, ?)", rows)
-    # 5 distinct pairs inside (1-3, 1-2, 2-1, 5-1, 5-2); (1, 3) twice; 3 rows dangle
-    assert checks._citation_totals(con) == (5, 3)
-    stream = con.sql("SELECT citing_pmid, cited_pmid FROM citations").to_arrow_reader(2)
-    from kg_platform.graph import scans
-
-    counted = scans.distinct_sorted_pairs(stream, np.array([1, 2, 3, 5]))
-    assert counted == ((9, 6, 5) if order == "citing order" else None)
+    con.executemany("INSERT INTO citations VALUES (?, ?)", cites)
+    con.execute(
+        "CREATE TABLE mesh_edges (pmid BIGINT, descriptor_ui VARCHAR, "
+        "descriptor_major BOOLEAN, qualifier_major BOOLEAN)"
+    )
+    con.executemany("INSERT INTO mesh_edges VALUES (?, ?, ?, ?)", heads)
+    totals, per_descriptor = checks._edge_totals(con, parts)
+    # citations: 6 distinct pairs inside (1-3, 1-2, 2-1, 3-5, 5-1, 5-2), (1, 3) twice, 3
+    # rows dangle; MeSH: pairs (1, D1), (1, D2), (2, D2), (2, D3), (2, null), (3, D1),
+    # (5, D3), the first, third, fifth and seventh major, D1-D3 annotated
+    assert totals == {
+        "citation_edges": 6,
+        "dangling_citations": 3,
+        "mesh_pairs": 7,
+        "major_pairs": 4,
+        "annotated_descriptors": 3,
+    }
+    # each descriptor's articles and major articles: from the streamed pass, or queried
+    expected = {"D1": (2, 1), "D2": (2, 1), "D3": (2, 1)}
+    assert per_descriptor == (expected if order == "PMID order" else None)
     con.close()
