@@ -220,22 +220,25 @@ def recount_fold_polars(lake: Lake, files: list[str]) -> dict[str, object]:
     survivor_pmids = PmidSet(pmid)
     rows = {"articles": survivors.height, **dict.fromkeys(CHILD_TABLES, 0)}
     dangling = 0
-    for kept, file_dangling in on_cores(
-        lambda item: _file_children(lake, item[1], item[0], winners, survivor_pmids),
-        list(enumerate(files)),
-    ):
-        for table, n in kept.items():
-            rows[table] += n
-        dangling += file_dangling
-    return {
-        "rows": rows,
-        "deleted": removed,
-        "deletions_listed": last_deletion.height,
-        "dangling_citations": dangling,
-        "survivors_digest": survivors_digest(
-            pmid, version, survivors["file_code"].to_numpy(), names
-        ),
-    }
+    with ThreadPoolExecutor(max_workers=1) as beside:
+        # the survivors' digest (numpy and md5, without the GIL) beside the files' counts
+        digest = beside.submit(
+            survivors_digest, pmid, version, survivors["file_code"].to_numpy(), names
+        )
+        for kept, file_dangling in on_cores(
+            lambda item: _file_children(lake, item[1], item[0], winners, survivor_pmids),
+            list(enumerate(files)),
+        ):
+            for table, n in kept.items():
+                rows[table] += n
+            dangling += file_dangling
+        return {
+            "rows": rows,
+            "deleted": removed,
+            "deletions_listed": last_deletion.height,
+            "dangling_citations": dangling,
+            "survivors_digest": digest.result(),
+        }
 
 
 def in_buckets(column: str, buckets: list[int]) -> pl.Expr:
