@@ -78,6 +78,19 @@ DEFINITIONS = "kg_platform.definitions"
 LOCATION = "kg_platform"
 # what the runs' steps import on first use, preloaded by the forkserver beside the definitions
 RUN_IMPORTS = "kg_platform.assets.run_imports"
+# seconds between the heartbeats this process sends its code server. Dagster's client sends
+# one a second, each on a new gRPC channel (a few ms of CPU here and in the server, for the
+# whole build); the server shuts itself down after 45 s without one
+# (WEBSERVER_GRPC_SERVER_HEARTBEAT_TTL), so every 5 s still leaves eight to miss
+CODE_SERVER_HEARTBEAT_S = 5
+
+
+def heartbeat_every(seconds: float = CODE_SERVER_HEARTBEAT_S) -> None:
+    """Dagster's gRPC clients in this process heartbeat every ``seconds`` (its client reads
+    the interval before each wait)."""
+    import dagster._grpc.client as grpc_client
+
+    grpc_client.CLIENT_HEARTBEAT_INTERVAL = seconds
 
 
 def code_location(
@@ -93,12 +106,14 @@ def code_location(
     """Dagster's workspace target for a code location (the definitions' module), served by
     orchestration/code_server.py: the script `code_server_script` writes in the instance's
     home, preloading ``module`` and ``preload`` for the runs, with ``env`` and its output
-    to ``log``."""
+    to ``log``. From now on this process heartbeats its code servers every
+    CODE_SERVER_HEARTBEAT_S."""
     from dagster._core.workspace.load import location_origin_from_module_name
     from dagster._core.workspace.load_target import WorkspaceLoadTarget
 
     home = Path(instance.root_directory)
     executable = str(code_server_script(home, (module, *preload), env, log))
+    heartbeat_every(CODE_SERVER_HEARTBEAT_S)
 
     class CodeLocation(WorkspaceLoadTarget):
         def create_origins(self):

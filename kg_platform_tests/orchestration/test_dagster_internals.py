@@ -19,15 +19,24 @@ from dagster._core.definitions.events import AssetKeyPartitionKey
 from dagster._core.execution.backfill import BulkActionsFilter, BulkActionStatus
 from dagster._core.execution.retries import RetryMode
 from dagster._core.launcher import CheckRunHealthResult, WorkerStatus
-from dagster._core.workspace.context import WorkspaceProcessContext
+from dagster._core.workspace.context import (
+    WEBSERVER_GRPC_SERVER_HEARTBEAT_TTL,
+    WorkspaceProcessContext,
+)
 from dagster._daemon.backfill import execute_backfill_iteration
 from dagster._daemon.run_coordinator.queued_run_coordinator_daemon import (
     QueuedRunCoordinatorDaemon,
 )
+from dagster._grpc import client as grpc_client
 from dagster._utils.caching_instance_queryer import CachingInstanceQueryer
 
 from kg_platform.orchestration import DAGSTER_VERSION, records
-from kg_platform.orchestration.backfill import RUN_IMPORTS, code_location, submit_backfill
+from kg_platform.orchestration.backfill import (
+    CODE_SERVER_HEARTBEAT_S,
+    RUN_IMPORTS,
+    code_location,
+    submit_backfill,
+)
 from kg_platform.orchestration.freshness import OVERRIDDEN, stale_resolver
 from kg_platform.orchestration.instance import write_instance_yaml
 from kg_platform.orchestration.recovery import run_worker
@@ -169,6 +178,13 @@ def test_a_backfill_submitted_and_driven_without_a_daemon(tmp_path) -> None:
                 if ended.status != BulkActionStatus.REQUESTED and all(r.is_finished for r in runs):
                     break
                 time.sleep(0.5)
+            # kg build's client heartbeats every CODE_SERVER_HEARTBEAT_S, not every second: Dagster's client
+            # reads this name before each wait, and the server, which shuts down after the TTL
+            # without one, still answers
+            assert grpc_client.CLIENT_HEARTBEAT_INTERVAL == CODE_SERVER_HEARTBEAT_S == 5
+            assert WEBSERVER_GRPC_SERVER_HEARTBEAT_TTL == 45
+            location = process_context.create_request_context().get_code_location("smoke")
+            assert location.client.heartbeat("still there") == "still there"
         assert ended.status == BulkActionStatus.COMPLETED_SUCCESS
         materialized = set(ended.asset_backfill_data.materialized_subset.iterate_asset_partitions())
         assert materialized == wanted
