@@ -70,6 +70,8 @@ SMOKE: dict[str, list[str] | str] = {
     + ["--requests", "6", "--workers", "1", "--remove"],
     "build.py": ["--fold-records", "2000", "--workdir", "{work}"],
     "build_wait.py": KG_BUILD,
+    "code_server_idle.py": ["--seconds", "1", "--rounds", "1", "--settle", "0"]
+    + ["--work", "{work}/code-server-idle"],
     "cold_ask.py": ["--lake", "{built}", "--runs", "1", "--questions", "1"],
     "concept_index.py": ["--lake", "{work}/concept", "--mesh-cache", "{work}/mesh-cache"]
     + ["--sample", "100", "--fresh", "--device", "cpu"],
