@@ -101,11 +101,14 @@ def article_rows_from_parts(con: duckdb.DuckDBPyConnection, lake: Lake) -> None:
     holds the rows of that bucket's PMIDs (storage/corpus), so an article's reference rows,
     those citing a corpus article and its MeSH rows are counted by position in the bucket
     (numpy bincount) instead of hashed by PMID."""
+    from concurrent.futures import ThreadPoolExecutor
+
     import numpy as np
     import pyarrow as pa
 
     from kg_platform.pubmed.fold.base import PmidSet
     from kg_platform.pubmed.fold.recount import int_column, on_cores, read_columns
+    from kg_platform.settings import usable_cores
     from kg_platform.storage.corpus import (
         PMID_BUCKET,
         bucket_bounds,
@@ -158,12 +161,20 @@ def article_rows_from_parts(con: duckdb.DuckDBPyConnection, lake: Lake) -> None:
             }
         )
 
-    made = pa.concat_tables(on_cores(rows, list(zip(parts, articles, strict=True))))
-    con.register("profile_made", made)
-    try:
-        con.execute(f"CREATE OR REPLACE TEMP TABLE {ROWS} AS SELECT * FROM profile_made")
-    finally:
-        con.unregister("profile_made")
+    items = list(zip(parts, articles, strict=True))
+    with ThreadPoolExecutor(max_workers=max(1, min(usable_cores(), len(items)))) as pool:
+        # each part's rows into the table as it comes (in order), then let go: the rows are
+        # held once, by DuckDB, not also whole as Arrow
+        for n, made in enumerate(pool.map(rows, items)):
+            con.register("profile_made", made)
+            try:
+                con.execute(
+                    f"CREATE OR REPLACE TEMP TABLE {ROWS} AS SELECT * FROM profile_made"
+                    if n == 0
+                    else f"INSERT INTO {ROWS} SELECT * FROM profile_made"
+                )
+            finally:
+                con.unregister("profile_made")
 
 
 def article_rows_since(
