@@ -46,7 +46,8 @@ def survivors_digest(
 ) -> str:
     """md5 over the sorted (pmid, version, file) of the surviving records: three numpy
     columns, the file as its rank among the distinct names in use, which the digest lists."""
-    used = np.unique(file_code)
+    # the codes in use, by counting (a code is a small int, never negative), not by a sort
+    used = np.flatnonzero(np.bincount(file_code, minlength=len(names)))
     by_code = {code: name for name, code in names.items()}
     in_use = sorted(by_code[int(c)] for c in used)
     rank = np.zeros(max(names.values(), default=0) + 1, dtype="<i4")
