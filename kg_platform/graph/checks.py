@@ -295,9 +295,9 @@ def _rows(con: duckdb.DuckDBPyConnection, sql: str) -> Iterator[pa.RecordBatchRe
         cursor.close()
 
 
-def _count_citations(con: duckdb.DuckDBPyConnection, where: str, members) -> tuple | None:
-    """(rows, rows inside, distinct pairs inside) of the citation rows ``where``, counted
-    in one streamed pass; None when their citing PMIDs are out of order."""
+def _count_citations(con: duckdb.DuckDBPyConnection, where: str, members):
+    """The citation rows ``where`` counted in one streamed pass (``scans.PairCount``);
+    None when their citing PMIDs are out of order."""
     from kg_platform.graph import scans
 
     count = scans.PairCount(members)
@@ -305,7 +305,7 @@ def _count_citations(con: duckdb.DuckDBPyConnection, where: str, members) -> tup
         for batch in reader:
             if batch.num_rows and not count.add(batch):
                 return None
-    return count.result()
+    return count
 
 
 def _count_mesh(con: duckdb.DuckDBPyConnection, where: str, members, uis: pa.Array):
@@ -345,25 +345,54 @@ def _count_mesh(con: duckdb.DuckDBPyConnection, where: str, members, uis: pa.Arr
     return count
 
 
+# a sampled article as ``_article_mismatches`` compares it: the PMIDs it cites, ascending;
+# its in-degree; its descriptors, ascending (a null last)
+Neighbours = tuple[tuple[int, ...], int, tuple[str | None, ...]]
+
+
+def _sampled_neighbours(
+    pmids: np.ndarray, cites: np.ndarray, heads: np.ndarray, uis: list[str | None]
+) -> dict[int, Neighbours]:
+    """The sampled articles' neighbours from the streamed passes' rows: ``cites`` the
+    citation rows inside with a sampled PMID on either side, ``heads`` the MeSH rows
+    (pmid, code) of a sampled PMID; as ``_article_mismatches``' query counts them."""
+    pairs = sorted_unique((cites[:, 0] << 32) | cites[:, 1]) if cites.size else cites[:, 0]
+    citing, cited = pairs >> 32, pairs & 0xFFFFFFFF
+    near: dict[int, Neighbours] = {}
+    for p in pmids.tolist():
+        named = [uis[c] for c in sorted_unique(heads[heads[:, 0] == p, 1]).tolist()]
+        near[p] = (
+            tuple(cited[citing == p].tolist()),
+            int(np.count_nonzero(cited == p)),
+            (*sorted(ui for ui in named if ui is not None), *([None] if None in named else [])),
+        )
+    return near
+
+
 def _edge_totals(
-    con: duckdb.DuckDBPyConnection, threads: int
-) -> tuple[dict[str, int], dict[str, tuple[int, int]] | None]:
-    """The edge totals over the articles (``TOTALS`` less the per-article ones), and each
-    descriptor's articles and major articles (None where DuckDB counted).
+    con: duckdb.DuckDBPyConnection, threads: int, sampled: np.ndarray | None = None
+) -> tuple[dict[str, int], dict[str, tuple[int, int]] | None, dict[int, Neighbours] | None]:
+    """The edge totals over the articles (``TOTALS`` less the per-article ones); each
+    descriptor's articles and major articles; and the neighbours of the ``sampled`` PMIDs
+    (ascending articles: ``_article_mismatches``) (each None where DuckDB counts).
 
     The corpus's parts are PMID ranges, each in PMID order, so the citations' distinct
     pairs (and the dangling rows) and the MeSH (pmid, descriptor) pairs are counted in
     streamed, compiled passes over the rows, a run of one PMID at a time (``scans``), each
-    table cut into a PMID range per thread (``threads``), each range on its own cursor.
-    Rows out of that order are counted by DuckDB's aggregates instead."""
+    table cut into a PMID range per thread (``threads``), each range on its own cursor;
+    the passes keep the sampled PMIDs' rows on the way. Rows out of that order are counted
+    by DuckDB's aggregates instead."""
     from kg_platform.graph import scans  # numba loads only when a graph is checked
 
     articles = con.execute("SELECT pmid FROM articles WHERE pmid IS NOT NULL").fetchnumpy()
     keep = sorted_unique(np.asarray(articles["pmid"], dtype=np.int64))
     del articles
-    members = scans.Members.of(keep)
-    citations: tuple | None = None
-    mesh = None
+    if sampled is not None and not in_sorted(sampled, keep).all():
+        sampled = None  # a sampled PMID no article: the query looks it up
+    # PMIDs below 2^31: a pair packs into one int64 (_sampled_neighbours)
+    small = not keep.size or (keep[0] >= 0 and keep[-1] < 1 << 31)
+    members = scans.Members.of(keep, sampled) if small else None
+    citations = mesh = None
     if members is not None:
         with ThreadPoolExecutor(threads) as pool:
             cited = [
@@ -379,43 +408,55 @@ def _edge_totals(
                 for where in _pmid_ranges("pmid", keep, threads)
             ]
             parts = [job.result() for job in cited]
-            if all(part is not None for part in parts):
-                citations = tuple(sum(column) for column in zip(*parts, strict=True))
             counts = [job.result() for job in headed]
+        if all(part is not None for part in parts):
+            citations = parts
         if all(count is not None for count in counts):
             mesh = counts
     if citations is None:
-        citations = con.execute(
+        rows, inside, pairs = con.execute(
             f"""SELECT (SELECT count(*) FROM citations), count(*),
                        count(DISTINCT (citing_pmid, cited_pmid)) FROM ({_CITED_INSIDE})"""
         ).fetchall()[0]
-    rows, inside, pairs = (int(v) for v in citations)
-    totals = {"citation_edges": pairs, "dangling_citations": rows - inside}
+    else:
+        rows, inside, pairs = (
+            sum(column) for column in zip(*(p.result() for p in citations), strict=True)
+        )
+    totals = {"citation_edges": int(pairs), "dangling_citations": int(rows) - int(inside)}
     if mesh is None:
         row = con.execute(_MESH_PAIRS).fetchall()[0]
         totals.update(zip(("mesh_pairs", "major_pairs", "annotated_descriptors"), row, strict=True))
-        return {k: int(v) for k, v in totals.items()}, None
+        return {k: int(v) for k, v in totals.items()}, None, None
     pairs_by = np.sum([count.pairs for count in mesh], axis=0)
     majors_by = np.sum([count.flagged for count in mesh], axis=0)
     totals["mesh_pairs"] = int(pairs_by.sum())
     totals["major_pairs"] = int(majors_by.sum())
     totals["annotated_descriptors"] = int(np.count_nonzero(pairs_by[:-1]))  # not the nulls
-    named = uis.to_pylist()
+    named = [*uis.to_pylist(), None]
     per_descriptor = {
         named[c]: (int(pairs_by[c]), int(majors_by[c])) for c in np.flatnonzero(pairs_by[:-1])
     }
-    return totals, per_descriptor
+    near = None
+    if citations is not None and sampled is not None:
+        near = _sampled_neighbours(
+            sampled,
+            np.concatenate([p.sampled_rows() for p in citations]),
+            np.concatenate([count.sampled_rows() for count in mesh]),
+            named,
+        )
+    return totals, per_descriptor, near
 
 
 def _totals(
-    con: duckdb.DuckDBPyConnection, threads: int
-) -> tuple[dict[str, int], dict[str, tuple[int, int]] | None]:
+    con: duckdb.DuckDBPyConnection, threads: int, sampled: np.ndarray | None = None
+) -> tuple[dict[str, int], dict[str, tuple[int, int]] | None, dict[int, Neighbours] | None]:
     """Every total over every row, in ``TOTALS``' order: the per-article ones, and the
-    edges' over the articles (``_edge_totals``); and each descriptor's counts, or None."""
+    edges' over the articles; each descriptor's counts and the ``sampled`` articles'
+    neighbours, or None (``_edge_totals``)."""
     totals = _article_totals(con)
-    edges, per_descriptor = _edge_totals(con, threads)
+    edges, per_descriptor, near = _edge_totals(con, threads, sampled)
     totals.update(edges)
-    return {name: totals[name] for name in TOTALS}, per_descriptor
+    return {name: totals[name] for name in TOTALS}, per_descriptor, near
 
 
 def _store_totals(store: KGStore) -> dict[str, int]:
@@ -699,16 +740,26 @@ def _descriptor_mismatches(
 
 
 def _article_mismatches(
-    store: KGStore, con: duckdb.DuckDBPyConnection, idxs: list[int]
+    store: KGStore,
+    con: duckdb.DuckDBPyConnection,
+    idxs: list[int],
+    near: dict[int, Neighbours] | None = None,
 ) -> list[str]:
     """A line for each article of ``idxs`` whose cited articles, in-degree or headings in the
-    arrays are not DuckDB's, and for each title that differs (``_title_mismatches``)."""
+    arrays are not DuckDB's (``near``: from the corpus rows streamed through DuckDB by
+    ``_edge_totals``; else a query), and for each title that differs
+    (``_title_mismatches``)."""
     pmids = [store.pmid(i) for i in idxs]
     sql_deg: dict[int, tuple] = dict.fromkeys(pmids, ((), 0, ()))
+    if near is not None:
+        sql_deg.update(near)
     # each side filtered to the sampled PMIDs before it is made distinct: one scan of each
     # table, not a distinct set of every citation
-    for pmid, cited, in_deg, uis_of in con.execute(
-        """WITH s AS (SELECT unnest(?) AS pmid),
+    for pmid, cited, in_deg, uis_of in (
+        []
+        if near is not None
+        else con.execute(
+            """WITH s AS (SELECT unnest(?) AS pmid),
                 near AS MATERIALIZED (
                     SELECT citing_pmid, cited_pmid FROM citations
                     WHERE citing_pmid IN (SELECT pmid FROM s) OR cited_pmid IN (SELECT pmid FROM s)),
@@ -728,8 +779,9 @@ def _article_mismatches(
            SELECT s.pmid, outgoing.l, coalesce(incoming.n, 0), headings.l
            FROM s LEFT JOIN outgoing USING (pmid) LEFT JOIN incoming USING (pmid)
                   LEFT JOIN headings USING (pmid)""",
-        [pmids],
-    ).fetchall():
+            [pmids],
+        ).fetchall()
+    ):
         sql_deg[int(pmid)] = (tuple(cited or ()), int(in_deg), tuple(uis_of or ()))
     mismatches = _title_mismatches(store, con, pmids)
     pmid_of = store.array("pmids")
@@ -745,6 +797,30 @@ def _article_mismatches(
                 f"PMID {pmid} (cites, in-degree, MeSH): arrays {got}, DuckDB {sql_deg[pmid]}"
             )
     return mismatches
+
+
+def _picked_articles(
+    store: KGStore,
+    rng: np.random.Generator,
+    sample: int,
+    named_pmids: tuple[int, ...],
+    changed: tuple[np.ndarray, ...],
+) -> list[int]:
+    """The articles to recount (ascending indices): ``sample`` random ones, those of
+    highest out- and in-degree, the named ones, and up to ``sample`` of each of an update's
+    ``changed`` PMID sets (its touched articles, its untouched ones citing an article that
+    came or went)."""
+    n = store.n_articles
+    picked = set(rng.choice(n, min(sample, n), replace=False).tolist()) if n else set()
+    if n:
+        picked.add(int(np.argmax(np.diff(store.array("cite_indptr")))))
+        picked.add(int(np.argmax(np.diff(store.array("cited_by_indptr")))))
+    picked |= {store.idx(p) for p in named_pmids}
+    for pmids in changed:
+        pmids = pmids[in_sorted(pmids, np.asarray(store.array("pmids"), dtype=np.int64))]
+        chosen_pmids = rng.choice(pmids, min(sample, pmids.size), replace=False)
+        picked |= {store.idx(int(p)) for p in chosen_pmids}
+    return sorted(picked)
 
 
 def recount(
@@ -768,39 +844,28 @@ def recount(
     rng = np.random.default_rng(_seed(store.build_id))
     mismatches: list[str] = []
     arr_totals = _store_totals(store)
-    store.release()  # the arrays' side is counted: their pages leave before DuckDB's work
-    per_descriptor = None
-    if delta is None:
-        sql_totals, per_descriptor = _totals(con, workers())
+    if delta is None:  # the samples first: the streamed passes count their rows too
+        ds, named_here = _chosen_descriptors(store, rng, sample, named_uis, full=True)
+        idxs = _picked_articles(store, rng, sample, named_pmids, ())
+        sampled = np.asarray(store.array("pmids")[idxs], dtype=np.int64)
+        store.release()  # the arrays' side is counted: their pages leave before DuckDB's work
+        sql_totals, per_descriptor, near = _totals(con, workers(), sampled)
         source = "DuckDB"
-        present = rewired = np.zeros(0, dtype=np.int64)
     else:
+        store.release()
         sql_totals, problems, delta_compared, present, rewired = _delta_totals(store, con, delta)
         mismatches += problems
         source = "previous build + update"
+        # every descriptor was compared above
+        ds, named_here = _chosen_descriptors(store, rng, sample, named_uis, full=False)
+        idxs = _picked_articles(store, rng, sample, named_pmids, (present, rewired))
+        per_descriptor = near = None
     for name, expected in sql_totals.items():
         if arr_totals[name] != expected:
             label = "DuckDB" if name in _ARTICLE_TOTALS else source
             mismatches.append(f"{name}: arrays {arr_totals[name]}, {label} {expected}")
-
-    # an update's build: every descriptor was compared above
-    ds, named_here = _chosen_descriptors(store, rng, sample, named_uis, full=delta is None)
     mismatches += _descriptor_mismatches(store, con, ds, per_descriptor)
-
-    # articles: random ones, highest out/in degree, and the named ones
-    n = store.n_articles
-    picked = set(rng.choice(n, min(sample, n), replace=False).tolist()) if n else set()
-    if n:
-        picked.add(int(np.argmax(np.diff(store.array("cite_indptr")))))
-        picked.add(int(np.argmax(np.diff(store.array("cited_by_indptr")))))
-    picked |= {store.idx(p) for p in named_pmids}
-    # an update's touched articles, and its untouched ones citing an article that came or went
-    for changed in (present, rewired):
-        changed = changed[in_sorted(changed, np.asarray(store.array("pmids"), dtype=np.int64))]
-        chosen_pmids = rng.choice(changed, min(sample, changed.size), replace=False)
-        picked |= {store.idx(int(p)) for p in chosen_pmids}
-    idxs = sorted(picked)
-    mismatches += _article_mismatches(store, con, idxs)
+    mismatches += _article_mismatches(store, con, idxs, near)
 
     meta: dict[str, int | float | str] = {
         "mode": "full" if delta is None else "update",

@@ -129,6 +129,18 @@ def distinct_in_run(run: np.ndarray, k: int) -> int:
 
 
 @njit(nogil=True, cache=True)
+def _kept(rows: np.ndarray, n: int, a: int, b: int) -> np.ndarray:
+    """``rows`` with (a, b) as its row ``n`` (a copy twice as long when it is full)."""
+    if n == rows.shape[0]:
+        longer = np.empty((2 * rows.shape[0], 2), dtype=rows.dtype)
+        longer[:n] = rows[:n]
+        rows = longer
+    rows[n, 0] = a
+    rows[n, 1] = b
+    return rows
+
+
+@njit(nogil=True, cache=True)
 def _pairs_in_runs(
     first: np.ndarray,
     second: np.ndarray,
@@ -137,14 +149,16 @@ def _pairs_in_runs(
     lo: int,
     state: np.ndarray,
     run: np.ndarray,
-) -> tuple[int, np.ndarray]:
-    """One batch of ``PairCount.add``: the rows whose two values are both marked in
-    ``table`` (value v at v - lo; ``valid``, when not empty, false for a row with a null)
-    counted, and their distinct pairs, a run of one ``first`` value at a time. ``state`` is
-    [rows inside, distinct pairs of the finished runs, the run's first value, its length],
-    ``run`` its second values so far (returned: a longer copy when it fills). -1 as soon as
-    ``first`` falls between two rows inside."""
-    inside, pairs, prev, k = state[0], state[1], state[2], state[3]
+    sampled: np.ndarray,
+) -> tuple[int, np.ndarray, np.ndarray]:
+    """One batch of ``PairCount.add``: the rows whose two values are both members of
+    ``table`` (value v at v - lo, ``MEMBER``; ``valid``, when not empty, false for a row with
+    a null) counted, and their distinct pairs, a run of one ``first`` value at a time; such
+    a row with a ``SAMPLED`` value kept in ``sampled``. ``state`` is [rows inside, distinct
+    pairs of the finished runs, the run's first value, its length, rows sampled], ``run``
+    its second values so far (``run`` and ``sampled`` returned: longer copies when they
+    fill). -1 as soon as ``first`` falls between two rows inside."""
+    inside, pairs, prev, k, n = state[0], state[1], state[2], state[3], state[4]
     checked = valid.size > 0
     size = table.size
     for i in range(first.size):
@@ -152,12 +166,15 @@ def _pairs_in_runs(
             continue
         a = first[i] - lo
         b = second[i] - lo
-        if a < 0 or a >= size or b < 0 or b >= size or not table[a] or not table[b]:
+        if a < 0 or a >= size or b < 0 or b >= size:
+            continue
+        marks = table[a] | table[b]
+        if not (table[a] & table[b] & 1):
             continue
         inside += 1
         if k and first[i] != prev:
             if first[i] < prev:
-                return -1, run
+                return -1, run, sampled
             pairs += distinct_in_run(run, k)
             k = 0
         prev = first[i]
@@ -167,8 +184,11 @@ def _pairs_in_runs(
             run = longer
         run[k] = second[i]
         k += 1
-    state[0], state[1], state[2], state[3] = inside, pairs, prev, k
-    return 0, run
+        if marks & 2:
+            sampled = _kept(sampled, n, first[i], second[i])
+            n += 1
+    state[0], state[1], state[2], state[3], state[4] = inside, pairs, prev, k, n
+    return 0, run, sampled
 
 
 @njit(nogil=True, cache=True)
@@ -180,18 +200,19 @@ def _pairs_by_code(
     table: np.ndarray,
     lo: int,
     state: np.ndarray,
-    last: np.ndarray,
-    last_flagged: np.ndarray,
-    pairs: np.ndarray,
-    flagged: np.ndarray,
-) -> int:
-    """One batch of ``CodePairCount.add``: for each row whose ``first`` is marked in
-    ``table``, a new (first, code) pair counted in ``pairs[code]`` when ``last[code]`` is
-    not this ``first`` yet, and in ``flagged[code]`` the first time a row of the pair has
-    ``flag``. The rows come in runs of one ``first``, ascending, so the last ``first`` seen
-    with a code tells a new pair from a repeat. ``state``: [the last first value, whether
-    there was one]. -1 as soon as ``first`` falls."""
-    prev, started = state[0], state[1]
+    counts: np.ndarray,
+    sampled: np.ndarray,
+) -> tuple[int, np.ndarray]:
+    """One batch of ``CodePairCount.add``: for each row whose ``first`` is a member of
+    ``table``, a new (first, code) pair counted in ``counts[1, code]`` when
+    ``counts[0, code]`` (the last ``first`` seen with the code) is not this ``first`` yet,
+    and in ``counts[3, code]`` the first time a row of the pair has ``flag`` (``counts[2]``
+    the last ``first`` flagged). The rows come in runs of one ``first``, ascending, so the
+    last ``first`` seen with a code tells a new pair from a repeat. A row of a ``SAMPLED``
+    ``first`` kept in ``sampled`` (returned: a longer copy when it fills). ``state``: [the
+    last first value, whether there was one, rows sampled]. -1 as soon as ``first``
+    falls."""
+    prev, started, n = state[0], state[1], state[2]
     checked = valid.size > 0
     size = table.size
     for i in range(first.size):
@@ -199,41 +220,50 @@ def _pairs_by_code(
             continue
         v = first[i]
         a = v - lo
-        if a < 0 or a >= size or not table[a]:
+        if a < 0 or a >= size or not (table[a] & 1):
             continue
         if started and v < prev:
-            return -1
+            return -1, sampled
         prev, started = v, 1
         c = code[i]
-        if last[c] != v:
-            last[c] = v
-            pairs[c] += 1
-        if flag[i] and last_flagged[c] != v:
-            last_flagged[c] = v
-            flagged[c] += 1
-    state[0], state[1] = prev, started
-    return 0
+        if counts[0, c] != v:
+            counts[0, c] = v
+            counts[1, c] += 1
+        if flag[i] and counts[2, c] != v:
+            counts[2, c] = v
+            counts[3, c] += 1
+        if table[a] & 2:
+            sampled = _kept(sampled, n, v, c)
+            n += 1
+    state[0], state[1], state[2] = prev, started, n
+    return 0, sampled
 
 
 # the widest PMID range a membership table marks (bytes); PubMed's is ~4e7
 _TABLE_MAX = 1 << 28
 
 
+MEMBER, SAMPLED = 1, 2  # the bits of a value in ``Members.table``
+
+
 class Members:
     """The values of ``keep`` (ascending) as a table of one byte per value between its
-    first and last, which the passes below read from any thread; None from ``of`` when that
-    range is wider than ``_TABLE_MAX`` (the caller counts another way)."""
+    first and last (``MEMBER``; ``SAMPLED`` for those of ``sampled``, a few members whose
+    rows the passes keep), which the passes below read from any thread; None from ``of``
+    when that range is wider than ``_TABLE_MAX`` (the caller counts another way)."""
 
-    def __init__(self, keep: np.ndarray) -> None:
+    def __init__(self, keep: np.ndarray, sampled: np.ndarray | None = None) -> None:
         self.lo = int(keep[0]) if keep.size else 0
-        self.table = np.zeros(int(keep[-1]) - self.lo + 1 if keep.size else 0, dtype=np.bool_)
-        self.table[keep - self.lo] = True
+        self.table = np.zeros(int(keep[-1]) - self.lo + 1 if keep.size else 0, dtype=np.uint8)
+        self.table[keep - self.lo] = MEMBER
+        if sampled is not None and sampled.size:
+            self.table[sampled - self.lo] |= SAMPLED
 
     @classmethod
-    def of(cls, keep: np.ndarray) -> Members | None:
+    def of(cls, keep: np.ndarray, sampled: np.ndarray | None = None) -> Members | None:
         if keep.size and int(keep[-1]) - int(keep[0]) >= _TABLE_MAX:
             return None
-        return cls(keep)
+        return cls(keep, sampled)
 
 
 def _int64(column) -> np.ndarray:
@@ -259,8 +289,9 @@ class PairCount:
     def __init__(self, members: Members) -> None:
         self.members = members
         self.rows = 0
-        self.state = np.zeros(4, dtype=np.int64)
+        self.state = np.zeros(5, dtype=np.int64)
         self.run = np.empty(1024, dtype=np.int64)
+        self.sampled = np.empty((256, 2), dtype=np.int64)
         self.failed = False
 
     def add(self, batch) -> bool:
@@ -269,7 +300,7 @@ class PairCount:
             return False
         self.rows += batch.num_rows
         first, second = batch.column(0), batch.column(1)
-        status, self.run = _pairs_in_runs(
+        status, self.run, self.sampled = _pairs_in_runs(
             _int64(first),
             _int64(second),
             _valid(first, second),
@@ -277,15 +308,20 @@ class PairCount:
             self.members.lo,
             self.state,
             self.run,
+            self.sampled,
         )
         self.failed = status < 0
         return not self.failed
+
+    def sampled_rows(self) -> np.ndarray:
+        """The rows inside with a ``SAMPLED`` value: (first, second), as read."""
+        return self.sampled[: int(self.state[4])]
 
     def result(self) -> tuple[int, int, int] | None:
         """(rows, rows inside, distinct pairs inside); None when the order was broken."""
         if self.failed:
             return None
-        inside, pairs, _, k = (int(v) for v in self.state)
+        inside, pairs, _, k, _ = (int(v) for v in self.state)
         return self.rows, inside, pairs + (distinct_in_run(self.run, k) if k else 0)
 
 
@@ -296,20 +332,31 @@ class CodePairCount:
 
     def __init__(self, members: Members, n_codes: int) -> None:
         self.members = members
-        self.state = np.zeros(2, dtype=np.int64)
-        none = np.iinfo(np.int64).min
-        self.last = np.full(n_codes, none, dtype=np.int64)
-        self.last_flagged = np.full(n_codes, none, dtype=np.int64)
-        self.pairs = np.zeros(n_codes, dtype=np.int64)
-        self.flagged = np.zeros(n_codes, dtype=np.int64)
+        self.state = np.zeros(3, dtype=np.int64)
+        # the last first value seen with each code, its pairs, the last flagged, its flagged
+        self.counts = np.zeros((4, n_codes), dtype=np.int64)
+        self.counts[0] = self.counts[2] = np.iinfo(np.int64).min
+        self.sampled = np.empty((256, 2), dtype=np.int64)
         self.failed = False
+
+    @property
+    def pairs(self) -> np.ndarray:
+        return self.counts[1]
+
+    @property
+    def flagged(self) -> np.ndarray:
+        return self.counts[3]
+
+    def sampled_rows(self) -> np.ndarray:
+        """The rows of a ``SAMPLED`` member: (first, code), as read."""
+        return self.sampled[: int(self.state[2])]
 
     def add(self, first, codes: np.ndarray, flags: np.ndarray) -> bool:
         """Count one batch (``first`` an Arrow integer array or chunked array, ``codes`` and
         ``flags`` numpy arrays of its length); False once the order is broken."""
         if self.failed:
             return False
-        status = _pairs_by_code(
+        status, self.sampled = _pairs_by_code(
             _int64(first),
             _valid(first),
             codes,
@@ -317,10 +364,8 @@ class CodePairCount:
             self.members.table,
             self.members.lo,
             self.state,
-            self.last,
-            self.last_flagged,
-            self.pairs,
-            self.flagged,
+            self.counts,
+            self.sampled,
         )
         self.failed = status < 0
         return not self.failed

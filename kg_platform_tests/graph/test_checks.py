@@ -227,7 +227,7 @@ def test_the_streamed_edge_totals_are_duckdbs(order: str, parts: int) -> None:
         "descriptor_major BOOLEAN, qualifier_major BOOLEAN)"
     )
     con.executemany("INSERT INTO mesh_edges VALUES (?, ?, ?, ?)", heads)
-    totals, per_descriptor = checks._edge_totals(con, parts)
+    totals, per_descriptor, near = checks._edge_totals(con, parts, np.array([1, 2, 3]))
     # citations: 6 distinct pairs inside (1-3, 1-2, 2-1, 3-5, 5-1, 5-2), (1, 3) twice, 3
     # rows dangle; MeSH: pairs (1, D1), (1, D2), (2, D2), (2, D3), (2, null), (3, D1),
     # (5, D3), the first, third, fifth and seventh major, D1-D3 annotated
@@ -241,4 +241,12 @@ def test_the_streamed_edge_totals_are_duckdbs(order: str, parts: int) -> None:
     # each descriptor's articles and major articles: from the streamed pass, or queried
     expected = {"D1": (2, 1), "D2": (2, 1), "D3": (2, 1)}
     assert per_descriptor == (expected if order == "PMID order" else None)
+    # the sampled articles' cited PMIDs, in-degree and descriptors (a null last), kept by
+    # the same passes; shuffled, the query of _article_mismatches looks them up
+    neighbours = {
+        1: ((2, 3), 2, ("D1", "D2")),
+        2: ((1,), 2, ("D2", "D3", None)),
+        3: ((5,), 1, ("D1",)),
+    }
+    assert near == (neighbours if order == "PMID order" else None)
     con.close()
