@@ -114,6 +114,18 @@ def test_child_row_outside_the_corpus_is_an_error(lake: Lake) -> None:
         build_graph(lake)
 
 
+def test_descriptor_ui_not_a_mesh_ui_is_named(lake: Lake) -> None:
+    tiny_corpus(lake)
+    edges = pl.from_arrow(read_corpus(lake, "mesh_edges"))
+    bad = edges[:1].with_columns(pl.lit("X12").alias("descriptor_ui"))
+    write_corpus_table(lake, "mesh_edges", pl.concat([edges, bad]).to_arrow())
+    with pytest.raises(
+        GraphInputError,
+        match=r"corpus/mesh_edges: descriptor_ui not a MeSH UI: \['X12'\]",
+    ):
+        build_graph(lake)
+
+
 def test_repeated_pmid_is_an_error(lake: Lake) -> None:
     tiny_corpus(lake)
     articles = pl.from_arrow(read_corpus(lake, "articles"))
