@@ -66,6 +66,7 @@ def value_counts(
     (``mapped.release``: a memory-mapped array is held a window at a time, not whole)."""
     counts = np.zeros(n, dtype=np.int64)
     empty = np.zeros(0, dtype=np.bool_)
+    empty.flags.writeable = False  # typed as a mapped mask is: one compiled _count_range
     ranges = _ranges(n, parts)
     for start, stop in windows(values.size, values.itemsize):
         window = values[start:stop]
@@ -105,13 +106,42 @@ def row_flag_counts(
 
 
 @njit(nogil=True, cache=True)
+def _sift_down(a: np.ndarray, root: int, end: int) -> None:
+    """Heap order restored below ``root`` among ``a[:end]`` (the largest on top)."""
+    while True:
+        child = 2 * root + 1
+        if child >= end:
+            return
+        if child + 1 < end and a[child] < a[child + 1]:
+            child += 1
+        if a[root] >= a[child]:
+            return
+        a[root], a[child] = a[child], a[root]
+        root = child
+
+
+@njit(nogil=True, cache=True)
+def _heap_sort(a: np.ndarray, k: int) -> None:
+    """``a[:k]`` sorted ascending in place. Written out rather than ``a[:k].sort()``: numba
+    compiles its quicksort for every array type in about 1.1 CPU-s, this in about 0.2, and
+    the kernels compile on the first graph checks of a checkout (docs/BENCHMARKS.md, *The
+    graph checks' fixed cost*)."""
+    for root in range(k // 2 - 1, -1, -1):
+        _sift_down(a, root, k)
+    for end in range(k - 1, 0, -1):
+        a[0], a[end] = a[end], a[0]
+        _sift_down(a, 0, end)
+
+
+@njit(nogil=True, cache=True)
 def distinct_in_run(run: np.ndarray, k: int) -> int:
     """The distinct values among ``run[:k]`` (sorted in place when they do not ascend: an
-    insertion sort for a short run, a reference list's length, 5x quicker than a sort call)."""
+    insertion sort for a short run, a reference list's length, 5x quicker than a sort call;
+    a heap sort for a longer one)."""
     for i in range(1, k):
         if run[i] <= run[i - 1]:
             if k > 64:
-                run[:k].sort()
+                _heap_sort(run, k)
             else:
                 for j in range(i, k):
                     v = run[j]
@@ -133,7 +163,10 @@ def _kept(rows: np.ndarray, n: int, a: int, b: int) -> np.ndarray:
     """``rows`` with (a, b) as its row ``n`` (a copy twice as long when it is full)."""
     if n == rows.shape[0]:
         longer = np.empty((2 * rows.shape[0], 2), dtype=rows.dtype)
-        longer[:n] = rows[:n]
+        # element by element: numba compiles a 2-d slice assignment in about 4.5 CPU-s
+        for j in range(n):
+            longer[j, 0] = rows[j, 0]
+            longer[j, 1] = rows[j, 1]
         rows = longer
     rows[n, 0] = a
     rows[n, 1] = b
@@ -180,7 +213,8 @@ def _pairs_in_runs(
         prev = first[i]
         if k == run.size:
             longer = np.empty(2 * run.size, dtype=run.dtype)
-            longer[:k] = run[:k]
+            for j in range(k):  # not a slice assignment: quicker to compile
+                longer[j] = run[j]
             run = longer
         run[k] = second[i]
         k += 1
@@ -233,7 +267,7 @@ def _pairs_by_code(
             counts[2, c] = v
             counts[3, c] += 1
         if table[a] & 2:
-            sampled = _kept(sampled, n, v, c)
+            sampled = _kept(sampled, n, v, np.int64(c))  # as _pairs_in_runs: one compile
             n += 1
     state[0], state[1], state[2] = prev, started, n
     return 0, sampled

@@ -250,3 +250,44 @@ def test_the_streamed_edge_totals_are_duckdbs(order: str, parts: int) -> None:
     }
     assert near == (neighbours if order == "PMID order" else None)
     con.close()
+
+
+@pytest.mark.parametrize("k", [0, 1, 5, 64, 65, 300])
+def test_a_run_is_sorted_and_its_distinct_values_counted(k: int) -> None:
+    # a run longer than 64 is heap-sorted, a shorter one insertion-sorted: both leave it
+    # ascending and count its distinct values (each value twice, descending, then a tail
+    # left as it was)
+    from kg_platform.graph import scans
+
+    values = [v // 2 for v in range(k - 1, -1, -1)]
+    run = np.array([*values, 7, -3], dtype=np.int64)
+    assert scans.distinct_in_run(run, k) == len(set(values)) == (k + 1) // 2
+    assert run[:k].tolist() == sorted(values)
+    assert run[k:].tolist() == [7, -3]
+
+
+def test_the_streamed_passes_grow_their_run_and_sampled_rows() -> None:
+    # one citing PMID with 3,000 rows (a run past its first 1,024) and every row sampled
+    # (past the first 256 kept rows); MeSH rows of one PMID past 256 sampled ones: the rows
+    # kept are the rows read, in order
+    import pyarrow as pa
+
+    from kg_platform.graph import scans
+
+    keep = np.arange(1, 3002, dtype=np.int64)
+    members = scans.Members.of(keep, np.array([1], dtype=np.int64))
+    cited = [2 + (i * 7) % 1500 for i in range(3000)]  # 1,500 distinct, each twice
+    batch = pa.record_batch(
+        [pa.array([1] * 3000, pa.int64()), pa.array(cited, pa.int64())], names=["a", "b"]
+    )
+    count = scans.PairCount(members)
+    assert count.add(batch.slice(0, 1000)) and count.add(batch.slice(1000))
+    assert count.result() == (3000, 3000, 1500)
+    assert count.sampled_rows().tolist() == [[1, c] for c in cited]
+    codes = np.array([i % 300 for i in range(600)], dtype=np.int32)
+    flags = np.array([i % 3 == 0 for i in range(600)], dtype=np.bool_)
+    heads = scans.CodePairCount(members, 300)
+    assert heads.add(pa.array([1] * 600, pa.int64()), codes, flags)
+    assert heads.sampled_rows().tolist() == [[1, c] for c in codes.tolist()]
+    assert int(heads.pairs.sum()) == 300
+    assert int(heads.flagged.sum()) == 100  # the codes 0, 3, ..., 297 have a flagged row
