@@ -13,8 +13,10 @@ as written, is decided from MeSH's own facts about each term (``vocabulary``).
 from __future__ import annotations
 
 import copy
+import gc
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
@@ -22,7 +24,12 @@ import numpy as np
 
 from kg_platform.grounding.common_words import COMMON_WORD_GUARD
 from kg_platform.grounding.morphology import derived_forms
-from kg_platform.grounding.orthography import ORTHOGRAPHY_TRIGGERS, americanise, spell_greek
+from kg_platform.grounding.orthography import (
+    ORTHOGRAPHY_CANDIDATES,
+    ORTHOGRAPHY_TRIGGERS,
+    americanise,
+    spell_greek,
+)
 from kg_platform.text.normalise import normalise
 from kg_platform.text.vocabulary import (
     ABBREVIATION_TAGS,
@@ -81,6 +88,18 @@ class Grounding:
         return self.end - self.start
 
 
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """The cyclic garbage collector off while many acyclic objects are made, then as it was."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
 def surface_key(normalised_term: str) -> str:
     """The lookup key of a surface: normalised text with the orthography rules applied."""
     return americanise(normalised_term)
@@ -119,9 +138,9 @@ def build_surface_table(
     if unknown:
         raise ValueError(f"MeSH terms table: unknown term kinds {sorted(unknown)}")
     terms = usable_terms(terms, rules)
-    # the rules only touch terms holding a trigger (polars would evaluate both branches of a
-    # when/then, so the few that need Python are split off and mapped alone)
-    needs_rules = pl.col("normalised").str.contains(ORTHOGRAPHY_TRIGGERS)
+    # the rules change only terms where a rule's pattern matches: those few are mapped
+    # through Python alone. The rows stay in the order of the needle split (the terms without
+    # a needle, then those with one), which the sort below keeps among equal (key, rank, ui).
     kind_rank = pl.col("kind").replace_strict(KIND_PRIORITY, return_dtype=pl.Int8)
     if rules.clash_by_concept:
         # 0..3 within a kind: preferred concept first, then its concept's preferred term
@@ -137,12 +156,18 @@ def build_surface_table(
         else pl.lit(False)
     ).alias("as_written")
     columns = ["ui", "term", "kind", rank, as_written, "preferred_concept"]
-    plain = terms.filter(~needs_rules).select(pl.col("normalised").alias("key"), *columns)
-    ruled = terms.filter(needs_rules).select(
-        pl.col("normalised").map_elements(surface_key, return_dtype=pl.Utf8).alias("key"),
-        *columns,
+    has_needle = pl.col("normalised").str.contains(ORTHOGRAPHY_TRIGGERS)
+    ordered = pl.concat([terms.filter(~has_needle), terms.filter(has_needle)])
+    keys = ordered["normalised"]
+    ruled = keys.str.contains(ORTHOGRAPHY_CANDIDATES).arg_true()
+    if ruled.len():
+        americanised = [surface_key(k) for k in keys.gather(ruled).to_list()]
+        keys = keys.scatter(ruled, pl.Series(americanised, dtype=pl.Utf8))
+    keyed = (
+        ordered.with_columns(keys.alias("normalised"))
+        .select(pl.col("normalised").alias("key"), *columns)
+        .filter(pl.col("key").str.len_chars() > 0)
     )
-    keyed = pl.concat([plain, ruled]).filter(pl.col("key").str.len_chars() > 0)
     keyed = pl.concat([keyed, derived_surfaces(keyed)])
     return (
         keyed.sort(["key", "rank", "ui"])
@@ -306,8 +331,12 @@ class Grounder:
         )
         columns = (surfaces["ui"].to_list(), surfaces["term"].to_list(), surfaces["kind"].to_list())
         entries = map(SurfaceEntry._make, zip(*columns, as_written, strict=True))
-        self._index = dict(zip(keys, entries, strict=True))
-        longest = max((k.count(" ") + 1 for k in keys), default=1)
+        # ~800k tuples: the cyclic collector would walk the whole heap every few thousand of
+        # them (4x the time); tuples of strings make no cycles
+        with gc_paused():
+            self._index = dict(zip(keys, entries, strict=True))
+        spaces = surfaces["key"].str.count_matches(" ", literal=True).max()
+        longest = 1 if spaces is None else int(spaces) + 1  # type: ignore[arg-type]
         self.max_span_words = min(max_span_words, longest)
         self.names = dict(names)
 

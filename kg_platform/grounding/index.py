@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 
 import polars as pl
 
@@ -22,11 +23,15 @@ from kg_platform.grounding.surface_index import (
     index_sections,
     read_header,
     round_trip_mismatches,
+    surface_hashes,
     write_index,
 )
 from kg_platform.storage.grounding import MANIFEST_KEY, SURFACES_KEY
 from kg_platform.storage.lake import Lake
 from kg_platform.storage.mesh import read_mesh
+
+if TYPE_CHECKING:
+    import numpy as np
 
 # questions made from every SAMPLE_EVERY-th surface for the same-groundings check
 SAMPLE_EVERY = 500
@@ -52,7 +57,8 @@ def build_grounding_index(lake: Lake) -> tuple[GroundingIndexStats, list[CheckOu
     surfaces = build_surface_table(terms)
     by_kind = dict(surfaces.group_by("kind").len().sort("kind").iter_rows())
     lake.write_parquet(SURFACES_KEY, surfaces.to_arrow())
-    sections, fields = index_sections(surfaces, frames["descriptors"], frames["tree"])
+    hashes = surface_hashes(surfaces["key"])  # once: the index sorts by them, the check finds
+    sections, fields = index_sections(surfaces, frames["descriptors"], frames["tree"], hashes)
     size = write_index(lake, INDEX_KEY, sections, fields)
     stats = GroundingIndexStats(
         terms=terms.height,
@@ -65,7 +71,7 @@ def build_grounding_index(lake: Lake) -> tuple[GroundingIndexStats, list[CheckOu
     )
     checks = [
         surfaces_mapped(surfaces, frames["descriptors"]),
-        *index_checks(lake, surfaces, frames["descriptors"]),
+        *index_checks(lake, surfaces, frames["descriptors"], hashes),
     ]
     manifest = {**asdict(stats), "files": published_files(lake, surfaces.height)}
     lake.write_bytes(MANIFEST_KEY, json.dumps(manifest, indent=1).encode())
@@ -195,7 +201,10 @@ def same_groundings(index_grounder: Grounder, table_grounder: Grounder, question
 
 
 def index_checks(
-    lake: Lake, surfaces: pl.DataFrame, descriptors: pl.DataFrame
+    lake: Lake,
+    surfaces: pl.DataFrame,
+    descriptors: pl.DataFrame,
+    hashes: np.ndarray | None = None,
 ) -> list[CheckOutcome]:
     """``index_round_trips``: the file hashes to its header and every surface of the table
     comes back from it (and nothing else); ``index_grounds_as_table``: a grounder over the
@@ -209,9 +218,9 @@ def index_checks(
             CheckOutcome("index_round_trips", False, str(error)),
             CheckOutcome("index_grounds_as_table", False, str(error)),
         ]
-    problems = round_trip_mismatches(index, surfaces)
+    problems = round_trip_mismatches(index, surfaces, hashes)
     names = dict(zip(descriptors["ui"].to_list(), descriptors["name"].to_list(), strict=True))
-    if dict(index.names.items()) != names:
+    if index.names_dict() != names:
         problems.append("descriptor names differ from mesh/descriptors")
     round_trip = CheckOutcome(
         "index_round_trips",

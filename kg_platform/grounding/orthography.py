@@ -67,6 +67,13 @@ _COMPILED = tuple((r.needle, re.compile(r.pattern), r.replacement) for r in ORTH
 # Cheap pre-filter over a whole text: most need no rule at all.
 ORTHOGRAPHY_TRIGGERS = "|".join(sorted({re.escape(r.needle) for r in ORTHOGRAPHY_RULES}))
 _TRIGGERS = re.compile(ORTHOGRAPHY_TRIGGERS)
+# The texts some rule may change, as one regex that Polars (Rust regex, no look-around) runs
+# over a whole column: every rule's own pattern with its lookbehind dropped, which matches
+# wherever the pattern does (a superset). A text it does not match is left as it is by
+# ``americanise``; the needles alone let through every term with "is" in it (1 in 6).
+ORTHOGRAPHY_CANDIDATES = "|".join(
+    f"(?:{re.sub(r'[(][?]<[=!][^)]*[)]', '', r.pattern)})" for r in ORTHOGRAPHY_RULES
+)
 
 
 # Greek letters carry meaning in gene and protein names ("β-catenin" is beta Catenin), but

@@ -22,6 +22,8 @@ from kg_platform.grounding.surface_index import (
     SurfaceIndex,
     index_sections,
     round_trip_mismatches,
+    surface_hash,
+    surface_hashes,
     write_index,
 )
 from kg_platform.storage.lake import Lake
@@ -94,6 +96,7 @@ def test_names_are_the_descriptor_table(index: SurfaceIndex, mesh_frames) -> Non
     descriptors = mesh_frames["descriptors"]
     expected = dict(zip(descriptors["ui"].to_list(), descriptors["name"].to_list(), strict=True))
     assert dict(index.names.items()) == expected
+    assert index.names_dict() == expected
     assert index.names.get("D999999") is None
 
 
@@ -217,3 +220,23 @@ def test_corrupt_index_names_the_object(index_lake: Lake, tmp_path: Path) -> Non
     path.write_bytes(bytes(data))
     with pytest.raises(GroundingIndexError, match=rf"^{path}: content does not match"):
         SurfaceIndex.open_file(str(path)).verify()
+
+
+def test_column_hashes_are_the_question_paths(surfaces: pl.DataFrame) -> None:
+    """``surface_hashes`` (the index build's, a column at a time) is ``surface_hash`` (what a
+    question's lookup computes) for every surface key, and for keys outside ASCII."""
+    keys = surfaces["key"].to_list()
+    assert surface_hashes(surfaces["key"]).tolist() == [surface_hash(k) for k in keys]
+    odd = ["", "é", "a b", "\u00df"]
+    assert surface_hashes(pl.Series(odd)).tolist() == [surface_hash(k) for k in odd]
+    assert surface_hash("breast neoplasms") == 9896193548380787629
+
+
+@pytest.mark.parametrize("strings", [[], ["", "é b", "a"], ["x", "x", "x"]])
+def test_packed_column_is_packed_strings(strings: list[str]) -> None:
+    """The index build packs a column's Arrow bytes as ``_pack`` packs Python strings."""
+    from kg_platform.grounding.surface_index import _pack, _pack_column
+
+    column = _pack_column(pl.Series(strings, dtype=pl.Utf8))
+    listed = _pack(strings)
+    assert [(a.dtype, a.tolist()) for a in column] == [(a.dtype, a.tolist()) for a in listed]

@@ -6,7 +6,13 @@ import polars as pl
 import pyarrow as pa
 
 from kg_platform.mesh.checks import check_mesh_build, recount_source
-from kg_platform.mesh.tables import MESH_TABLE_NAMES, MIN_SCR_ALIAS_CHARS, deinvert
+from kg_platform.mesh.tables import (
+    MESH_TABLE_NAMES,
+    MIN_SCR_ALIAS_CHARS,
+    _with_normalised,
+    deinvert,
+    normalised_column,
+)
 from kg_platform.schemas import MESH_TABLES
 from kg_platform.text.normalise import normalise
 
@@ -101,6 +107,29 @@ def test_descriptors_without_trees(reference_frames):
 def test_normalised_is_the_grounders_normalise(reference_frames):
     sample = reference_frames["terms"].gather_every(997)
     assert sample["normalised"].to_list() == [normalise(t) for t in sample["term"].to_list()]
+
+
+def test_vectorised_normalise_is_normalise_on_every_term(reference_frames):
+    """The Polars form of ``normalise`` (ASCII text) gives what ``normalise`` gives for every
+    term and supplementary alias of the reference MeSH; other text is left to ``normalise``."""
+    texts = pl.concat(
+        [reference_frames["terms"]["term"], reference_frames["scr_aliases"]["surface"]]
+    ).unique()
+    edge = ["  Tab\tand, Comma--", "Ångström", "ß-Lactam", "", "...", "A  B", "Été (Summer)"]
+    frame = pl.DataFrame({"text": [*texts.to_list(), *edge]})
+    vectorised = frame.select(normalised_column(pl.col("text"))).to_series().to_list()
+    texts_list = frame["text"].to_list()
+    ascii_only = [v for t, v in zip(texts_list, vectorised, strict=True) if t.isascii()]
+    assert None not in ascii_only
+    assert [v for t, v in zip(texts_list, vectorised, strict=True) if not t.isascii()] == [None] * (
+        sum(not t.isascii() for t in texts_list)
+    )
+    assert [v for v in vectorised if v is not None] == [
+        normalise(t) for t in texts_list if t.isascii()
+    ]
+    joined = _with_normalised(frame, "text")
+    assert joined["normalised"].to_list() == [normalise(t) for t in texts_list]
+    assert normalise("Été (Summer)") == "ete summer"
 
 
 def test_deinversion_rule(reference_build, reference_frames):
