@@ -19,12 +19,15 @@ storage (Postgres under ``kg workers``) is used as it is.
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from contextlib import contextmanager
 from typing import Any
 
 import dagster as dg
 import yaml
+from dagster._core.event_api import EventLogEntry
+from dagster._core.events import ASSET_CHECK_EVENTS
 from dagster._core.instance.ref import InstanceRef
 from dagster._core.storage.base_storage import DagsterStorage
 from dagster._core.storage.event_log.sqlite.sqlite_event_log import (
@@ -56,7 +59,11 @@ class KeptEngineSqliteEventLogStorage(SqliteEventLogStorage):
 
     def __init__(self, base_dir: str, inst_data: ConfigurableClassData | None = None):
         self._engines: OrderedDict[str, Engine] = OrderedDict()
+        self._tables: set[str] = set()  # tables of the index known to exist
+        self._held = threading.local()  # the index connection one event's writes share
         super().__init__(base_dir, inst_data=inst_data)
+        # re-entrant: the run shard's write takes the lock inside an event's held index
+        self._db_lock = threading.RLock()
 
     @classmethod
     def from_config_value(cls, inst_data, config_value):
@@ -85,8 +92,42 @@ class KeptEngineSqliteEventLogStorage(SqliteEventLogStorage):
 
     @contextmanager
     def _connect(self, shard: str):
+        held = getattr(self._held, "index", None) if shard == INDEX_SHARD_NAME else None
+        if held is not None:
+            yield held  # inside store_event of a check event: its one transaction
+            return
         with self._db_lock, self._engine(shard).connect() as conn, conn.begin():
             yield conn
+
+    def store_event(self, event: EventLogEntry) -> None:
+        """Dagster's store_event. A check event's writes to the index (the event's copy,
+        then its row of asset_check_executions: an evaluation, or the rows a planned one
+        opens) share one transaction, committed once, where Dagster commits each; its run
+        shard's copy is written first, in its own, as Dagster does."""
+        if event.dagster_event_type not in ASSET_CHECK_EVENTS:
+            super().store_event(event)
+            return
+        with self._connect(INDEX_SHARD_NAME) as conn:
+            self._held.index = conn
+            try:
+                super().store_event(event)
+            finally:
+                self._held.index = None
+
+    def has_table(self, table_name: str) -> bool:
+        """Dagster's has_table on the index's kept engine (Dagster makes an engine for each
+        call, and asks at every check evaluation); a table found is not asked for again."""
+        if table_name in self._tables:
+            return True
+        held = getattr(self._held, "index", None)
+        if held is not None:
+            found = bool(held.dialect.has_table(held, table_name))
+        else:
+            with self._db_lock, self._engine(INDEX_SHARD_NAME).connect() as conn:
+                found = bool(conn.dialect.has_table(conn, table_name))
+        if found:
+            self._tables.add(table_name)
+        return found
 
 
 class _KeptEngine:

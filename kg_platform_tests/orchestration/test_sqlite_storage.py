@@ -138,3 +138,87 @@ def test_engines_are_kept_for_the_last_run_shards_and_made_again_after_a_wipe(
         assert conn.exec_driver_sql("SELECT count(*) FROM event_logs").scalar() == 0
     assert storage._engines[shards[-1]] is not kept
     assert (tmp_path / "runs" / f"{shards[-1]}.db").exists()
+
+
+@dg.asset(
+    partitions_def=LETTERS,
+    check_specs=[
+        dg.AssetCheckSpec("is_a", asset="checked", partitions_def=LETTERS, blocking=True),
+        dg.AssetCheckSpec("lower", asset="checked", partitions_def=LETTERS),
+    ],
+)
+def checked(context) -> dg.MaterializeResult:
+    letter = context.partition_key
+    return dg.MaterializeResult(
+        metadata={"letter": letter},
+        check_results=[
+            dg.AssetCheckResult(check_name="is_a", passed=letter == "a"),
+            dg.AssetCheckResult(check_name="lower", passed=letter.islower()),
+        ],
+    )
+
+
+def check_rows(instance: dg.DagsterInstance) -> list[tuple]:
+    """Each check's executions as the UI reads them: partition, status, the storage id of
+    the evaluation event and of the materialisation it judged."""
+    storage = instance.event_log_storage
+    rows = []
+    for name in ("is_a", "lower"):
+        key = dg.AssetCheckKey(checked.key, name)
+        for record in storage.get_asset_check_execution_history(key, limit=10):
+            evaluation = record.event.dagster_event.event_specific_data
+            target = evaluation.target_materialization_data
+            rows.append(
+                (name, record.partition, record.status.value, evaluation.passed, target.run_id)
+            )
+    return sorted(rows)
+
+
+def test_check_events_are_stored_as_dagster_stores_them_with_one_index_commit_each(tmp_path):
+    from sqlalchemy import event
+    from sqlalchemy.engine import Engine
+
+    commits: list[int] = []
+
+    def count(conn) -> None:
+        commits.append(1)
+
+    seen = {}
+    event.listen(Engine, "commit", count)
+    try:
+        for ours in (False, True):
+            folder = home(tmp_path / f"home-{ours}")
+            if not ours:  # Dagster's own storage: what this one must store
+                text = (folder / "dagster.yaml").read_text().replace(INSTANCE_CLASS, "")
+                (folder / "dagster.yaml").write_text(text)
+            with dg.DagsterInstance.from_config(str(folder)) as instance:
+                assert (type(instance) is KgInstance) is ours
+                runs, per_run = [], []
+                for letter in ("a", "b"):
+                    before = len(commits)
+                    runs.append(
+                        dg.materialize(
+                            [checked], instance=instance, partition_key=letter, raise_on_error=False
+                        )
+                    )
+                    per_run.append(len(commits) - before)
+                assert check_rows(instance) == [
+                    ("is_a", "a", "SUCCEEDED", True, runs[0].run_id),
+                    ("is_a", "b", "FAILED", False, runs[1].run_id),
+                    ("lower", "a", "SUCCEEDED", True, runs[0].run_id),
+                    ("lower", "b", "SUCCEEDED", True, runs[1].run_id),
+                ]
+                evaluations = [
+                    e for e in runs[1].all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"
+                ]
+                seen[ours] = (per_run, len(evaluations))
+                if ours:  # the tables Dagster asks for before it writes, each found once
+                    assert "asset_check_executions" in instance.event_log_storage._tables
+    finally:
+        event.remove(Engine, "commit", count)
+    (dagsters, n_evaluations), (ours, n) = seen[False], seen[True]
+    # two checks a run, each planned (at the run's start) then evaluated: four check
+    # events, each one commit of the index less (Dagster commits its copy of the event,
+    # then its check row)
+    assert n_evaluations == n == 2
+    assert [d - o for d, o in zip(dagsters, ours, strict=True)] == [4, 4]
