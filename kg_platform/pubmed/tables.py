@@ -198,11 +198,32 @@ _VERSION_BITS = 23
 
 def orphan_keys(frames: dict) -> dict[str, int]:
     """Per table with rows of records (all but articles and deletions), the distinct
-    (pmid, version) of its rows that no article has: the anti-join on the articles' keys
-    first, then the distinct keys of the (usually no) rows it leaves. Each key is one
-    integer when every table's keys fit (:data:`_VERSION_BITS`) and none is null, else
-    the two columns."""
+    (pmid, version) of its rows that no article has. A parsed file's tables are in
+    (pmid, version) order: each key is then one integer (:data:`_VERSION_BITS`), a
+    table's distinct keys are where its sorted integers change, and each is looked up in
+    the articles' sorted integers by binary search (:func:`_sorted_keys`). Else (a table
+    out of order, a null, a key too large to pack) the anti-join on the articles' keys
+    first, then the distinct keys of the (usually no) rows it leaves, each key one integer
+    when every table's keys fit, else the two columns."""
+    import numpy as np
     import polars as pl
+
+    ordered = {
+        name: _sorted_keys(frame, "citing_pmid" if name == "citations" else "pmid")
+        for name, frame in frames.items()
+        if name != "deletions"
+    }
+    if all(keys is not None for keys in ordered.values()):
+        known = ordered.pop("articles")
+        missing = {}
+        for name, keys in ordered.items():
+            distinct = keys[np.concatenate(([True], keys[1:] != keys[:-1]))] if len(keys) else keys
+            if len(known) == 0:
+                missing[name] = len(distinct)
+                continue
+            at = np.minimum(np.searchsorted(known, distinct), len(known) - 1)
+            missing[name] = int(len(distinct) - np.count_nonzero(known[at] == distinct))
+        return missing
 
     tables = {
         name: frame.select(
@@ -220,6 +241,29 @@ def orphan_keys(frames: dict) -> dict[str, int]:
     return {
         name: keys.join(known, on=on, how="anti").unique().height for name, keys in tables.items()
     }
+
+
+def _sorted_keys(frame, pmid: str):
+    """The (``pmid``, version) keys of ``frame`` as integers (:data:`_VERSION_BITS`, in
+    the order of the pairs), when none is null, every one fits and they are in order; else
+    None."""
+    import numpy as np
+
+    if frame.height == 0:
+        return np.empty(0, dtype=np.int64)
+    pmids, versions = frame[pmid], frame["version"]
+    if pmids.null_count() or versions.null_count():
+        return None
+    pmids, versions = pmids.to_numpy(), versions.to_numpy()
+    if not (
+        pmids.min() > -(1 << 39)
+        and pmids.max() < 1 << 39
+        and versions.min() >= 0
+        and versions.max() < 1 << _VERSION_BITS
+    ):
+        return None
+    keys = pmids.astype(np.int64) * (1 << _VERSION_BITS) + versions.astype(np.int64)
+    return keys if bool(np.all(keys[1:] >= keys[:-1])) else None
 
 
 def _packable(keys) -> bool:

@@ -401,3 +401,61 @@ def test_orphan_keys_beyond_one_integer_are_counted_on_both_columns() -> None:
         "chemicals": 0,
         "pubtypes": 1,
     }
+
+
+@pytest.mark.parametrize(
+    ("articles", "edges", "expected"),
+    [
+        # in (pmid, version) order, as a parse writes them: orphans before the first
+        # article, between two, after the last, a version no article has, repeated rows
+        ([(2, 1), (4, 1), (4, 2), (9, 1)], [(1, 1), (2, 1), (2, 1), (3, 1), (3, 1), (4, 3)], 3),
+        ([(2, 1), (4, 1)], [(2, 1), (4, 1), (4, 1), (10, 1), (11, 1)], 2),
+        ([(2, 1)], [(2, 1), (2, 1)], 0),
+        ([], [(1, 1), (1, 1), (2, 1)], 2),
+        ([(1, 1)], [], 0),
+        # out of order (the anti-join): the same counts
+        ([(4, 1), (2, 1)], [(11, 1), (2, 1), (10, 1), (4, 1), (4, 1)], 2),
+        ([(2, 1), (4, 1)], [(3, 1), (1, 1), (3, 1)], 2),
+        # a negative pmid packs in order too (the schema check fails it, not this count)
+        ([(-5, 1), (2, 1)], [(-5, 1), (-5, 2), (2, 1)], 1),
+    ],
+)
+def test_orphan_keys_are_the_distinct_keys_an_anti_join_leaves(articles, edges, expected) -> None:
+    import polars as pl
+    import pyarrow as pa
+
+    from kg_platform.pubmed.tables import orphan_keys
+    from kg_platform.schemas import ARROW_SCHEMAS
+
+    def frame(name: str, rows: list[dict]) -> pl.DataFrame:
+        return pl.from_arrow(pa.Table.from_pylist(rows, schema=ARROW_SCHEMAS[name]))
+
+    frames = {name: frame(name, []) for name in ARROW_SCHEMAS}
+    frames["articles"] = frame(
+        "articles", [{"pmid": p, "version": v, "file": "f"} for p, v in articles]
+    )
+    frames["mesh_edges"] = frame(
+        "mesh_edges",
+        [
+            {"pmid": p, "version": v, "descriptor_ui": "D1", "descriptor_major": False}
+            for p, v in edges
+        ],
+    )
+    frames["citations"] = frame(
+        "citations", [{"citing_pmid": p, "version": v, "cited_pmid": 7} for p, v in edges]
+    )
+    anti_join = (
+        frames["mesh_edges"]
+        .select("pmid", "version")
+        .join(frames["articles"].select("pmid", "version"), on=["pmid", "version"], how="anti")
+        .unique()
+        .height
+    )
+    assert orphan_keys(frames) == {
+        "mesh_edges": expected,
+        "citations": expected,
+        "corrections": 0,
+        "chemicals": 0,
+        "pubtypes": 0,
+    }
+    assert anti_join == expected
