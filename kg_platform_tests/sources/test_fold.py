@@ -389,3 +389,36 @@ def test_pmid_map_dense_and_sorted_fallback() -> None:
     assert PmidMap(np.array([], dtype=np.int64), np.array([], dtype=np.int64)).get(
         np.array([1])
     ).tolist() == [0]
+
+
+def test_a_range_s_survivors_by_pmid_and_by_binary_search(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A range's task keeps a row when its PMID is inside the range and its (PMID, version,
+    file) is a survivor's: looked up in arrays indexed by PMID, or by binary search when the
+    range is wider than DENSE_RANGE_PMIDS; the same rows either way."""
+    from kg_platform.pubmed.fold import full
+
+    survivors = full._Survivors(
+        {
+            "pmid": np.array([3, 10, 11, 12, 20, 40], dtype=np.int64),
+            "version": np.array([1, 2, 1, 1, 1, 1], dtype=np.int32),
+            "file_ord": np.array([0, 1, 1, 0, 1, 1], dtype=np.int32),
+        }
+    )
+    # file 1's rows: 10 v2 and 11 v1 are its survivors; 10 v1 is an older version, 12 is
+    # file 0's, 13 no survivor's, -1 a null PMID, 3 and 40 outside [10, 20]
+    pmids = np.array([3, 10, 10, 11, 12, 13, 20, -1, 40], dtype=np.int64)
+    versions = np.array([1, 1, 2, 1, 1, 1, 1, 1, 1], dtype=np.int32)
+    kept = [False, False, True, True, False, False, True, False, False]
+    inside = np.array([10, 11, 12, 20], dtype=np.int64)
+    for dense in (True, False):
+        monkeypatch.setattr(full, "DENSE_RANGE_PMIDS", 11 if dense else 10)
+        ranged = survivors.within(10, 20)
+        assert ranged.dense is dense
+        assert ranged.kept(pmids, versions, 1).tolist() == kept
+        # a file wholly inside the range
+        assert ranged.kept(inside, np.ones(4, np.int32), 1).tolist() == [False, True, False, True]
+        assert ranged.kept(inside, np.ones(4, np.int32), 0).tolist() == [False, False, True, False]
+    # a range holding no survivor
+    assert not survivors.within(21, 39).kept(pmids, versions, 1).any()

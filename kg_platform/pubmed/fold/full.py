@@ -45,6 +45,10 @@ from kg_platform.storage.lake import Lake
 # the cores (whole buckets, at least one), so the sorts at work at once hold about one such
 # range together, whatever the cores.
 FOLD_RANGE_RECORDS = 1_000_000
+# the corpus tables of a few short columns and under one row per article, whose (range,
+# table) tasks take a fraction of the others' time (pubtypes, the longest of them, about a
+# seventh of the articles'), largest first: the fold runs them after every other task
+SHORT_TABLES = ("pubtypes", "chemicals", "corrections")
 
 
 def connect(
@@ -199,17 +203,72 @@ class _Survivors:
         # a masked array holds a null, which no row's key equals (the join drops it)
         self.usable = not any(np.ma.isMaskedArray(columns[c]) for c in columns)
 
-    def kept(self, pmids: np.ndarray, versions: np.ndarray, file_ord: int) -> np.ndarray:
-        """Which rows (their PMIDs and versions, from the file at ``file_ord``) are a
-        survivor's: the rows the fold's join keeps."""
-        if not len(self.pmid):
-            return np.zeros(len(pmids), dtype=bool)
-        at = np.searchsorted(self.pmid, pmids).clip(max=len(self.pmid) - 1)
-        return (
-            (self.pmid[at] == pmids)
-            & (self.file_ord[at] == file_ord)
-            & (self.version[at] == versions)
+    def within(self, lo: int, hi: int) -> _RangeSurvivors:
+        """The survivors with PMIDs in [lo, hi], for the lookups of one range's task."""
+        start = int(np.searchsorted(self.pmid, lo, side="left"))
+        stop = int(np.searchsorted(self.pmid, hi, side="right"))
+        return _RangeSurvivors(
+            lo, hi, self.pmid[start:stop], self.version[start:stop], self.file_ord[start:stop]
         )
+
+
+def _sorted_kept(
+    pmid: np.ndarray,
+    version: np.ndarray,
+    file_ord: np.ndarray,
+    pmids: np.ndarray,
+    versions: np.ndarray,
+    ord_: int,
+) -> np.ndarray:
+    """Which of the rows (``pmids``, ``versions``, of the file at ``ord_``) have a key among
+    the sorted survivors' keys (``pmid``, ``version``, ``file_ord``)."""
+    if not len(pmid):
+        return np.zeros(len(pmids), dtype=bool)
+    at = np.searchsorted(pmid, pmids).clip(max=len(pmid) - 1)
+    return (pmid[at] == pmids) & (file_ord[at] == ord_) & (version[at] == versions)
+
+
+# the widest PMID range whose survivors a task spreads into arrays indexed by PMID (5 bytes a
+# PMID: 10 MB); a wider range (sparse PMIDs) looks its rows up by binary search instead
+DENSE_RANGE_PMIDS = 2_000_000
+
+
+class _RangeSurvivors:
+    """The survivors of one range [lo, hi]: a row's key looked up by PMID in arrays indexed
+    by PMID - lo (one gather from arrays of a few MB, where a binary search over every
+    survivor of the release costs a cache miss a step), or by binary search over the
+    range's own survivors when the range is too wide (DENSE_RANGE_PMIDS)."""
+
+    def __init__(
+        self, lo: int, hi: int, pmid: np.ndarray, version: np.ndarray, file_ord: np.ndarray
+    ) -> None:
+        self.lo, self.hi = lo, hi
+        self.pmid, self.version, self.file_ord = pmid, version, file_ord
+        self.dense = hi - lo + 1 <= DENSE_RANGE_PMIDS
+        if self.dense:
+            at = pmid - lo
+            # -1: no survivor at this PMID (no file's place in the fold order is negative)
+            self.ord_by_pmid = np.full(hi - lo + 1, -1, dtype=np.int32)
+            self.ord_by_pmid[at] = file_ord
+            self.version_by_pmid = np.zeros(hi - lo + 1, dtype=version.dtype)
+            self.version_by_pmid[at] = version
+
+    def kept(self, pmids: np.ndarray, versions: np.ndarray, file_ord: int) -> np.ndarray:
+        """Which rows (their PMIDs and versions, from the file at ``file_ord``) are in [lo,
+        hi] and a survivor's: the rows the range query's join and bounds keep."""
+        inside = (pmids >= self.lo) & (pmids <= self.hi)
+        if not self.dense:
+            return inside & _sorted_kept(
+                self.pmid, self.version, self.file_ord, pmids, versions, file_ord
+            )
+        if inside.all():  # the usual case: a file inside the range, no mask to apply
+            at = pmids - self.lo
+            return (self.ord_by_pmid[at] == file_ord) & (self.version_by_pmid[at] == versions)
+        at = pmids[inside] - self.lo
+        found = self.ord_by_pmid[at] == file_ord
+        found &= self.version_by_pmid[at] == versions[inside]
+        inside[inside] = found
+        return inside
 
 
 def _column(table: pa.Table, name: str) -> np.ndarray:
@@ -245,7 +304,7 @@ def _streamed_rows(
     columns; False, with nothing written, when one does not hold (the caller runs the
     query). One file's rows are held at a time."""
     pmid_col = CORPUS_TABLES[table]
-    lo, hi = bounds
+    ranged = survivors.within(*bounds)
     plan: list[tuple[str, np.ndarray, int, int]] = []
     for file_ord, name in files:
         with _parquet(lake, table_key(table, name)) as f:
@@ -256,8 +315,7 @@ def _streamed_rows(
                 return False
             keys = handle.read(columns=[pmid_col, "version"], use_threads=False)
         pmids = _column(keys, pmid_col)
-        keep = (pmids >= lo) & (pmids <= hi)
-        keep &= survivors.kept(pmids, _column(keys, "version"), file_ord)
+        keep = ranged.kept(pmids, _column(keys, "version"), file_ord)
         rows = pmids[keep]
         if not len(rows):
             continue
@@ -356,7 +414,11 @@ def _write_tables(
         done.dangling = getattr(writer, "dangling", 0)
         return done
 
-    tasks = [(table, buckets) for buckets in ranges for table in CORPUS_TABLES]
+    # every range's long tasks first, range by range, then the short ones (SHORT_TABLES):
+    # the threads end sharing out short tasks, not one thread finishing a range's citations
+    # alone while the other waits
+    tasks = [(t, buckets) for buckets in ranges for t in CORPUS_TABLES if t not in SHORT_TABLES]
+    tasks += [(t, buckets) for t in SHORT_TABLES for buckets in ranges]
     with ThreadPoolExecutor(max_workers=min(usable_cores(), max(1, len(tasks)))) as pool:
         written = [pool.submit(write, table, buckets) for table, buckets in tasks]
         return [(table, f.result()) for (table, _), f in zip(tasks, written, strict=True)]
