@@ -127,4 +127,6 @@ def _check(check: Any):
     pattern = kwargs["pattern"]
     pattern = getattr(pattern, "pattern", pattern)
     anchored = pattern if pattern.startswith("^") else f"^{pattern}"
-    return lambda col: col.str.contains(anchored)
+    # on the column's distinct values: every value matches when each distinct one does
+    # (a column of MeSH UIs repeats a few thousand values over 260,000 rows)
+    return lambda col: col.unique().str.contains(anchored)
