@@ -99,10 +99,14 @@ def main() -> None:
     parser.add_argument("--cores", choices=("1", "all"), default="1")
     parser.add_argument(
         "--mesh-source",
-        default=os.path.join(os.environ.get("KG_REFERENCE_DATA", "/work/shared/data"), "mesh"),
+        help="a MeSH release folder (default: the reference data's mesh/, KG_REFERENCE_DATA)",
     )
     parser.add_argument("--scratch", default=tempfile.gettempdir())
     args = parser.parse_args()
+    if not args.mesh_source:
+        from kg_platform.settings import reference_data_dir
+
+        args.mesh_source = str(reference_data_dir() / "mesh")
     checkouts = {"this": REPO}
     if args.reference:
         checkouts["reference"] = os.path.abspath(args.reference)

@@ -83,6 +83,7 @@ SMOKE: dict[str, list[str] | str] = {
     "fold_phases.py": ["--lake", "{updated}", "--work", "{work}/fold-phases"],
     "fold_sample_check.py": ["--lake", "{updated}", "--release", "{release}", "--rounds", "1"],
     "graph.py": ["--articles", "3000", "--citations", "30000", "--mesh-edges", "27000"],
+    "mesh_grounding.py": ["--rounds", "1", "--reference", "{repo}", "--scratch", "{work}"],
     "graph_phases.py": ["--lake", "{updated}", "--release", "{release}", "--mesh-year"]
     + ["{mesh_year}", "--phases", "build,invariants,patch,update_recount", "--previous"]
     + ["published", "--reference", "{repo}"],
