@@ -19,11 +19,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from kg_platform.checks import CheckOutcome
-from kg_platform.pubmed.fold.base import CHILD_TABLES, FoldResult, PmidSet, table_key
+from kg_platform.pubmed.fold.base import CHILD_TABLES, FoldResult, PmidSet
 from kg_platform.pubmed.fold.full import connect, fold_tables, rows_query, run_sql
 from kg_platform.pubmed.fold.manifest import FOLD_DELETIONS
 from kg_platform.pubmed.fold.recount import (
     coded,
+    deleted_pmids,
     file_codes,
     files_holding,
     in_buckets,
@@ -132,19 +133,7 @@ def check_no_deleted_pmid(
         by_code[code] = order.get(name, -1)
     record_ord = by_code[articles.file_code] if len(by_code) else articles.file_code
     unknown = int(np.count_nonzero(record_ord < 0))
-    deletions = pl.concat(
-        [
-            pl.DataFrame({"pmid": pmids}).with_columns(pl.lit(n, pl.Int32).alias("file_ord"))
-            for n, pmids in enumerate(
-                on_cores(
-                    lambda f: int_column(
-                        read_columns(lake, table_key("deletions", f), ["pmid"]), "pmid"
-                    ),
-                    files,
-                )
-            )
-        ]
-    )
+    deletions = deleted_pmids(lake, files)
     # only the articles whose PMID some file deletes (few), from a release's files
     named = PmidSet(deletions["pmid"].to_numpy()).contains(articles.pmid) & (record_ord >= 0)
     candidates = pl.DataFrame({"pmid": articles.pmid[named], "record_ord": record_ord[named]})

@@ -149,6 +149,24 @@ def _records(lake: Lake, files: list[str], names: dict[str, int]) -> pl.DataFram
     return pl.concat(frames, how="vertical")
 
 
+def deleted_pmids(lake: Lake, files: list[str]) -> pl.DataFrame:
+    """(pmid, file_ord) of every PMID the files' deletions tables delete, ``file_ord`` the
+    file's place in ``files``; the files read on every usable core."""
+    return pl.concat(
+        [
+            pl.DataFrame({"pmid": pmids}).with_columns(pl.lit(n, pl.Int32).alias("file_ord"))
+            for n, pmids in enumerate(
+                on_cores(
+                    lambda f: int_column(
+                        read_columns(lake, table_key("deletions", f), ["pmid"]), "pmid"
+                    ),
+                    files,
+                )
+            )
+        ]
+    )
+
+
 def record_key(file_ord: int | np.ndarray, version: np.ndarray) -> np.ndarray:
     """A record's (file, version) as one nonzero int64: (its file's place in the fold's
     order + 1) * 2**32 + its version (32 bits, so each file's keys are apart)."""
@@ -194,19 +212,7 @@ def recount_fold_polars(lake: Lake, files: list[str]) -> dict[str, object]:
         .sort(["pmid", "file_ord", "version"], descending=[False, True, True])
         .unique(subset="pmid", keep="first", maintain_order=True)
     )
-    deletions = pl.concat(
-        [
-            pl.DataFrame({"pmid": pmids}).with_columns(pl.lit(n, pl.Int32).alias("file_ord"))
-            for n, pmids in enumerate(
-                on_cores(
-                    lambda f: int_column(
-                        read_columns(lake, table_key("deletions", f), ["pmid"]), "pmid"
-                    ),
-                    files,
-                )
-            )
-        ]
-    )
+    deletions = deleted_pmids(lake, files)
     last_deletion = deletions.group_by("pmid").agg(pl.col("file_ord").max().alias("deleted_ord"))
     joined = records.join(last_deletion, on="pmid", how="left", maintain_order="left")
     removed = joined.filter(pl.col("deleted_ord") > pl.col("file_ord")).height
